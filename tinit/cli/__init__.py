@@ -1,0 +1,70 @@
+"""tinit's command line: ``tinit <command> [options]``.
+
+Commands are thin: options -> configs -> experiment -> results. Bad input is one
+line on stderr and exit code 2; a run that fails part-way keeps what it measured,
+says why, and exits 1.
+"""
+
+import sys
+
+import click
+import typer
+from typer.core import TyperGroup
+
+
+class _OneLineErrors(TyperGroup):
+    """Usage errors as a single line ``Error: ...`` (exit 2), never a traceback or a
+    boxed panel, so scripts and logs stay readable."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.UsageError as exc:
+            msg = " ".join(exc.format_message().split())
+            if not standalone_mode:
+                raise
+            click.echo(f"Error: {msg}", err=True)
+            sys.exit(2)
+        except click.Abort:
+            if not standalone_mode:
+                raise
+            click.echo("Aborted.", err=True)
+            sys.exit(1)
+        except click.ClickException as exc:
+            if not standalone_mode:
+                raise
+            click.echo(f"Error: {' '.join(exc.format_message().split())}", err=True)
+            sys.exit(exc.exit_code)
+        if standalone_mode:
+            sys.exit(rv if isinstance(rv, int) else 0)
+        return rv
+
+
+app = typer.Typer(
+    name="tinit",
+    cls=_OneLineErrors,
+    help="Transformer initialization and depth studies: residual-stream variance and "
+    "gradients at init, measured and set beside the theory.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Transformer initialization and depth studies: residual-stream variance and
+    gradients at init, measured and set beside the theory."""
+
+
+def _register() -> None:
+    from . import variance  # noqa: F401  (commands register themselves on import)
+
+
+_register()
+
+
+def main() -> None:
+    """Console entry point."""
+    app()

@@ -1,0 +1,428 @@
+"""The shared options of DESIGN.md section 6, declared once, and what turns them
+into configs. ``@shared_options`` adds them to a command, so every command spells
+them, documents them and validates them the same way."""
+
+import functools
+import inspect
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+
+from ..model.config import (
+    AttentionKind,
+    BranchKind,
+    ConfigError,
+    DTypeName,
+    FfnKind,
+    InitConfig,
+    ModelConfig,
+    NormKind,
+    PositionsKind,
+    RunConfig,
+)
+from ..results.plots import FORMATS
+
+MODEL, INIT, RUN, OUTPUT = "Model", "Initialisation", "Run", "Output"
+
+#: Config field -> the option that sets it, so a ConfigError names the option.
+FIELD_OPTIONS = {
+    "n_layers": "--layers", "d_model": "--d-model", "n_heads": "--heads", "d_ff": "--d-ff",
+    "vocab_size": "--vocab", "max_seq_len": "--seq-len", "seq_len": "--seq-len", "batch": "--batch",
+    "norm": "--norm", "ffn": "--ffn", "positions": "--positions", "attention": "--attention",
+    "sigma": "--sigma", "embed_std": "--embed-std", "seed": "--seed", "device": "--device",
+    "dtype": "--dtype", "recipe": "--init", "branch": "--branch", "branch_var": "--branch-var",
+    "norm_position": "--pre-norm/--post-norm", "norm_eps": "--norm-eps",
+}  # fmt: skip
+
+
+def _sigma(value: str) -> float | str:
+    if value == "inv-sqrt-d":
+        return value
+    try:
+        x = float(value)
+    except ValueError:
+        x = math.nan
+    if not (math.isfinite(x) and x > 0):
+        raise typer.BadParameter(f"{value!r} is not a positive number or 'inv-sqrt-d'")
+    return x
+
+
+def _formats(value: str) -> list[str]:
+    out = [v.strip().lower() for v in value.split(",") if v.strip()]
+    bad = [v for v in out if v not in FORMATS]
+    if bad or not out:
+        raise typer.BadParameter(f"{value!r}: give a comma list of {', '.join(FORMATS)}")
+    return list(dict.fromkeys(out))
+
+
+def _positive_float(value: float | None) -> float | None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise typer.BadParameter(f"{value} is not a positive number")
+    return value
+
+
+def _nonneg_float(value: float) -> float:
+    if not (math.isfinite(value) and value >= 0):
+        raise typer.BadParameter(f"{value} is not a finite number >= 0")
+    return value
+
+
+@dataclass(frozen=True)
+class SharedOptions:
+    """The parsed shared options of one command call."""
+
+    layers: int
+    d_model: int
+    heads: int
+    d_ff: int | None
+    vocab: int
+    seq_len: int
+    batch: int
+    sigma: float | str
+    embed_std: float | None
+    norm: str
+    ffn: str
+    positions: str
+    attention: str
+    untie: bool
+    bias: bool
+    no_attn_scale: bool
+    init: str
+    pre_norm: bool
+    post_norm: bool
+    branch: str
+    branch_var: float
+    stream: bool | None
+    device: str
+    dtype: str
+    seed: int
+    out: Path | None
+    format: list[str]
+    quiet: bool
+
+    @property
+    def inits(self) -> tuple[str, ...]:
+        return ("naive", "scaled") if self.init == "both" else (self.init,)
+
+    @property
+    def norm_positions(self) -> tuple[str, ...]:
+        chosen = tuple(p for p, on in (("pre", self.pre_norm), ("post", self.post_norm)) if on)
+        return chosen or ("pre", "post")
+
+    def model_config(self, **override: Any) -> ModelConfig:
+        kw = {
+            "n_layers": self.layers, "d_model": self.d_model, "n_heads": self.heads, "d_ff": self.d_ff,
+            "vocab_size": self.vocab, "max_seq_len": self.seq_len, "norm": self.norm, "ffn": self.ffn,
+            "positions": self.positions, "attention": self.attention, "attn_scale": not self.no_attn_scale,
+            "tie_embeddings": not self.untie, "bias": self.bias, "branch": self.branch,
+            "branch_var": self.branch_var,
+        }  # fmt: skip
+        kw.update(override)
+        return ModelConfig(**kw)
+
+    def init_config(self) -> InitConfig:
+        return InitConfig(sigma=self.sigma, embed_std=self.embed_std, seed=self.seed)
+
+    def run_config(self, **extra: Any) -> RunConfig:
+        return RunConfig(
+            batch=self.batch, seq_len=self.seq_len, device=self.device, dtype=self.dtype,
+            stream=self.stream, extra=extra,
+        )  # fmt: skip
+
+
+def _opt(*decls: str, help: str, panel: str, **kw) -> Any:
+    kw.setdefault("show_default", True)
+    return typer.Option(*decls, help=help, rich_help_panel=panel, **kw)
+
+
+# name -> (annotation, default). Order is the order in --help.
+SHARED: dict[str, tuple[Any, Any]] = {
+    "layers": (
+        Annotated[
+            int,
+            _opt("--layers", "-L", help="Number of layers L (2L residual additions).", panel=MODEL, min=1),
+        ],
+        12,
+    ),
+    "d_model": (Annotated[int, _opt("--d-model", help="Residual-stream width d.", panel=MODEL, min=1)], 256),
+    "heads": (
+        Annotated[int, _opt("--heads", help="Attention heads; must divide --d-model.", panel=MODEL, min=1)],
+        4,
+    ),
+    "d_ff": (
+        Annotated[
+            int | None,
+            _opt(
+                "--d-ff",
+                help="FFN hidden size (default: 8d/3 rounded up to 64 for swiglu, 4d for gelu).",
+                panel=MODEL,
+                min=1,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    "vocab": (Annotated[int, _opt("--vocab", help="Vocabulary size V.", panel=MODEL, min=1)], 1024),
+    "norm": (
+        Annotated[
+            NormKind,
+            _opt(
+                "--norm",
+                help="Normalisation layer.",
+                panel=MODEL,
+            ),
+        ],
+        "rmsnorm",
+    ),
+    "ffn": (
+        Annotated[
+            FfnKind,
+            _opt(
+                "--ffn",
+                help="Feed-forward network: gated SwiGLU or classic GELU.",
+                panel=MODEL,
+            ),
+        ],
+        "swiglu",
+    ),
+    "positions": (
+        Annotated[
+            PositionsKind,
+            _opt(
+                "--positions",
+                help="Position information: RoPE, none, or a learned table.",
+                panel=MODEL,
+            ),
+        ],
+        "rope",
+    ),
+    "attention": (
+        Annotated[
+            AttentionKind,
+            _opt(
+                "--attention",
+                help="Attention mask.",
+                panel=MODEL,
+            ),
+        ],
+        "causal",
+    ),
+    "untie": (
+        Annotated[
+            bool,
+            _opt("--untie", help="Untied output head (default: head reuses the embedding).", panel=MODEL),
+        ],
+        False,
+    ),
+    "bias": (
+        Annotated[bool, _opt("--bias", help="Zero-initialised biases on every linear layer.", panel=MODEL)],
+        False,
+    ),
+    "no_attn_scale": (
+        Annotated[
+            bool,
+            _opt(
+                "--no-attn-scale",
+                help="Drop the 1/sqrt(d_h) logit scale (to study why it is there).",
+                panel=MODEL,
+            ),
+        ],
+        False,
+    ),
+    "pre_norm": (
+        Annotated[
+            bool, _opt("--pre-norm", help="Run pre-norm configurations (neither flag: both).", panel=MODEL)
+        ],
+        False,
+    ),
+    "post_norm": (
+        Annotated[
+            bool, _opt("--post-norm", help="Run post-norm configurations (neither flag: both).", panel=MODEL)
+        ],
+        False,
+    ),
+    "branch": (
+        Annotated[
+            BranchKind,
+            _opt(
+                "--branch",
+                help="'gaussian' replaces every branch by independent N(0, --branch-var) noise: "
+                "the seed's exact model.",
+                panel=MODEL,
+            ),
+        ],
+        "model",
+    ),
+    "branch_var": (
+        Annotated[
+            float,
+            _opt(
+                "--branch-var",
+                help="Variance S2 of each Gaussian branch (with --branch gaussian).",
+                panel=MODEL,
+                callback=_nonneg_float,
+            ),
+        ],
+        1.0,
+    ),
+    "init": (
+        Annotated[
+            Literal["naive", "scaled", "both"],
+            _opt(
+                "--init",
+                help="Init recipe: naive, depth-scaled (W_O, W_down / sqrt(2L)), or both.",
+                panel=INIT,
+            ),
+        ],
+        "both",
+    ),
+    "sigma": (
+        Annotated[
+            str,
+            _opt(
+                "--sigma",
+                help="Base init std: a number, or 'inv-sqrt-d' for 1/sqrt(d).",
+                panel=INIT,
+                parser=_sigma,
+                metavar="FLOAT|inv-sqrt-d",
+            ),
+        ],
+        "0.02",
+    ),
+    "embed_std": (
+        Annotated[
+            float | None,
+            _opt(
+                "--embed-std",
+                help="Std of the embedding (and learned positions) (default: --sigma).",
+                panel=INIT,
+                callback=_positive_float,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    "seed": (
+        Annotated[
+            int,
+            _opt(
+                "--seed",
+                help="Seed of the weights (drawn per seed, layer, role) and the tokens.",
+                panel=INIT,
+                min=0,
+            ),
+        ],
+        0,
+    ),
+    "seq_len": (Annotated[int, _opt("--seq-len", help="Tokens per sequence.", panel=RUN, min=1)], 128),
+    "batch": (Annotated[int, _opt("--batch", help="Sequences per batch.", panel=RUN, min=1)], 8),
+    "device": (
+        Annotated[
+            Literal["auto", "cpu", "cuda"],
+            _opt(
+                "--device",
+                help="Where to run: cuda when available (auto), cpu, or cuda.",
+                panel=RUN,
+            ),
+        ],
+        "auto",
+    ),
+    "dtype": (
+        Annotated[
+            DTypeName,
+            _opt(
+                "--dtype",
+                help="Weights and activations dtype; statistics accumulate in float32 "
+                "(float64 for float64 runs).",
+                panel=RUN,
+            ),
+        ],
+        "float32",
+    ),
+    "stream": (
+        Annotated[
+            bool | None,
+            _opt(
+                "--stream/--no-stream",
+                help="Build each block just before it runs and drop it after, so memory does not grow "
+                "with depth (default: only when the built model would not fit).",
+                panel=RUN,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    "out": (
+        Annotated[
+            Path | None,
+            _opt(
+                "--out",
+                "-o",
+                help="Run folder (must be new or empty) (default: results/<command>/<timestamp>-<id>).",
+                panel=OUTPUT,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    "format": (
+        Annotated[
+            str,
+            _opt(
+                "--format",
+                help="Plot formats, a comma list of png, pdf, svg.",
+                panel=OUTPUT,
+                parser=_formats,
+                metavar="png,pdf,svg",
+            ),
+        ],
+        "png",
+    ),
+    "quiet": (
+        Annotated[bool, _opt("--quiet", "-q", help="Print only the run folder's path.", panel=OUTPUT)],
+        False,
+    ),
+}
+
+assert set(SHARED) == {f.name for f in fields(SharedOptions)}
+
+
+def shared_options(*, exclude: tuple[str, ...] = (), defaults: dict[str, Any] | None = None):
+    """Decorator: add the shared options (less ``exclude``) to a Typer command, whose
+    body receives them as ``opts: SharedOptions``. ``defaults`` overrides defaults
+    (and excluded options get them as fixed values)."""
+    defaults = defaults or {}
+
+    def wrap(func):
+        sig = inspect.signature(func)
+        own = [p for p in sig.parameters.values() if p.name != "opts"]
+        added = [
+            inspect.Parameter(
+                name, inspect.Parameter.KEYWORD_ONLY, default=defaults.get(name, default), annotation=ann
+            )
+            for name, (ann, default) in SHARED.items()
+            if name not in exclude
+        ]  # fmt: skip
+
+        @functools.wraps(func)
+        def command(**kwargs):
+            values = {name: kwargs.pop(name) for name in SHARED if name not in exclude}
+            for name in exclude:
+                value = defaults.get(name, SHARED[name][1])
+                values[name] = _formats(value) if name == "format" else value
+            if isinstance(values["sigma"], str):
+                values["sigma"] = _sigma(values["sigma"])
+            return func(opts=SharedOptions(**values), **kwargs)
+
+        command.__signature__ = sig.replace(parameters=own + added)
+        return command
+
+    return wrap
+
+
+def bad_option(exc: ConfigError) -> typer.BadParameter:
+    """A ConfigError as a usage error naming the command-line option."""
+    return typer.BadParameter(exc.message, param_hint=f"'{FIELD_OPTIONS.get(exc.field, exc.field)}'")

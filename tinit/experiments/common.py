@@ -1,0 +1,146 @@
+"""What every experiment shares: device and dtype resolution, the seeded tokens,
+the streaming decision, the configuration grid, and the incomplete-run error."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import torch
+
+from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ..model.init import generator
+from ..model.transformer import Block
+
+#: Callback for progress: (steps done so far, total steps). Experiments never print.
+Progress = Callable[[int, int], None]
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+
+class DeviceError(ConfigError):
+    """The requested device cannot be used here (for example cuda without CUDA)."""
+
+
+@dataclass
+class ExperimentResult:
+    """Tidy DataFrames keyed by file stem, plus metadata for config.json."""
+
+    frames: dict[str, pd.DataFrame]
+    meta: dict[str, Any] = field(default_factory=dict)
+    complete: bool = True
+    error: str | None = None
+
+    def __getitem__(self, name: str) -> pd.DataFrame:
+        return self.frames[name]
+
+
+class IncompleteRun(RuntimeError):
+    """A run failed part-way (out of memory, interrupted). ``result`` holds what
+    was measured before the failure, with ``complete=False``."""
+
+    def __init__(self, message: str, result: ExperimentResult):
+        super().__init__(message)
+        self.result = result
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise DeviceError("device", f"{name} requested but no CUDA device is available (use cpu or auto)")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    return DTYPES[name]
+
+
+def stat_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Statistics accumulate in float32, or float64 when the run is float64."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def make_tokens(cfg: ModelConfig, run: RunConfig, seed: int, device: torch.device) -> torch.Tensor:
+    """Uniform random token ids (batch, seq_len), determined by the seed alone, so
+    every configuration of a run sees the same tokens."""
+    gen = generator(seed, -2, "tokens", device)
+    return torch.randint(cfg.vocab_size, (run.batch, run.seq_len), generator=gen, device=device)
+
+
+def block_param_count(cfg: ModelConfig) -> int:
+    """Exact parameters in one block (built on the meta device: no memory)."""
+    with torch.device("meta"):
+        return sum(p.numel() for p in Block(cfg, 0).parameters())
+
+
+def available_memory(device: torch.device) -> int:
+    """Free bytes on the device (CUDA) or available host memory (CPU)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def should_stream(
+    cfg: ModelConfig, dtype: torch.dtype, device: torch.device, requested: bool | None, factor: float = 1.0
+) -> bool:
+    """Stream when asked to, or when the held blocks (times ``factor``, e.g. 3 for
+    weights + gradients + recompute) would take more than half the free memory."""
+    if requested is not None:
+        return requested
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    need = factor * cfg.n_layers * block_param_count(cfg) * itemsize
+    return need > 0.5 * available_memory(device)
+
+
+def grid(inits: Iterable[str], norm_positions: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """The (init recipe, norm position) configurations of a run, in a fixed order."""
+    for norm_position in norm_positions:
+        for recipe in inits:
+            yield recipe, norm_position
+
+
+def configure(
+    model: ModelConfig, init: InitConfig, run: RunConfig, recipe: str, norm_position: str
+) -> tuple[ModelConfig, InitConfig]:
+    """The model and init of one configuration; the model's sequence cache fits the run."""
+    cfg = dataclasses.replace(
+        model, norm_position=norm_position, max_seq_len=max(model.max_seq_len, run.seq_len)
+    )
+    return cfg, dataclasses.replace(init, recipe=recipe)
+
+
+def run_meta(
+    model: ModelConfig, init: InitConfig, run: RunConfig, device: torch.device, **extra
+) -> dict[str, Any]:
+    """The resolved settings of a run, for config.json."""
+    return {
+        "model": model.to_dict(),
+        "init": dataclasses.asdict(init),
+        "sigma_resolved": init.resolved_sigma(model.d_model),
+        "embed_std_resolved": init.resolved_embed_std(model.d_model),
+        "run": run.to_dict(),
+        "device": str(device),
+        "device_name": device_name(device),
+        "torch_threads": torch.get_num_threads(),
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32 if device.type == "cuda" else None,
+        **extra,
+    }

@@ -1,0 +1,153 @@
+"""Residual-stream variance at every addition, against the variance law.
+
+For each (init recipe, norm position) the same tokens go through a stack whose
+weights share their draws; a :class:`VarianceProbe` records stream and branch
+variances at k = 0..2L, and :mod:`tinit.theory` puts the predictions beside them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .. import theory
+from ..model.config import InitConfig, ModelConfig, RunConfig
+from ..model.transformer import Transformer
+from .common import (
+    ExperimentResult,
+    IncompleteRun,
+    Progress,
+    configure,
+    grid,
+    make_tokens,
+    resolve_device,
+    resolve_dtype,
+    run_meta,
+    should_stream,
+    stat_dtype,
+)
+from .probes import VarianceProbe
+
+VARIANCE_COLUMNS = [
+    "init", "norm_position", "n_layers", "seed", "k", "layer", "sublayer",
+    "stream_var", "branch_var", "cross_corr", "stream_var_rel",
+    "pred_cumulative", "pred_closed", "stream_var_normed",
+]  # fmt: skip
+SUMMARY_COLUMNS = [
+    "init", "norm_position", "n_layers", "seed", "v0", "v_final", "v_final_rel",
+    "branch_var_mean", "sigma2_rel", "pred_closed_final", "pred_cumulative_final",
+    "rel_err_closed", "rel_err_cumulative", "max_abs_cross_corr", "v_final_normed",
+]  # fmt: skip
+
+
+def measure_stream(
+    model: Transformer, tokens: torch.Tensor, stats: torch.dtype, on_block=None
+) -> pd.DataFrame:
+    """Run ``tokens`` through ``model`` (no gradients) with a probe; the raw rows."""
+    probe = VarianceProbe(stats)
+    with torch.no_grad():
+        model.forward_stream(tokens, probe, after_block=on_block)
+    return probe.frame()
+
+
+def add_theory(raw: pd.DataFrame, norm_position: str) -> pd.DataFrame:
+    """Add stream_var_rel, pred_cumulative and pred_closed to one configuration's rows."""
+    df = raw.sort_values("k").reset_index(drop=True)
+    v0 = float(df.loc[0, "stream_var"])
+    adds = df["k"] > 0
+    s2 = df.loc[adds, "branch_var"].to_numpy()
+    mean_s2 = float(np.mean(s2)) if len(s2) else float("nan")
+    k = df.loc[adds, "k"].to_numpy()
+    if norm_position == "pre":
+        cumulative = theory.pred_cumulative_pre(v0, s2)
+        closed = theory.pred_closed_pre(v0, k, mean_s2)
+    else:
+        cumulative = theory.pred_cumulative_post(df.loc[adds, "stream_in_var"].to_numpy(), s2)
+        closed = theory.pred_closed_post(v0, k, mean_s2)
+    df["stream_var_rel"] = df["stream_var"] / v0
+    df["pred_cumulative"] = np.concatenate([[v0], cumulative])
+    df["pred_closed"] = np.concatenate([[v0], closed])
+    return df
+
+
+def summarize(df: pd.DataFrame) -> dict:
+    """One summary row from one configuration's rows (with theory)."""
+    first, last = df.iloc[0], df.iloc[-1]
+    adds = df[df["k"] > 0]
+    v0, v_final = float(first["stream_var"]), float(last["stream_var"])
+    mean_s2 = float(adds["branch_var"].mean())
+    return {
+        "v0": v0,
+        "v_final": v_final,
+        "v_final_rel": v_final / v0,
+        "branch_var_mean": mean_s2,
+        "sigma2_rel": mean_s2 / v0,
+        "pred_closed_final": float(last["pred_closed"]),
+        "pred_cumulative_final": float(last["pred_cumulative"]),
+        "rel_err_closed": v_final / float(last["pred_closed"]) - 1.0,
+        "rel_err_cumulative": v_final / float(last["pred_cumulative"]) - 1.0,
+        "max_abs_cross_corr": float(adds["cross_corr"].abs().max()),
+        "v_final_normed": float(last["stream_var_normed"]),
+    }
+
+
+def run_variance(
+    model: ModelConfig | None = None,
+    init: InitConfig | None = None,
+    run: RunConfig | None = None,
+    inits: Sequence[str] = ("naive", "scaled"),
+    norm_positions: Sequence[str] = ("pre", "post"),
+    progress: Progress | None = None,
+) -> ExperimentResult:
+    """Measure the residual-stream variance at every addition for each configuration.
+
+    Returns frames ``variance`` (one row per configuration and k = 0..2L) and
+    ``summary`` (one row per configuration). Raises :class:`IncompleteRun`, holding
+    what was measured, if a configuration fails part-way (e.g. out of memory).
+
+    >>> res = run_variance(ModelConfig(n_layers=4, d_model=64, n_heads=2), run=RunConfig(batch=2, seq_len=16))
+    >>> res["summary"][["init", "norm_position", "v_final"]]  # doctest: +SKIP
+    """
+    model, init, run = model or ModelConfig(), init or InitConfig(), run or RunConfig()
+    device, dtype = resolve_device(run.device), resolve_dtype(run.dtype)
+    configs = list(grid(inits, norm_positions))
+    stream = should_stream(model, dtype, device, run.stream)
+    tokens = make_tokens(model, run, init.seed if run.data_seed is None else run.data_seed, device)
+    total, done = len(configs) * model.n_layers, 0
+    frames, summaries, seconds = [], [], {}
+    meta = run_meta(model, init, run, device, streamed=stream, configurations=configs)
+
+    def tick(_layer: int) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total)
+
+    def result(complete: bool, error: str | None = None) -> ExperimentResult:
+        variance = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=VARIANCE_COLUMNS)
+        summary = pd.DataFrame(summaries, columns=SUMMARY_COLUMNS)
+        meta["seconds"] = seconds
+        return ExperimentResult(
+            {"variance": variance[VARIANCE_COLUMNS], "summary": summary}, meta, complete, error
+        )
+
+    for recipe, norm_position in configs:
+        cfg, ini = configure(model, init, run, recipe, norm_position)
+        t0 = time.perf_counter()
+        try:
+            net = Transformer(cfg, ini, device, dtype, stream=stream)
+            raw = measure_stream(net, tokens, stat_dtype(dtype), on_block=tick)
+            del net
+        except (torch.OutOfMemoryError, KeyboardInterrupt) as exc:
+            what = "out of memory" if isinstance(exc, torch.OutOfMemoryError) else "interrupted"
+            raise IncompleteRun(f"{recipe}/{norm_position}-norm: {what}", result(False, what)) from exc
+        seconds[f"{recipe}/{norm_position}"] = time.perf_counter() - t0
+        df = add_theory(raw, norm_position)
+        labels = {"init": recipe, "norm_position": norm_position, "n_layers": cfg.n_layers, "seed": init.seed}
+        frames.append(df.assign(**labels))
+        summaries.append({**labels, **summarize(df)})
+    return result(True)

@@ -1,0 +1,155 @@
+"""Frozen, validated configuration of the canonical model (DESIGN.md section 2).
+
+Every string choice is a ``Literal`` so a config stays JSON-serialisable and the
+choices are visible in one place. Derived sizes are resolved in ``__post_init__``,
+so a config that exists is a config that can be built.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal, get_args
+
+NormKind = Literal["rmsnorm", "layernorm"]
+NormPosition = Literal["pre", "post"]
+FfnKind = Literal["swiglu", "gelu"]
+PositionsKind = Literal["rope", "none", "learned"]
+AttentionKind = Literal["causal", "bidirectional"]
+BranchKind = Literal["model", "gaussian"]
+RecipeName = Literal["naive", "scaled"]
+DTypeName = Literal["float32", "bfloat16", "float64"]
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value. ``field`` names the offending config field."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+def _check_choice(name: str, value: Any, literal: Any) -> None:
+    allowed = get_args(literal)
+    if value not in allowed:
+        raise ConfigError(name, f"{value!r} is not one of {', '.join(map(repr, allowed))}")
+
+
+def _check_positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(name, f"must be a whole number >= 1, got {value!r}")
+
+
+def swiglu_hidden(d_model: int, multiple_of: int = 64) -> int:
+    """d_ff = 8d/3 rounded up to a multiple of 64: the gated FFN's three matrices then
+    hold (about) as many parameters as the classic 2-matrix FFN at 4d."""
+    return multiple_of * math.ceil(8 * d_model / 3 / multiple_of)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape and architecture of one transformer stack."""
+
+    n_layers: int = 12  # L: the stack performs 2L residual additions
+    d_model: int = 256  # residual-stream width d
+    n_heads: int = 4  # must divide d_model; d_h = d_model / n_heads
+    d_ff: int | None = None  # FFN hidden size; None -> 8d/3 (swiglu, rounded up to 64) or 4d
+    vocab_size: int = 1024  # V: rows of the embedding (and of the head)
+    max_seq_len: int = 128  # longest sequence: sizes the learned position table and RoPE cache
+    norm: NormKind = "rmsnorm"  # RMSNorm drops LayerNorm's centring and bias
+    norm_position: NormPosition = "pre"  # pre: norm on the branch input; post: on the stream
+    ffn: FfnKind = "swiglu"  # gated (3 matrices) or classic GELU (2 matrices)
+    positions: PositionsKind = "rope"  # RoPE has no parameters; learned adds a table to x0
+    attention: AttentionKind = "causal"  # causal mask or full bidirectional attention
+    attn_scale: bool = True  # divide logits by sqrt(d_h); off only to study why it is there
+    tie_embeddings: bool = True  # head reuses E: saves V*d parameters
+    bias: bool = False  # zero-initialised biases on every linear layer
+    norm_eps: float = 1e-6  # added to the mean square (variance) inside every norm
+    rope_base: float = 10000.0  # RoPE frequency base (Su et al. 2021)
+    branch: BranchKind = "model"  # gaussian: every branch is an independent N(0, branch_var)
+    branch_var: float = 1.0  # variance of a Gaussian branch (only with branch="gaussian")
+
+    def __post_init__(self) -> None:
+        for name in ("n_layers", "d_model", "n_heads", "vocab_size", "max_seq_len"):
+            _check_positive_int(name, getattr(self, name))
+        if self.d_model % self.n_heads:
+            raise ConfigError("n_heads", f"{self.n_heads} does not divide d_model {self.d_model}")
+        _check_choice("norm", self.norm, NormKind)
+        _check_choice("norm_position", self.norm_position, NormPosition)
+        _check_choice("ffn", self.ffn, FfnKind)
+        _check_choice("positions", self.positions, PositionsKind)
+        _check_choice("attention", self.attention, AttentionKind)
+        _check_choice("branch", self.branch, BranchKind)
+        if self.positions == "rope" and self.head_dim % 2:
+            raise ConfigError("n_heads", f"RoPE needs an even head size, got d_h={self.head_dim}")
+        if self.d_ff is None:
+            d_ff = swiglu_hidden(self.d_model) if self.ffn == "swiglu" else 4 * self.d_model
+            object.__setattr__(self, "d_ff", d_ff)
+        _check_positive_int("d_ff", self.d_ff)
+        if not (self.norm_eps >= 0 and math.isfinite(self.norm_eps)):
+            raise ConfigError("norm_eps", f"must be a finite number >= 0, got {self.norm_eps!r}")
+        if not (self.branch_var >= 0 and math.isfinite(self.branch_var)):
+            raise ConfigError("branch_var", f"must be a finite number >= 0, got {self.branch_var!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def n_additions(self) -> int:
+        return 2 * self.n_layers
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class InitConfig:
+    """Which init recipe, at which scale, from which seed."""
+
+    recipe: RecipeName = "naive"  # naive or depth-scaled (GPT-2: W_O, W_down / sqrt(2L))
+    sigma: float | Literal["inv-sqrt-d"] = 0.02  # base std; "inv-sqrt-d" means 1/sqrt(d_model)
+    embed_std: float | None = None  # std of the embedding (and learned positions); None -> sigma
+    seed: int = 0  # weights are drawn per (seed, layer, role): configs share their draws
+
+    def __post_init__(self) -> None:
+        _check_choice("recipe", self.recipe, RecipeName)
+        if isinstance(self.sigma, str):
+            if self.sigma != "inv-sqrt-d":
+                raise ConfigError("sigma", f"must be a positive number or 'inv-sqrt-d', got {self.sigma!r}")
+        elif not (math.isfinite(self.sigma) and self.sigma > 0):
+            raise ConfigError("sigma", f"must be a positive number or 'inv-sqrt-d', got {self.sigma!r}")
+        if self.embed_std is not None and not (math.isfinite(self.embed_std) and self.embed_std > 0):
+            raise ConfigError("embed_std", f"must be a positive number, got {self.embed_std!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError("seed", f"must be a whole number >= 0, got {self.seed!r}")
+
+    def resolved_sigma(self, d_model: int) -> float:
+        return 1.0 / math.sqrt(d_model) if self.sigma == "inv-sqrt-d" else float(self.sigma)
+
+    def resolved_embed_std(self, d_model: int) -> float:
+        return self.resolved_sigma(d_model) if self.embed_std is None else float(self.embed_std)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Where and how a measurement runs: the data, the device, the precision."""
+
+    batch: int = 8  # sequences per batch
+    seq_len: int = 128  # tokens per sequence
+    device: str = "auto"  # auto: cuda when available, else cpu
+    dtype: DTypeName = "float32"  # bf16 runs keep their statistics in float32
+    stream: bool | None = None  # build each block just before it runs; None -> when needed
+    data_seed: int | None = None  # seed of the random tokens; None -> the init seed
+    extra: dict[str, Any] = field(default_factory=dict)  # command-specific settings, recorded
+
+    def __post_init__(self) -> None:
+        _check_positive_int("batch", self.batch)
+        _check_positive_int("seq_len", self.seq_len)
+        _check_choice("dtype", self.dtype, DTypeName)
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ConfigError("device", f"{self.device!r} is not one of 'auto', 'cpu', 'cuda'")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}

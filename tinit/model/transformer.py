@@ -1,0 +1,183 @@
+"""Blocks with explicit residual additions, and the stack, built whole or streamed.
+
+Pre-norm (GPT-2 onwards):  x <- x + Attn(Norm1(x));  x <- x + FFN(Norm2(x))
+Post-norm (Vaswani 2017):  x <- Norm1(x + Attn(x));  x <- Norm2(x + FFN(x))
+
+An L-layer stack performs 2L additions, k = 1..2L (attention k = 2l+1, FFN
+k = 2l+2); k = 0 is the embedding output. Each addition calls the optional probe
+with (k, layer, sublayer, stream_in, branch, stream_out) and, for post-norm, the
+normalised stream as ``normed``; with no probe the model is a plain model.
+
+A block's weights depend only on (seed, layer, role), so a model can be
+*streamed*: each block is built on the device just before it runs and dropped
+right after, and memory does not grow with depth. Streamed and fully built
+models give identical numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import InitConfig, ModelConfig
+from .init import init_weights_
+from .layers import Attention, GaussianBranch, make_ffn, make_norm, rope_cache
+
+
+class Probe(Protocol):
+    """Called at k = 0 (embedding: only ``stream_out``) and at every addition k >= 1."""
+
+    def __call__(
+        self,
+        k: int,
+        layer: int,
+        sublayer: str,
+        stream_in: torch.Tensor | None,
+        branch: torch.Tensor | None,
+        stream_out: torch.Tensor,
+        normed: torch.Tensor | None = None,
+    ) -> None: ...
+
+
+class Block(nn.Module):
+    """One layer: an attention addition and an FFN addition, pre- or post-norm."""
+
+    def __init__(self, cfg: ModelConfig, layer: int, seed: int = 0, device=None, dtype=None):
+        super().__init__()
+        self.layer = layer
+        self.post_norm = cfg.norm_position == "post"
+        self.norm1 = make_norm(cfg, device=device, dtype=dtype)
+        self.norm2 = make_norm(cfg, device=device, dtype=dtype)
+        if cfg.branch == "gaussian":
+            self.attn = GaussianBranch(cfg.branch_var, seed, layer, "attn")
+            self.ffn = GaussianBranch(cfg.branch_var, seed, layer, "ffn")
+        else:
+            self.attn = Attention(cfg, device=device, dtype=dtype)
+            self.ffn = make_ffn(cfg, device=device, dtype=dtype)
+
+    def _add(self, k, sublayer, x, branch_fn, norm, rope, probe):
+        if self.post_norm:
+            f = branch_fn(x, rope)
+            s = x + f
+            y = norm(s)
+            if probe is not None:
+                probe(k, self.layer, sublayer, x, f, s, normed=y)
+            return y
+        f = branch_fn(norm(x), rope)
+        y = x + f
+        if probe is not None:
+            probe(k, self.layer, sublayer, x, f, y)
+        return y
+
+    def forward(self, x: torch.Tensor, rope=None, probe: Probe | None = None) -> torch.Tensor:
+        k = 2 * self.layer + 1
+        x = self._add(k, "attn", x, self.attn, self.norm1, rope, probe)
+        return self._add(k + 1, "ffn", x, self.ffn, self.norm2, rope, probe)
+
+
+def _materialize(
+    module: nn.Module, cfg: ModelConfig, init: InitConfig, layer: int, device, prefix: str = ""
+) -> nn.Module:
+    """Allocate a meta-built module on ``device`` (uninitialised) and initialise it."""
+    module = module.to_empty(device=device)
+    init_weights_(module, cfg, init, layer, prefix)
+    return module
+
+
+def build_block(cfg: ModelConfig, init: InitConfig, layer: int, device="cpu", dtype=torch.float32) -> Block:
+    """Block ``layer`` with its recipe weights, built directly on ``device`` in ``dtype``."""
+    with torch.device("meta"):
+        block = Block(cfg, layer, seed=init.seed, dtype=dtype)
+    return _materialize(block, cfg, init, layer, device)
+
+
+class Transformer(nn.Module):
+    """The canonical model of DESIGN.md section 2.
+
+    With ``stream=True`` the blocks are not held: :meth:`iter_blocks` builds each
+    on the device just before it runs. Embedding, final norm and head are always
+    held (they are one layer's worth of memory).
+    """
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        init: InitConfig,
+        device="cpu",
+        dtype: torch.dtype = torch.float32,
+        stream: bool = False,
+    ):
+        super().__init__()
+        self.cfg, self.init, self.streamed = cfg, init, stream
+        self._device, self._dtype = torch.device(device), dtype
+        d, L = cfg.d_model, cfg.n_layers
+        with torch.device("meta"):
+            self.embed = nn.Embedding(cfg.vocab_size, d, dtype=dtype)
+            self.pos = nn.Embedding(cfg.max_seq_len, d, dtype=dtype) if cfg.positions == "learned" else None
+            self.final_norm = make_norm(cfg, dtype=dtype) if cfg.norm_position == "pre" else None
+            self.head = (
+                None if cfg.tie_embeddings else nn.Linear(d, cfg.vocab_size, bias=cfg.bias, dtype=dtype)
+            )
+        # the embedding side is "layer -1", the final norm and head "layer L"
+        for name, layer in (("embed", -1), ("pos", -1), ("final_norm", L), ("head", L)):
+            if getattr(self, name) is not None:
+                _materialize(getattr(self, name), cfg, init, layer, self._device, prefix=name)
+        blocks = [] if stream else [build_block(cfg, init, i, self._device, dtype) for i in range(L)]
+        self.blocks = nn.ModuleList(blocks)
+        if cfg.positions == "rope":
+            cos, sin = rope_cache(cfg.max_seq_len, cfg.head_dim, cfg.rope_base, self._device, dtype)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+        else:
+            self.rope_cos = self.rope_sin = None
+
+    @property
+    def rope(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return None if self.rope_cos is None else (self.rope_cos, self.rope_sin)
+
+    def iter_blocks(self) -> Iterator[Block]:
+        """The blocks in order: held ones, or (streamed) each built just in time."""
+        if not self.streamed:
+            yield from self.blocks
+            return
+        for layer in range(self.cfg.n_layers):
+            yield build_block(self.cfg, self.init, layer, self._device, self._dtype)
+
+    def embed_tokens(self, tokens: torch.Tensor, probe: Probe | None = None) -> torch.Tensor:
+        """x0 = E[tokens] (+ learned positions): the stream entering addition 1."""
+        x = self.embed(tokens)
+        if self.pos is not None:
+            x = x + self.pos.weight[: tokens.shape[1]]
+        if probe is not None:
+            probe(0, -1, "embed", None, None, x)
+        return x
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Final norm (pre-norm only: post-norm's stream is already normalised), then head."""
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        weight = self.embed.weight if self.head is None else self.head.weight
+        bias = None if self.head is None else self.head.bias
+        return F.linear(x, weight, bias)
+
+    def forward_stream(
+        self,
+        tokens: torch.Tensor,
+        probe: Probe | None = None,
+        after_block: Callable[[int], None] | None = None,
+    ) -> torch.Tensor:
+        """The residual stream after the last addition (no final norm, no head).
+        ``after_block(layer)`` is called after each block (progress reporting)."""
+        x = self.embed_tokens(tokens, probe)
+        for block in self.iter_blocks():
+            x = block(x, self.rope, probe)
+            if after_block is not None:
+                after_block(block.layer)
+        return x
+
+    def forward(self, tokens: torch.Tensor, probe: Probe | None = None) -> torch.Tensor:
+        return self.logits(self.forward_stream(tokens, probe))

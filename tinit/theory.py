@@ -1,0 +1,68 @@
+"""Closed forms of the background document, as small documented functions.
+
+Variance law (DESIGN.md section 1): if the stream enters an addition with variance
+v and the branch adds an uncorrelated contribution of variance s^2, then
+v' = v + s^2. After 2L additions from v0: v_2L = v0 + sum_k s_k^2, and for equal
+branches v0 + 2L s^2 -- in units of v0 the seed's ``v_2L = 1 + 2L sigma^2``. With W_O
+and W_down scaled by 1/sqrt(2L) (GPT-2), every s_k^2 drops by 2L and
+v_2L = v0 + s^2, independent of L.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def pred_cumulative_pre(v0: float, branch_vars: np.ndarray) -> np.ndarray:
+    """Pre-norm: v_k = v0 + sum_{j<=k} s_j^2, from the measured branch variances."""
+    return v0 + np.cumsum(np.asarray(branch_vars, dtype=np.float64))
+
+
+def pred_cumulative_post(stream_in_vars: np.ndarray, branch_vars: np.ndarray) -> np.ndarray:
+    """Post-norm: the sum at addition k has variance var(x_{k-1}) + s_k^2, where
+    x_{k-1} is the (normalised) stream entering it. The norm then resets the scale,
+    so nothing accumulates."""
+    return np.asarray(stream_in_vars, dtype=np.float64) + np.asarray(branch_vars, dtype=np.float64)
+
+
+def pred_closed_pre(v0: float, k: np.ndarray | int, mean_branch_var: float) -> np.ndarray:
+    """The seed's closed form v_k = v0 + k * mean(s^2) (equal branches)."""
+    return v0 + np.asarray(k, dtype=np.float64) * mean_branch_var
+
+
+def pred_closed_post(
+    v0: float, k: np.ndarray | int, mean_branch_var: float, normed_var: float = 1.0
+) -> np.ndarray:
+    """Post-norm analogue of the closed form: addition 1 sees the embedding (v0),
+    every later addition a normalised stream of variance ``normed_var`` (1 for a
+    norm with unit gain on zero-mean input), so v_k = 1 + mean(s^2) for k >= 2."""
+    k = np.asarray(k, dtype=np.float64)
+    return np.where(k <= 1, v0 + k * mean_branch_var, normed_var + mean_branch_var)
+
+
+def v_final_naive(v0: float, n_layers: int, branch_var: float) -> float:
+    """v_2L = v0 + 2L s^2: grows linearly with depth."""
+    return v0 + 2 * n_layers * branch_var
+
+
+def v_final_scaled(v0: float, branch_var_naive: float) -> float:
+    """v_2L = v0 + s^2 with GPT-2 depth scaling (s^2 the *unscaled* branch variance)."""
+    return v0 + branch_var_naive
+
+
+def depth_scale(n_layers: int) -> float:
+    """The GPT-2 factor 1/sqrt(2L) on the std of W_O and W_down."""
+    return 1.0 / math.sqrt(2 * n_layers)
+
+
+def gaussian_branch_final(v0: float, n_layers: int, branch_var: float) -> float:
+    """The seed's exact model (Gaussian branches): E[v_2L] = v0 + 2L * S2."""
+    return v0 + 2 * n_layers * branch_var
+
+
+def pooled_variance_se(variance: float, n_elements: int) -> float:
+    """Standard error of a pooled variance estimate of n i.i.d. Gaussian elements:
+    var * sqrt(2 / (n - 1))."""
+    return variance * math.sqrt(2.0 / max(n_elements - 1, 1))
