@@ -7,9 +7,10 @@ says why, and exits 1.
 
 import sys
 
-import click
 import typer
 from typer.core import TyperGroup
+
+from .clickcompat import Abort, ClickException, UsageError
 
 
 class _OneLineErrors(TyperGroup):
@@ -19,21 +20,23 @@ class _OneLineErrors(TyperGroup):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.UsageError as exc:
+        except UsageError as exc:
             msg = " ".join(exc.format_message().split())
             if not standalone_mode:
                 raise
-            click.echo(f"Error: {msg}", err=True)
+            if not msg:  # `tinit` alone: the help was printed, nothing went wrong
+                sys.exit(0)
+            typer.echo(f"Error: {msg}", err=True)
             sys.exit(2)
-        except click.Abort:
+        except Abort:
             if not standalone_mode:
                 raise
-            click.echo("Aborted.", err=True)
+            typer.echo("Aborted.", err=True)
             sys.exit(1)
-        except click.ClickException as exc:
+        except ClickException as exc:
             if not standalone_mode:
                 raise
-            click.echo(f"Error: {' '.join(exc.format_message().split())}", err=True)
+            typer.echo(f"Error: {' '.join(exc.format_message().split())}", err=True)
             sys.exit(exc.exit_code)
         if standalone_mode:
             sys.exit(rv if isinstance(rv, int) else 0)
@@ -48,6 +51,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
     add_completion=False,
 )
 
@@ -59,6 +63,7 @@ def _root() -> None:
 
 
 def _register() -> None:
+    from . import grad_norms  # noqa: F401, I001  (one line per command, kept apart)
     from . import variance  # noqa: F401  (commands register themselves on import)
 
 

@@ -1,0 +1,146 @@
+"""Guards `tinit variance` end to end through the CLI: the files and CSV columns a
+run writes, the run-folder rules (new folder, never overwrite), config.json, and
+bad input as a one-line error with exit code 2 and no traceback."""
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from tinit.cli import app
+from tinit.experiments.variance import SUMMARY_COLUMNS, VARIANCE_COLUMNS
+
+runner = CliRunner()
+TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]
+
+
+def invoke(*args):
+    return runner.invoke(app, ["variance", *TINY, *args])
+
+
+def test_writes_csvs_plot_and_config(tmp_path):
+    out = tmp_path / "run"
+    res = invoke("--out", str(out), "--format", "png,svg")
+    assert res.exit_code == 0, res.output
+    assert res.stdout.strip().splitlines()[-1] == str(out)  # the folder is printed last
+    for name in ("variance.csv", "summary.csv", "variance.png", "variance.svg", "config.json"):
+        assert (out / name).is_file(), name
+    v = pd.read_csv(out / "variance.csv")
+    assert list(v.columns) == VARIANCE_COLUMNS
+    assert len(v) == 4 * 5
+    assert list(pd.read_csv(out / "summary.csv").columns) == SUMMARY_COLUMNS
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["complete"] is True
+    assert cfg["model"]["n_layers"] == 2 and cfg["model"]["d_ff"] == 64
+    assert cfg["torch_version"] == torch.__version__
+    assert cfg["run"]["dtype"] == "float32" and cfg["device"] == "cpu"
+    assert {"tinit_version", "device_name", "git_commit", "sigma_resolved", "seconds"} <= set(cfg)
+
+
+def test_default_run_folder_is_new_each_time(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    a, b = invoke("-q"), invoke("-q")
+    assert a.exit_code == 0 and b.exit_code == 0
+    pa, pb = a.stdout.strip(), b.stdout.strip()
+    assert pa != pb and pa.startswith("results/variance/") and (tmp_path / pb / "variance.csv").is_file()
+
+
+def test_out_never_overwrites(tmp_path):
+    out = tmp_path / "run"
+    assert invoke("--out", str(out)).exit_code == 0
+    before = (out / "variance.csv").read_bytes()
+    res = invoke("--out", str(out), "--seed", "9")
+    assert res.exit_code == 2
+    assert "--out" in res.stderr and "already exists" in res.stderr
+    assert (out / "variance.csv").read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["--pre-norm"], None),
+        (["--post-norm", "--init", "scaled"], None),
+    ],
+)
+def test_restricting_flags(tmp_path, args, option):
+    out = tmp_path / "r"
+    res = invoke("--out", str(out), *args)
+    assert res.exit_code == 0, res.output
+    v = pd.read_csv(out / "variance.csv")
+    want_pos = {"pre"} if "--pre-norm" in args else {"post"}
+    assert set(v["norm_position"]) == want_pos
+    assert set(v["init"]) == ({"scaled"} if "scaled" in args else {"naive", "scaled"})
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["--layers", "0"], "--layers"),
+        (["--layers", "-3"], "--layers"),
+        (["--heads", "3"], "--heads"),
+        (["--norm", "batchnorm"], "--norm"),
+        (["--ffn", "relu"], "--ffn"),
+        (["--init", "deepnorm"], "--init"),
+        (["--sigma", "-1"], "--sigma"),
+        (["--sigma", "big"], "--sigma"),
+        (["--format", "jpg"], "--format"),
+        (["--dtype", "float16"], "--dtype"),
+        (["--batch", "0"], "--batch"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path, args, option):
+    res = invoke("--out", str(tmp_path / "x"), *args)
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:"), res.stderr
+    assert option in lines[0]
+    assert "Traceback" not in res.output
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_cuda_is_one_line_exit_2(tmp_path):
+    res = invoke("--device", "cuda", "--out", str(tmp_path / "x"))
+    assert res.exit_code == 2
+    assert res.stderr.strip().count("\n") == 0 and "--device" in res.stderr and "CUDA" in res.stderr
+
+
+def test_unwritable_out_is_one_line_exit_2(tmp_path):
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("not a folder")
+    res = invoke("--out", str(blocker / "run"))
+    assert res.exit_code == 2
+    assert res.stderr.strip().count("\n") == 0 and "--out" in res.stderr
+
+
+def test_help_everywhere():
+    for args in (["-h"], ["variance", "-h"], ["variance", "--help"]):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 0 and "Usage" in res.stdout
+
+
+def test_out_of_memory_keeps_what_was_measured(tmp_path, monkeypatch):
+    """A failure part-way writes the finished configurations, marks the run
+    incomplete, and exits 1 with a clear message."""
+    import tinit.experiments.variance as variance
+
+    real = variance.measure_stream
+    calls = {"n": 0}
+
+    def flaky(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(*a, **kw)
+
+    monkeypatch.setattr(variance, "measure_stream", flaky)
+    out = tmp_path / "r"
+    res = invoke("--out", str(out))
+    assert res.exit_code == 1
+    assert "out of memory" in res.stderr and "Traceback" not in res.output
+    v = pd.read_csv(out / "variance.csv")
+    assert len(v.groupby(["init", "norm_position"])) == 2
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["complete"] is False and "out of memory" in cfg["error"]

@@ -1,0 +1,58 @@
+"""Rich tables for the terminal: measured next to theory."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from rich import box
+from rich.table import Table
+
+
+def fmt(x: float, digits: int = 4) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if x == 0 or 1e-2 <= abs(x) < 1e5:
+        return f"{x:.{digits}g}"
+    mantissa, exp = f"{x:.{digits - 2}e}".split("e")
+    return f"{mantissa}e{int(exp)}"
+
+
+def pct(x: float) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{100 * x:+.2f}%"
+
+
+def error_style(rel: float, ok: float = 0.05, warn: float = 0.2) -> str:
+    a = abs(rel) if rel == rel else math.inf
+    return "green" if a <= ok else "yellow" if a <= warn else "red"
+
+
+def variance_table(summary: pd.DataFrame, title: str = "") -> Table:
+    """One row per configuration: v0, v_2L measured, the law's two predictions and
+    their relative errors, and the largest stream/branch correlation."""
+    t = Table(
+        title=title or None,
+        header_style="bold",
+        caption="err = measured / law - 1; ρ = corr(stream, branch)",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1),
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    for col in ("config", "v0", "mean s²", "v_2L", "closed", "err", "cumul.", "err", "max|ρ|"):
+        t.add_column(col, justify="left" if col == "config" else "right", no_wrap=True)
+    for r in summary.itertuples(index=False):
+        t.add_row(
+            f"{r.init}/{r.norm_position}",
+            fmt(r.v0, 3),
+            fmt(r.branch_var_mean, 3),
+            fmt(r.v_final),
+            fmt(r.pred_closed_final),
+            f"[{error_style(r.rel_err_closed)}]{pct(r.rel_err_closed)}[/]",
+            fmt(r.pred_cumulative_final),
+            f"[{error_style(r.rel_err_cumulative)}]{pct(r.rel_err_cumulative)}[/]",
+            fmt(r.max_abs_cross_corr, 2),
+        )
+    return t
