@@ -23,7 +23,9 @@ from ..model.config import (
     PositionsKind,
     RunConfig,
 )
+from ..model.presets import PRESETS, get_preset
 from ..results.plots import FORMATS
+from .clickcompat import ParameterSource, get_current_context
 
 MODEL, INIT, RUN, OUTPUT = "Model", "Initialisation", "Run", "Output"
 
@@ -48,6 +50,12 @@ def _sigma(value: str) -> float | str:
     if not (math.isfinite(x) and x > 0):
         raise typer.BadParameter(f"{value!r} is not a positive number or 'inv-sqrt-d'")
     return x
+
+
+def _preset_name(value: str | None) -> str | None:
+    if value is not None and value not in PRESETS:
+        raise typer.BadParameter(f"unknown preset {value!r}; choose from {', '.join(PRESETS)}")
+    return value
 
 
 def _formats(value: str) -> list[str]:
@@ -102,6 +110,7 @@ class SharedOptions:
     out: Path | None
     format: list[str]
     quiet: bool
+    preset: str | None = None  # its values are already in the fields above
 
     @property
     def inits(self) -> tuple[str, ...]:
@@ -120,6 +129,11 @@ class SharedOptions:
             "tie_embeddings": not self.untie, "bias": self.bias, "branch": self.branch,
             "branch_var": self.branch_var,
         }  # fmt: skip
+        if self.preset is not None:
+            # fields with no option; the context sizes the learned table (a run may use less)
+            preset = get_preset(self.preset)
+            kw.update(preset.model)
+            kw["max_seq_len"] = max(self.seq_len, preset.context)
         kw.update(override)
         return ModelConfig(**kw)
 
@@ -127,6 +141,8 @@ class SharedOptions:
         return InitConfig(sigma=self.sigma, embed_std=self.embed_std, seed=self.seed)
 
     def run_config(self, **extra: Any) -> RunConfig:
+        if self.preset is not None:
+            extra = {"preset": self.preset, **extra}
         return RunConfig(
             batch=self.batch, seq_len=self.seq_len, device=self.device, dtype=self.dtype,
             stream=self.stream, extra=extra,
@@ -140,6 +156,21 @@ def _opt(*decls: str, help: str, panel: str, **kw) -> Any:
 
 # name -> (annotation, default). Order is the order in --help.
 SHARED: dict[str, tuple[Any, Any]] = {
+    "preset": (
+        Annotated[
+            str | None,
+            _opt(
+                "--preset",
+                help="Shape of a known model: " + ", ".join(PRESETS) + ". Sets the model options it "
+                "defines (not batch or --seq-len); options given explicitly override it.",
+                panel=MODEL,
+                callback=_preset_name,
+                show_default=False,
+                metavar="NAME",
+            ),
+        ],
+        None,
+    ),
     "layers": (
         Annotated[
             int,
@@ -413,6 +444,8 @@ def shared_options(*, exclude: tuple[str, ...] = (), defaults: dict[str, Any] | 
             for name in exclude:
                 value = defaults.get(name, SHARED[name][1])
                 values[name] = _formats(value) if name == "format" else value
+            if values.get("preset") is not None:
+                apply_preset(values, exclude, get_current_context(silent=True))
             if isinstance(values["sigma"], str):
                 values["sigma"] = _sigma(values["sigma"])
             return func(opts=SharedOptions(**values), **kwargs)
@@ -421,6 +454,21 @@ def shared_options(*, exclude: tuple[str, ...] = (), defaults: dict[str, Any] | 
         return command
 
     return wrap
+
+
+def apply_preset(
+    values: dict[str, Any], exclude: tuple[str, ...] = (), ctx: typer.Context | None = None
+) -> None:
+    """Put the preset's values into ``values`` for every option it defines that was not
+    given on the command line (click's parameter source is DEFAULT; without a context,
+    every one) and that the command exposes (an excluded option keeps the command's
+    fixed value)."""
+    for name, value in get_preset(values["preset"]).options.items():
+        if name in exclude:
+            continue
+        source = ctx.get_parameter_source(name) if ctx is not None else None
+        if source in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP):
+            values[name] = value
 
 
 def bad_option(exc: ConfigError) -> typer.BadParameter:

@@ -1,0 +1,134 @@
+"""Exact parameter accounting of a :class:`ModelConfig`, without building anything.
+
+Every count below mirrors a module of :mod:`tinit.model.layers` and
+:mod:`tinit.model.transformer` (tests check each against the built modules, on the
+meta device for the big shapes):
+
+==============  ===============================================================
+embedding       V * d                                   (E, also the tied head)
+positions       T_max * d for ``learned``, else 0       (RoPE has no parameters)
+attention       4 * d^2 (+ 4d biases)                   per block: W_Q, W_K, W_V, W_O
+FFN             swiglu 3 * d * d_ff (+ 2 d_ff + d)      per block: gate, up, down
+                gelu   2 * d * d_ff (+ d_ff + d)        per block: W_1, W_2
+norms           2 * (d rmsnorm | 2d layernorm)          per block: norm1, norm2
+final norm      d or 2d for pre-norm, 0 for post-norm   (post-norm's stream is normalised)
+head            0 tied, V * d (+ V bias) untied
+==============  ===============================================================
+
+Gaussian-branch models (``branch="gaussian"``) have no attention or FFN weights.
+Grouped-query attention is not modelled by tinit (every head has its own K and V);
+:func:`gqa_attention_saving` says how many parameters a GQA variant would drop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from torch import nn
+
+from .config import ModelConfig
+from .init import role_of
+
+#: Model-level components, in the order tables and plots show them.
+COMPONENTS = ("embedding", "positions", "attention", "ffn", "norms", "final_norm", "head")
+#: Components repeated in every block.
+BLOCK_COMPONENTS = ("attention", "ffn", "norms")
+
+
+def norm_params(cfg: ModelConfig) -> int:
+    """One norm: gain only (RMSNorm) or gain and bias (LayerNorm)."""
+    return cfg.d_model if cfg.norm == "rmsnorm" else 2 * cfg.d_model
+
+
+def linear_params(d_in: int, d_out: int, bias: bool) -> int:
+    return d_in * d_out + (d_out if bias else 0)
+
+
+def attention_params(cfg: ModelConfig) -> int:
+    """W_Q, W_K, W_V, W_O, each d x d (multi-head attention, no GQA)."""
+    return 4 * linear_params(cfg.d_model, cfg.d_model, cfg.bias)
+
+
+def ffn_params(d_model: int, d_ff: int, ffn: str, bias: bool = False) -> int:
+    """Gated (gate, up, down) or classic (W_1, W_2) FFN of hidden size ``d_ff``."""
+    n_in = 2 if ffn == "swiglu" else 1
+    return n_in * linear_params(d_model, d_ff, bias) + linear_params(d_ff, d_model, bias)
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    """Exact counts of one configuration. Block components are *per block*."""
+
+    embedding: int
+    positions: int
+    attention: int  # per block
+    ffn: int  # per block
+    norms: int  # per block: norm1 + norm2
+    final_norm: int
+    head: int  # 0 when tied
+    n_layers: int
+    tied: bool
+
+    @property
+    def per_block(self) -> int:
+        return self.attention + self.ffn + self.norms
+
+    @property
+    def blocks(self) -> int:
+        return self.n_layers * self.per_block
+
+    @property
+    def total(self) -> int:
+        return self.embedding + self.positions + self.blocks + self.final_norm + self.head
+
+    def components(self) -> dict[str, int]:
+        """Model-level totals by component (block components times L), in COMPONENTS order."""
+        return {
+            name: getattr(self, name) * (self.n_layers if name in BLOCK_COMPONENTS else 1)
+            for name in COMPONENTS
+        }
+
+
+def count_params(cfg: ModelConfig) -> ParamCount:
+    """Exact parameter count of the model ``cfg`` describes (as built by tinit)."""
+    d, V = cfg.d_model, cfg.vocab_size
+    gaussian = cfg.branch == "gaussian"
+    return ParamCount(
+        embedding=V * d,
+        positions=cfg.max_seq_len * d if cfg.positions == "learned" else 0,
+        attention=0 if gaussian else attention_params(cfg),
+        ffn=0 if gaussian else ffn_params(d, cfg.d_ff, cfg.ffn, cfg.bias),
+        norms=2 * norm_params(cfg),
+        final_norm=norm_params(cfg) if cfg.norm_position == "pre" else 0,
+        head=0 if cfg.tie_embeddings else linear_params(d, V, cfg.bias),
+        n_layers=cfg.n_layers,
+        tied=cfg.tie_embeddings,
+    )
+
+
+def tied_saving(cfg: ModelConfig) -> int:
+    """Parameters that tying the head to E removes: V * d, plus the head's V biases
+    with ``bias=True`` (the tied head has none)."""
+    return linear_params(cfg.d_model, cfg.vocab_size, cfg.bias)
+
+
+def gqa_attention_saving(cfg: ModelConfig, n_kv_heads: int) -> int:
+    """Parameters grouped-query attention with ``n_kv_heads`` K/V heads would drop
+    from tinit's multi-head count: W_K and W_V shrink from d x d to d x (n_kv * d_h),
+    in every block (biases shrink alike)."""
+    if n_kv_heads < 1 or cfg.n_heads % n_kv_heads:
+        raise ValueError(f"{n_kv_heads} KV heads do not divide {cfg.n_heads} heads")
+    kv = n_kv_heads * cfg.head_dim
+    per_matrix = linear_params(cfg.d_model, cfg.d_model, cfg.bias) - linear_params(cfg.d_model, kv, cfg.bias)
+    return 0 if cfg.branch == "gaussian" else cfg.n_layers * 2 * per_matrix
+
+
+def count_by_role(named_parameters: Iterable[tuple[str, nn.Parameter]]) -> dict[str, int]:
+    """Parameters of built modules, summed by init role (``embed``, ``q``, ..., ``norm``,
+    ``bias``). Works on meta-device modules: only shapes are read."""
+    out: dict[str, int] = {}
+    for name, p in named_parameters:
+        role = role_of(name)[0]
+        out[role] = out.get(role, 0) + p.numel()
+    return out
