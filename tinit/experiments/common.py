@@ -7,6 +7,7 @@ import dataclasses
 import os
 import platform
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +56,18 @@ def resolve_device(name: str) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise DeviceError("device", f"{name} requested but no CUDA device is available (use cpu or auto)")
     return torch.device(name)
+
+
+@contextmanager
+def matmul_precision(run: RunConfig):
+    """Allow TF32 matmuls for the duration of a run when ``run.tf32`` (CUDA float32
+    only); the global setting is restored afterwards."""
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = run.tf32
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
 def resolve_dtype(name: str) -> torch.dtype:
@@ -141,6 +154,6 @@ def run_meta(
         "device": str(device),
         "device_name": device_name(device),
         "torch_threads": torch.get_num_threads(),
-        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32 if device.type == "cuda" else None,
+        "tf32_matmul": bool(run.tf32 and device.type == "cuda" and run.dtype == "float32"),
         **extra,
     }

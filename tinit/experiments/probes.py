@@ -24,27 +24,41 @@ def pooled_var_mean(t: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, 
 class VarianceProbe:
     """Records, at addition k, var(x_{k-1} + F_k), var(F_k), the correlation of
     stream and branch, var(x_{k-1}) and (post-norm) the variance after the norm.
-    At k = 0 only the embedding's variance."""
+    At k = 0 only the embedding's variance.
+
+    Three reductions per addition: the stream entering addition k is the tensor
+    that left addition k-1, so its (variance, mean) is reused rather than recomputed,
+    and the covariance is one dot product (no elementwise temporary).
+    """
 
     def __init__(self, stat_dtype: torch.dtype = torch.float32):
         self.dtype = stat_dtype
         self.keys: list[tuple[int, int, str]] = []
         self._stats: list[torch.Tensor] = []
+        self._last: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # (tensor, var, mean)
+
+    def _var_mean(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._last is not None and self._last[0] is t:
+            return self._last[1], self._last[2]
+        return pooled_var_mean(t, self.dtype)
 
     def __call__(self, k, layer, sublayer, stream_in, branch, stream_out, normed=None) -> None:
         dt = self.dtype
-        v_out, _ = pooled_var_mean(stream_out, dt)
+        v_out, m_out = pooled_var_mean(stream_out, dt)
         nan = torch.full((), math.nan, dtype=dt, device=stream_out.device)
         if stream_in is None:
             stats = (v_out, nan, nan, nan, nan)
         else:
-            x, f = stream_in.to(dt), branch.to(dt)
-            v_in, m_in = torch.var_mean(x, correction=0)
-            v_f, m_f = torch.var_mean(f, correction=0)
-            cov = (x * f).mean() - m_in * m_f
+            v_in, m_in = self._var_mean(stream_in)
+            v_f, m_f = pooled_var_mean(branch, dt)
+            x, f = stream_in.reshape(-1).to(dt), branch.reshape(-1).to(dt)
+            cov = torch.dot(x, f) / x.numel() - m_in * m_f
             corr = cov / torch.sqrt(v_in * v_f)
-            v_n = nan if normed is None else pooled_var_mean(normed, dt)[0]
+            v_n = nan
+            if normed is not None:
+                v_n, m_n = pooled_var_mean(normed, dt)
             stats = (v_out, v_f, corr, v_in, v_n)
+        self._last = (stream_out, v_out, m_out) if normed is None else (normed, v_n, m_n)
         self.keys.append((k, layer, sublayer))
         self._stats.append(torch.stack(stats))
 

@@ -24,6 +24,7 @@ from .common import (
     configure,
     grid,
     make_tokens,
+    matmul_precision,
     resolve_device,
     resolve_dtype,
     run_meta,
@@ -139,8 +140,9 @@ def run_variance(
         cfg, ini = configure(model, init, run, recipe, norm_position)
         t0 = time.perf_counter()
         try:
-            net = Transformer(cfg, ini, device, dtype, stream=stream)
-            raw = measure_stream(net, tokens, stat_dtype(dtype), on_block=tick)
+            with matmul_precision(run):
+                net = Transformer(cfg, ini, device, dtype, stream=stream)
+                raw = measure_stream(net, tokens, stat_dtype(dtype), on_block=tick)
             del net
         except (torch.OutOfMemoryError, KeyboardInterrupt) as exc:
             what = "out of memory" if isinstance(exc, torch.OutOfMemoryError) else "interrupted"

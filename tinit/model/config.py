@@ -142,6 +142,7 @@ class RunConfig:
     dtype: DTypeName = "float32"  # bf16 runs keep their statistics in float32
     stream: bool | None = None  # build each block just before it runs; None -> when needed
     data_seed: int | None = None  # seed of the random tokens; None -> the init seed
+    tf32: bool = False  # allow TF32 matmuls on CUDA in float32 runs (faster, 10-bit mantissa)
     extra: dict[str, Any] = field(default_factory=dict)  # command-specific settings, recorded
 
     def __post_init__(self) -> None:

@@ -110,9 +110,10 @@ class Transformer(nn.Module):
         device="cpu",
         dtype: torch.dtype = torch.float32,
         stream: bool = False,
+        overlap: bool = True,
     ):
         super().__init__()
-        self.cfg, self.init, self.streamed = cfg, init, stream
+        self.cfg, self.init, self.streamed, self.overlap = cfg, init, stream, overlap
         self._device, self._dtype = torch.device(device), dtype
         d, L = cfg.d_model, cfg.n_layers
         with torch.device("meta"):
@@ -140,12 +141,45 @@ class Transformer(nn.Module):
         return None if self.rope_cos is None else (self.rope_cos, self.rope_sin)
 
     def iter_blocks(self) -> Iterator[Block]:
-        """The blocks in order: held ones, or (streamed) each built just in time."""
+        """The blocks in order: held ones, or (streamed) each built just in time.
+
+        On CUDA a streamed block is generated on a side stream while the previous
+        block computes on the current stream, so weight generation overlaps compute;
+        at most two blocks are alive at once.
+        """
         if not self.streamed:
             yield from self.blocks
             return
+        if self._device.type != "cuda" or not self.overlap:
+            for layer in range(self.cfg.n_layers):
+                yield build_block(self.cfg, self.init, layer, self._device, self._dtype)
+            return
+        yield from self._iter_blocks_overlapped()
+
+    def _iter_blocks_overlapped(self) -> Iterator[Block]:
+        main = torch.cuda.current_stream(self._device)
+        side = torch.cuda.Stream(self._device)
+
+        def build_on_side(layer: int) -> tuple[Block, torch.cuda.Event]:
+            side.wait_stream(main)  # allocator reuse on the side stream stays ordered after main's work
+            with torch.cuda.stream(side):
+                block = build_block(self.cfg, self.init, layer, self._device, self._dtype)
+                ready = torch.cuda.Event()
+                ready.record(side)
+            return block, ready
+
+        pending = build_on_side(0)
         for layer in range(self.cfg.n_layers):
-            yield build_block(self.cfg, self.init, layer, self._device, self._dtype)
+            block, ready = pending
+            main.wait_event(ready)
+            for p in block.parameters():
+                # the weights were allocated on the side stream and are used on main:
+                # keep the allocator from recycling them before main is done
+                p.record_stream(main)
+            if layer + 1 < self.cfg.n_layers:
+                pending = build_on_side(layer + 1)
+            yield block
+            del block
 
     def embed_tokens(self, tokens: torch.Tensor, probe: Probe | None = None) -> torch.Tensor:
         """x0 = E[tokens] (+ learned positions): the stream entering addition 1."""
