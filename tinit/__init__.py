@@ -7,7 +7,7 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .experiments import ExperimentResult, IncompleteRun, run_variance
+from .experiments import ExperimentResult, IncompleteRun, run_grad_norms, run_variance
 from .model import ConfigError, InitConfig, ModelConfig, RunConfig, Transformer
 
 try:
@@ -17,5 +17,5 @@ except PackageNotFoundError:  # running from a source tree
 
 __all__ = [
     "ConfigError", "ExperimentResult", "IncompleteRun", "InitConfig", "ModelConfig",
-    "RunConfig", "Transformer", "__version__", "run_variance",
+    "RunConfig", "Transformer", "__version__", "run_grad_norms", "run_variance",
 ]  # fmt: skip

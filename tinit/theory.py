@@ -83,3 +83,26 @@ def swiglu_matching_d_ff(d_model: int) -> float:
     weights as the classic FFN's two at 4d, 2 d (4d) = 8 d^2: d_ff = 8d/3 (a whole
     number only when 3 divides d)."""
     return 8 * d_model / 3
+
+
+def identity_gain_pre(n_additions: int) -> np.ndarray:
+    """Pre-norm backward identity path: d x_out / d x = I + dF/dx, so along the
+    identity alone the gradient reaching addition k is the one leaving the last
+    addition, unchanged: a gain of 1 at every k = 0..2L (length 2L + 1)."""
+    return np.ones(n_additions + 1)
+
+
+def identity_gain_post(sum_vars: np.ndarray, eps: float = 0.0) -> np.ndarray:
+    """Post-norm backward identity path: stream y_k = Norm(s_k), s_k = y_{k-1} + F_k.
+    Along the identity, d y_k / d y_{k-1} is the norm's Jacobian at s_k, whose gain
+    (ignoring the rank-one projection and with unit gain g) is 1 / sqrt(var(s_k) + eps).
+    So the gradient at the stream of addition k, relative to the last (k = 2L), is the
+    product of 1 / sqrt(var(s_j) + eps) over the additions j = k+1..2L above it.
+
+    ``sum_vars`` are var(s_1) .. var(s_2L) (the sums before the norm, measured in the
+    forward pass); returns the gains for k = 0..2L (length 2L + 1; the last is 1)."""
+    v = np.asarray(sum_vars, dtype=np.float64)
+    log_gain = -0.5 * np.log(v + eps)
+    # gain_k = exp(sum_{j>k} log_gain_j): reversed cumulative sum, with 0 for k = 2L
+    tail = np.concatenate([np.cumsum(log_gain[::-1])[::-1], [0.0]])
+    return np.exp(tail)

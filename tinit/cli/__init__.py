@@ -65,6 +65,7 @@ def _root() -> None:
 def _register() -> None:
     from . import grad_norms  # noqa: F401, I001  (one line per command, kept apart)
     from . import params  # noqa: F401, I001  (one line per command, kept apart)
+    from . import grad_norms  # noqa: F401, I001  (one line per command, kept apart)
     from . import variance  # noqa: F401  (commands register themselves on import)
 
 

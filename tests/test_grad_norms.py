@@ -1,0 +1,324 @@
+"""Guards ``tinit grad-norms``: the layer-wise (streamed) backward against ordinary
+autograd on a fully built model (float64, pre/post-norm, tied/untied), one row per
+parameter per configuration, finite gradients, ``--batches`` averaging the gradients
+before the norm, the identity-path prediction (exact where the identity is the only
+path), and the command's files, columns, filters and one-line errors."""
+
+import dataclasses
+import json
+import re
+import weakref
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from tinit import theory
+from tinit.cli import app
+from tinit.experiments import common
+from tinit.experiments import grad_norms as gn
+from tinit.experiments.common import IncompleteRun, make_tokens
+from tinit.experiments.grad_norms import (
+    GRAD_COLUMNS,
+    STREAM_COLUMNS,
+    SUMMARY_COLUMNS,
+    batch_seeds,
+    next_token_loss,
+    param_key,
+    run_grad_norms,
+)
+from tinit.model.config import InitConfig, ModelConfig, RunConfig
+from tinit.model.transformer import Transformer
+
+TINY = ModelConfig(n_layers=3, d_model=32, n_heads=2, vocab_size=64, max_seq_len=16)
+RUN64 = RunConfig(batch=2, seq_len=16, device="cpu", dtype="float64")
+VARIANTS = {  # (tied, extra model settings): cover the head, learned positions and biases
+    "tied": (True, {}),
+    "untied-learned-bias": (False, {"positions": "learned", "bias": True}),
+    "tied-layernorm-gelu": (True, {"norm": "layernorm", "ffn": "gelu", "positions": "learned"}),
+}
+
+
+def reference(cfg: ModelConfig, init: InitConfig, run: RunConfig, batches: int = 1):
+    """Plain autograd on a fully built model, written independently of the experiment:
+    parameter-gradient norms of the mean loss over the batches, and the pooled RMS of
+    d loss_i / d stream_k (post-norm: the normalised stream)."""
+    net = Transformer(cfg, init, "cpu", torch.float64)
+    sq = np.zeros(2 * cfg.n_layers + 1)
+    for s in batch_seeds(init.seed, batches):
+        tokens = make_tokens(cfg, run, s, torch.device("cpu"))
+        streams = {}
+
+        def keep(k, layer, sub, x_in, f, out, normed=None, streams=streams):
+            streams[k] = out if normed is None else normed
+
+        loss = next_token_loss(net, net.forward_stream(tokens, keep), tokens, torch.float64)
+        ks = sorted(streams)
+        grads = torch.autograd.grad(loss, [streams[k] for k in ks], retain_graph=True)
+        sq += np.array([g.square().sum().item() for g in grads])
+        loss.backward()
+    norms = {
+        n: (p.grad.norm().item() / batches if p.grad is not None else 0.0) for n, p in net.named_parameters()
+    }
+    return norms, np.sqrt(sq / (batches * run.batch * run.seq_len * cfg.d_model))
+
+
+def _cfg(position: str, variant: str) -> ModelConfig:
+    tied, extra = VARIANTS[variant]
+    return dataclasses.replace(TINY, norm_position=position, tie_embeddings=tied, **extra)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("position", ["pre", "post"])
+@pytest.mark.parametrize("stream", [True, False])
+def test_matches_plain_autograd(position, variant, stream):
+    """Layer-wise (stream=True) and built (stream=False) paths both equal plain autograd."""
+    cfg, init = _cfg(position, variant), InitConfig(sigma=0.1, seed=3)
+    res = run_grad_norms(cfg, init, dataclasses.replace(RUN64, stream=stream), inits=("naive",),
+                         norm_positions=(position,), batches=2)  # fmt: skip
+    assert res.meta["streamed"] is stream
+    norms, rms = reference(cfg, init, RUN64, batches=2)
+    g = res["grad_norms"].set_index("param")["grad_norm"]
+    assert set(g.index) == set(norms)
+    np.testing.assert_allclose(g[list(norms)].to_numpy(), list(norms.values()), rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(res["stream_grads"]["stream_grad_rms"], rms, rtol=1e-10)
+
+
+def test_tied_embedding_gets_head_and_lookup_gradients():
+    """The tied matrix's gradient is the sum of both uses; neither alone matches it."""
+    cfg, init = TINY, InitConfig(sigma=0.1, seed=3)
+    res = run_grad_norms(cfg, init, dataclasses.replace(RUN64, stream=True), inits=("naive",),
+                         norm_positions=("pre",))  # fmt: skip
+    measured = res["grad_norms"].set_index("param").loc["embed.weight", "grad_norm"]
+    net = Transformer(cfg, init, "cpu", torch.float64)
+    tokens = make_tokens(cfg, RUN64, init.seed, torch.device("cpu"))
+    loss = next_token_loss(net, net.forward_stream(tokens), tokens, torch.float64)
+    # the head's use alone: the stream is a constant
+    head_loss = next_token_loss(net, net.forward_stream(tokens).detach(), tokens, torch.float64)
+    head_only = torch.autograd.grad(head_loss, net.embed.weight)[0]
+    total = torch.autograd.grad(loss, net.embed.weight)[0]
+    assert measured == pytest.approx(total.norm().item(), rel=1e-10)
+    assert abs(measured - head_only.norm().item()) > 1e-6 * measured
+    assert abs(measured - (total - head_only).norm().item()) > 1e-6 * measured
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_every_parameter_exactly_once(tied):
+    cfg = dataclasses.replace(TINY, tie_embeddings=tied, bias=True, positions="learned", norm="layernorm")
+    res = run_grad_norms(cfg, run=RunConfig(batch=2, seq_len=16, device="cpu"))
+    g = res["grad_norms"]
+    assert list(g.columns) == GRAD_COLUMNS
+    for (init, pos), rows in g.groupby(["init", "norm_position"]):
+        built = Transformer(dataclasses.replace(cfg, norm_position=pos), InitConfig(recipe=init))
+        names = [n for n, _ in built.named_parameters()]
+        assert sorted(rows["param"]) == sorted(names), (init, pos)
+        assert rows["param"].is_unique
+        # layer and tensor come from the name: blocks at 0..L-1, embedding -1, head side L
+        for r in rows.itertuples():
+            assert (r.layer, r.tensor) == param_key(r.param, cfg.n_layers)
+        head_side = pos == "pre" or not tied  # post-norm has no final norm; tied: no head
+        assert set(rows["layer"]) == set(range(-1, cfg.n_layers + head_side))
+        assert (rows.groupby("layer")["tensor"].nunique() == rows.groupby("layer").size()).all()
+        params = dict(built.named_parameters())
+        np.testing.assert_allclose(rows["param_norm"], [params[p].norm().item() for p in rows["param"]],
+                                   rtol=1e-5)  # fmt: skip
+    assert g.groupby(["init", "norm_position"]).ngroups == 4
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("sigma", [0.02, "inv-sqrt-d"])
+def test_gradients_finite_and_nonzero(dtype, sigma):
+    res = run_grad_norms(
+        TINY, InitConfig(sigma=sigma), RunConfig(batch=2, seq_len=16, device="cpu", dtype=dtype)
+    )
+    g = res["grad_norms"]
+    assert np.isfinite(g["grad_norm"]).all() and np.isfinite(g["param_norm"]).all()
+    assert (g.loc[g["role"].isin(["q", "v", "o", "gate", "up", "down", "embed"]), "grad_norm"] > 0).all()
+    s = res["stream_grads"]
+    assert np.isfinite(s[["stream_grad_rms", "pred_identity_gain", "stream_var"]].to_numpy()).all()
+    assert (s["stream_grad_rms"] > 0).all()
+    if sigma == 0.02:  # logits of std ~ sqrt(d)*sigma = 0.11: near-uniform predictions, loss ~ ln V
+        assert np.allclose(res["summary"]["loss"], np.log(TINY.vocab_size), rtol=0.05)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_batches_average_before_the_norm(stream):
+    """--batches N: norm of (sum of the N gradients / N), not the mean of N norms."""
+    cfg, init, n = TINY, InitConfig(sigma=0.1, seed=1), 3
+    run = dataclasses.replace(RUN64, stream=stream)
+    res = run_grad_norms(cfg, init, run, inits=("naive",), norm_positions=("pre",), batches=n)
+    net = Transformer(cfg, init, "cpu", torch.float64)
+    params = dict(net.named_parameters())
+    names = ["embed.weight", "blocks.0.ffn.down.weight", "blocks.2.attn.o.weight"]
+    per_batch = []
+    for s in batch_seeds(init.seed, n):
+        tokens = make_tokens(cfg, run, s, torch.device("cpu"))
+        loss = next_token_loss(net, net.forward_stream(tokens), tokens, torch.float64)
+        per_batch.append(torch.autograd.grad(loss, [params[n] for n in names]))
+    measured = res["grad_norms"].set_index("param")["grad_norm"]
+    for j, name in enumerate(names):
+        grads = [b[j] for b in per_batch]
+        assert measured[name] == pytest.approx(torch.stack(grads).mean(0).norm().item(), rel=1e-10)
+        mean_of_norms = np.mean([g.norm().item() for g in grads])
+        assert measured[name] < mean_of_norms * (1 - 1e-3)  # distinct batches: gradients partly cancel
+    assert res["summary"]["batches"].item() == n
+    # the N batches have distinct tokens; batch 0 is the single-batch run's batch
+    seeds = batch_seeds(init.seed, n)
+    assert seeds[0] == init.seed and len(set(seeds)) == n
+    toks = [make_tokens(cfg, run, s, torch.device("cpu")) for s in seeds]
+    assert not torch.equal(toks[0], toks[1])
+
+
+def test_identity_gain_theory():
+    np.testing.assert_allclose(theory.identity_gain_post(np.array([4.0, 1.0, 0.25])), [1.0, 2.0, 2.0, 1.0])
+    np.testing.assert_allclose(theory.identity_gain_post(np.array([1.0, 1.0]), eps=3.0), [0.25, 0.5, 1.0])
+    np.testing.assert_array_equal(theory.identity_gain_pre(4), np.ones(5))
+
+
+@pytest.mark.parametrize("position", ["pre", "post"])
+def test_identity_path_is_exact_with_gaussian_branches(position):
+    """Gaussian branches ignore their input, so the identity is the only backward path:
+    pre-norm the stream gradient is the same at every k (exactly); post-norm it is the
+    product of the norm Jacobians, which the scalar gains 1/sqrt(var) approximate up to
+    O(1/d) per addition (per-token vs pooled scale, the Jacobian's rank-one projection)."""
+    L, d = 4, 128
+    cfg = ModelConfig(n_layers=L, d_model=d, n_heads=4, vocab_size=256, branch="gaussian", branch_var=1.0,
+                      norm_position=position)  # fmt: skip
+    res = run_grad_norms(cfg, InitConfig(sigma=0.02), RunConfig(batch=4, seq_len=32, dtype="float64"),
+                         inits=("naive",), norm_positions=(position,))  # fmt: skip
+    s = res["stream_grads"]
+    if position == "pre":
+        np.testing.assert_allclose(s["stream_grad_rel"], 1.0, rtol=1e-12)
+    else:
+        rel_err = s["stream_grad_rel"] / s["pred_identity_gain"] - 1
+        assert s["pred_identity_gain"].iloc[0] < 0.2  # sums of variance ~2: the gradient attenuates
+        assert (rel_err.abs() <= 2 * L * 2 / d).all(), rel_err.to_numpy()
+
+
+def test_summary_ratios_follow_the_rows():
+    res = run_grad_norms(TINY, run=RunConfig(batch=2, seq_len=16, device="cpu"))
+    assert list(res["summary"].columns) == SUMMARY_COLUMNS
+    assert list(res["stream_grads"].columns) == STREAM_COLUMNS
+    g, s = res["grad_norms"], res["stream_grads"]
+    for r in res["summary"].itertuples():
+        rows = g[(g["init"] == r.init) & (g["norm_position"] == r.norm_position)]
+        for t in ("down", "o"):
+            v = rows[rows["tensor"] == t].sort_values("layer")["grad_norm"].to_numpy()
+            assert getattr(r, f"{t}_ratio_first_last") == pytest.approx(v[0] / v[-1])
+            assert getattr(r, f"{t}_max_min") == pytest.approx(v.max() / v.min())
+        ss = s[(s["init"] == r.init) & (s["norm_position"] == r.norm_position)].sort_values("k")
+        assert ss["k"].tolist() == list(range(2 * TINY.n_layers + 1))
+        rms = ss["stream_grad_rms"].to_numpy()
+        assert r.stream_grad_ratio == pytest.approx(rms[0] / rms[-1])
+        assert r.pred_stream_grad_ratio == pytest.approx(ss["pred_identity_gain"].iloc[0])
+        if r.norm_position == "pre":
+            assert r.pred_stream_grad_ratio == 1.0
+        # post-norm prediction recomputed from the forward variances it reports
+        v = ss["stream_var"].to_numpy()[1:]
+        expect = np.prod(1 / np.sqrt(v + TINY.norm_eps)) if r.norm_position == "post" else 1.0
+        assert r.pred_stream_grad_ratio == pytest.approx(expect)
+
+
+def test_layerwise_holds_one_block_at_a_time(monkeypatch):
+    alive, peak, built = set(), [0], [0]
+    real = gn.build_block
+
+    def counting(*args, **kw):
+        block = real(*args, **kw)
+        built[0] += 1
+        alive.add(id(block))
+        peak[0] = max(peak[0], len(alive))
+        weakref.finalize(block, alive.discard, id(block))
+        return block
+
+    monkeypatch.setattr(gn, "build_block", counting)
+    run_grad_norms(TINY, run=RunConfig(batch=2, seq_len=16, device="cpu", stream=True), inits=("naive",),
+                   norm_positions=("post",), batches=2)  # fmt: skip
+    assert built[0] == 2 * TINY.n_layers  # once forward, once in the backward walk
+    assert peak[0] == 1
+
+
+def test_streams_automatically_when_built_model_would_not_fit(monkeypatch):
+    monkeypatch.setattr(common, "available_memory", lambda device: 1024)
+    res = run_grad_norms(TINY, run=RunConfig(batch=2, seq_len=16, device="cpu"), inits=("naive",),
+                         norm_positions=("pre",))  # fmt: skip
+    assert res.meta["streamed"] is True
+
+
+def test_interrupt_keeps_finished_configurations():
+    total_seen = []
+
+    def progress(done, total):
+        total_seen.append(total)
+        if done > total // 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(IncompleteRun) as info:
+        run_grad_norms(TINY, run=RunConfig(batch=2, seq_len=16, device="cpu"), norm_positions=("pre",),
+                       progress=progress)  # fmt: skip
+    result = info.value.result
+    assert not result.complete and result.error == "interrupted"
+    assert result["summary"]["init"].tolist() == ["naive"]
+
+
+CLI_ARGS = ["--layers", "2", "--d-model", "32", "--heads", "2", "--vocab", "64", "--seq-len", "16",
+            "--batch", "2", "--device", "cpu"]  # fmt: skip
+
+
+def test_cli_writes_files_with_documented_columns(tmp_path):
+    out = tmp_path / "run"
+    r = CliRunner().invoke(
+        app, ["grad-norms", *CLI_ARGS, "--batches", "2", "--tensor", "o", "--out", str(out)]
+    )
+    assert r.exit_code == 0, r.output
+    assert r.output.strip().splitlines()[-1] == str(out)
+    files = {p.name for p in out.iterdir()}
+    csvs = {"grad_norms.csv", "stream_grads.csv", "summary.csv"}
+    assert files == csvs | {"grad_norms.png", "stream_grads.png", "config.json"}
+    import pandas as pd
+
+    for stem, cols in (
+        ("grad_norms", GRAD_COLUMNS),
+        ("stream_grads", STREAM_COLUMNS),
+        ("summary", SUMMARY_COLUMNS),
+    ):
+        assert list(pd.read_csv(out / f"{stem}.csv").columns) == cols
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["complete"] is True and cfg["batches"] == 2 and cfg["run"]["extra"]["tensor"] == "o"
+    assert pd.read_csv(out / "summary.csv")["norm_position"].tolist() == ["pre", "pre", "post", "post"]
+
+
+def test_cli_post_norm_only(tmp_path):
+    out = tmp_path / "run"
+    r = CliRunner().invoke(
+        app, ["grad-norms", *CLI_ARGS, "--post-norm", "--init", "scaled", "-q", "--out", str(out)]
+    )
+    assert r.exit_code == 0, r.output
+    import pandas as pd
+
+    for stem in ("grad_norms", "stream_grads", "summary"):
+        df = pd.read_csv(out / f"{stem}.csv")
+        assert set(df["norm_position"]) == {"post"} and set(df["init"]) == {"scaled"}
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [(["--batches", "0"], "--batches"), (["--tensor", "foo"], "--tensor"), (["--layers", "0"], "--layers")],
+)
+def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, option):
+    r = CliRunner().invoke(app, ["grad-norms", *CLI_ARGS, *args, "--out", str(tmp_path / "x")])
+    assert r.exit_code == 2
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:") and option in lines[0], r.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_readme_documents_every_column():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## `tinit grad-norms`", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"`([a-z_0-9]+)`", section))
+    for cols in (GRAD_COLUMNS, STREAM_COLUMNS, SUMMARY_COLUMNS):
+        missing = set(cols) - documented
+        assert not missing, missing

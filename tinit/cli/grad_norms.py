@@ -1,0 +1,62 @@
+"""``tinit grad-norms``: per-layer gradient norms at init, pre- vs post-norm."""
+
+from typing import Annotated, Literal
+
+import typer
+
+from ..experiments.grad_norms import run_grad_norms
+from ..results.plot_grad_norms import grad_norms_table, plot_grad_norms, plot_stream_grads
+from . import app
+from .options import SharedOptions, shared_options
+from .runner import Outputs, configs_or_exit, execute
+from .variance import describe
+
+GRADIENTS = "Gradients"
+
+
+@app.command("grad-norms")
+@shared_options(defaults={"layers": 12})
+def grad_norms(
+    *,
+    opts: SharedOptions,
+    batches: Annotated[
+        int,
+        typer.Option(
+            "--batches",
+            help="Average the gradients over N seeded batches before taking norms.",
+            min=1,
+            rich_help_panel=GRADIENTS,
+        ),
+    ] = 1,
+    tensor: Annotated[
+        Literal["down", "o", "both"],
+        typer.Option(
+            "--tensor",
+            help="Which matrix grad_norms.png shows (both: a panel each).",
+            rich_help_panel=GRADIENTS,
+        ),  # fmt: skip
+    ] = "both",
+) -> None:
+    """Measure the gradient norm of every weight and of the residual stream at every
+    addition at init, naive vs depth-scaled and pre- vs post-norm, next to the
+    identity-path prediction (pre-norm: gain 1; post-norm: product of 1/sqrt(var)).
+
+    Writes grad_norms.csv, stream_grads.csv, summary.csv, grad_norms.png,
+    stream_grads.png and config.json to a new run folder.
+    """
+    model, init, run = configs_or_exit(
+        lambda: (opts.model_config(), opts.init_config(), opts.run_config(batches=batches, tensor=tensor))
+    )
+    title = describe(opts, model) + (f", {batches} batches" if batches > 1 else "")
+    execute(
+        "grad-norms",
+        opts,
+        lambda progress: run_grad_norms(model, init, run, opts.inits, opts.norm_positions, batches, progress),
+        Outputs(
+            figures=lambda r: {
+                "grad_norms": plot_grad_norms(r["grad_norms"], tensor, title),
+                "stream_grads": plot_stream_grads(r["stream_grads"], title),
+            },
+            tables=lambda r: [grad_norms_table(r["summary"], f"Gradient norms at init ({title})")],
+        ),
+    )

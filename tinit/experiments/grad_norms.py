@@ -1,0 +1,351 @@
+"""Per-layer gradient norms at initialization, pre- vs post-norm (Xiong et al. 2020,
+"On Layer Normalization in the Transformer Architecture", Figure 3).
+
+For each (init recipe, norm position) the same seeded token batches go through a
+stack whose weights share their draws; the loss is the mean next-token
+cross-entropy of ``Transformer.logits``. With ``batches`` N > 1 the parameter
+gradients are summed over the N batches and divided by N *before* any norm is
+taken (the gradient of the mean of the N batch losses).
+
+Recorded:
+
+- the Frobenius norm of every parameter's gradient, with the parameter's own norm;
+- the RMS of d loss / d stream at every addition k = 0..2L. "The stream" at k is
+  the tensor that continues along the residual path: pre-norm x_k = x_{k-1} + F_k
+  (k = 0: the embedding output; k = 2L: the input of the final norm); post-norm the
+  *normalised* output y_k = Norm(x_{k-1} + F_k) (k = 2L: what the head reads). Each
+  batch's gradient is of its own mean loss; the RMS pools all elements of all N
+  batches, so it does not shrink with N;
+- the identity-path prediction of the stream gradient (:mod:`tinit.theory`): 1 for
+  pre-norm, the product of the norm Jacobian gains 1/sqrt(var(s_j)) above k for
+  post-norm, with var(s_j) the forward variances of the sums (averaged over batches).
+
+Two ways to get the gradients, with the same numbers. *Autograd*: a fully built
+model, one ordinary backward per batch. *Layer-wise* (streamed; automatic when the
+built model with gradients would not fit, or ``RunConfig.stream=True``): the forward
+pass runs without gradients and keeps only the stream at each layer boundary; the
+loss is taken from the last stream; then the layers are walked backwards, each
+block rebuilt from its (seed, layer, role) draws, recomputed with gradients on its
+saved input, back-propagated with the incoming stream gradient, its gradient norms
+recorded on the device, and dropped. Embedding, final norm and head are held; with
+tied embeddings the embedding's gradient collects both the head's contribution (at
+the loss) and the input lookup's (after the walk). Memory holds one block and the
+layer-boundary streams, never all the weights.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from .. import theory
+from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ..model.init import draw_seed, role_of
+from ..model.transformer import Transformer, build_block
+from .common import (
+    ExperimentResult,
+    IncompleteRun,
+    Progress,
+    configure,
+    grid,
+    make_tokens,
+    resolve_device,
+    resolve_dtype,
+    run_meta,
+    should_stream,
+    stat_dtype,
+)
+from .probes import VarianceProbe
+
+GRAD_COLUMNS = [
+    "init", "norm_position", "n_layers", "seed", "layer", "tensor", "param", "role",
+    "grad_norm", "param_norm",
+]  # fmt: skip
+STREAM_COLUMNS = [
+    "init", "norm_position", "n_layers", "seed", "k", "layer", "sublayer", "stream_grad_rms",
+    "stream_grad_rel", "pred_identity_gain", "pred_stream_grad_rms", "stream_var",
+]  # fmt: skip
+SUMMARY_COLUMNS = [
+    "init", "norm_position", "n_layers", "seed", "batches", "loss",
+    "down_ratio_first_last", "down_max_min", "down_max_layer",
+    "o_ratio_first_last", "o_max_min", "o_max_layer",
+    "stream_grad_ratio", "pred_stream_grad_ratio", "stream_grad_ratio_err",
+]  # fmt: skip
+
+
+def batch_seeds(seed: int, batches: int) -> list[int]:
+    """Data seeds of the N batches: batch 0 uses ``seed`` itself (so one batch sees the
+    tokens ``tinit variance`` sees), batch i > 0 a seed derived from (seed, i)."""
+    return [seed if i == 0 else draw_seed(seed, i, "batch") for i in range(batches)]
+
+
+def param_key(name: str, n_layers: int) -> tuple[int, str]:
+    """(layer, tensor) of a model parameter name: blocks.3.attn.o.weight -> (3, "o"),
+    blocks.3.norm1.weight -> (3, "norm1"), embed.weight -> (-1, "embed"),
+    head.weight -> (L, "head"); biases keep a ``.bias`` suffix."""
+    parts = name.split(".")
+    if parts[0] == "blocks":
+        layer, local = int(parts[1]), parts[2:]
+    else:
+        layer, local = (-1 if parts[0] in ("embed", "pos") else n_layers), parts
+    if local[0] in ("attn", "ffn") and len(local) > 2:
+        local = local[1:]
+    if local[-1] == "weight":
+        local = local[:-1]
+    return layer, ".".join(local)
+
+
+def next_token_loss(
+    net: Transformer, x: torch.Tensor, tokens: torch.Tensor, stats: torch.dtype
+) -> torch.Tensor:
+    """Mean cross-entropy of predicting token t+1 from the stream at t (logits in the
+    statistics dtype, so a bf16 run takes its loss in float32)."""
+    logits = net.logits(x)[:, :-1].to(stats)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+
+
+class GradTap:
+    """Probe that keeps the stream tensor of every addition (post-norm: the normalised
+    output, the one that continues along the path) and retains its gradient; it can
+    also feed a :class:`VarianceProbe`, outside autograd."""
+
+    def __init__(self, variance: VarianceProbe | None = None):
+        self.streams: dict[int, torch.Tensor] = {}
+        self.variance = variance
+
+    def __call__(self, k, layer, sublayer, stream_in, branch, stream_out, normed=None) -> None:
+        if self.variance is not None:
+            with torch.no_grad():
+                self.variance(k, layer, sublayer, stream_in, branch, stream_out, normed)
+        t = stream_out if normed is None else normed
+        if t.requires_grad:
+            t.retain_grad()
+            self.streams[k] = t
+
+
+class _Recorder:
+    """Gradient and parameter norms of one configuration, kept on the device."""
+
+    def __init__(self, n_layers: int, batches: int, stats: torch.dtype):
+        self.n_layers, self.batches, self.stats = n_layers, batches, stats
+        self.keys: list[tuple[int, str, str, str]] = []
+        self.values: list[torch.Tensor] = []
+
+    def record(self, named_params) -> None:
+        for name, p in named_params:
+            if p.grad is None:  # unused by the loss (e.g. a norm before a Gaussian branch)
+                g = torch.zeros((), dtype=self.stats, device=p.device)
+            else:  # norm of the mean gradient = norm of the summed gradient / N
+                g = torch.linalg.vector_norm(p.grad, dtype=self.stats) / self.batches
+            w = torch.linalg.vector_norm(p.detach(), dtype=self.stats)
+            layer, tensor = param_key(name, self.n_layers)
+            self.keys.append((layer, tensor, name, role_of(name)[0]))
+            self.values.append(torch.stack([g, w]))
+
+    def frame(self) -> pd.DataFrame:
+        """One row per parameter, in model order; one device-to-host transfer."""
+        values = torch.stack(self.values).cpu().to(torch.float64).numpy()
+        df = pd.DataFrame(self.keys, columns=["layer", "tensor", "param", "role"])
+        df["grad_norm"], df["param_norm"] = values[:, 0], values[:, 1]
+        return df.sort_values("layer", kind="stable").reset_index(drop=True)
+
+
+def _autograd(net, toks, stats, sq, losses, probes, tick) -> None:
+    """Ordinary autograd on a fully built model, one backward per batch (grads sum)."""
+    L = net.cfg.n_layers
+    for i, tok in enumerate(toks):
+        tap = GradTap(probes[i])
+        x = net.forward_stream(tok, tap, after_block=lambda _l: tick())
+        loss = next_token_loss(net, x, tok, stats)
+        loss.backward()
+        losses.append(loss.detach())
+        for k, t in tap.streams.items():
+            sq[k] += t.grad.to(stats).square().sum()
+        del tap, x, loss
+        tick(L)
+
+
+def _layerwise(net, cfg, ini, device, dtype, toks, stats, sq, losses, probes, rec: _Recorder, tick) -> None:
+    """The streamed backward: no-grad forward keeping layer-boundary streams, then a
+    walk down the layers rebuilding, recomputing and back-propagating one block at a
+    time. Records block gradient norms as it goes (``rec``)."""
+    L = cfg.n_layers
+    with torch.no_grad():
+        xs = [[net.embed_tokens(tok, probes[i])] for i, tok in enumerate(toks)]
+        for layer in range(L):
+            block = build_block(cfg, ini, layer, device, dtype)
+            for i in range(len(toks)):
+                xs[i].append(block(xs[i][layer], net.rope, probes[i]))
+                tick()
+            del block
+    grads = []
+    for i, tok in enumerate(toks):  # the loss: head (and tied embedding) get their grads here
+        x_last = xs[i][L].requires_grad_()
+        loss = next_token_loss(net, x_last, tok, stats)
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append(x_last.grad)
+        sq[2 * L] += x_last.grad.to(stats).square().sum()
+        xs[i][L] = None
+    for layer in reversed(range(L)):
+        block = build_block(cfg, ini, layer, device, dtype)
+        for i in range(len(toks)):
+            x_in = xs[i][layer].requires_grad_()
+            tap = GradTap()
+            out = block(x_in, net.rope, tap)
+            out.backward(grads[i])
+            sq[2 * layer + 1] += tap.streams[2 * layer + 1].grad.to(stats).square().sum()
+            grads[i] = x_in.grad  # d loss / d stream at addition 2*layer (layer 0: the embedding)
+            sq[2 * layer] += grads[i].to(stats).square().sum()
+            xs[i][layer] = None
+            del tap, out, x_in
+            tick()
+        rec.record(block.named_parameters(prefix=f"blocks.{layer}"))
+        del block
+    for i, tok in enumerate(toks):  # the input lookup: adds to the tied head's contribution
+        net.embed_tokens(tok).backward(grads[i])
+
+
+def stream_frame(sq: np.ndarray, count: int, stream_var: np.ndarray, norm_position: str, eps: float):
+    """stream_grads rows of one configuration, with the identity-path prediction."""
+    n_add = len(sq) - 1
+    k = np.arange(n_add + 1)
+    rms = np.sqrt(sq / count)
+    if norm_position == "pre":
+        gain = theory.identity_gain_pre(n_add)
+    else:
+        gain = theory.identity_gain_post(stream_var[1:], eps)
+    return pd.DataFrame(
+        {
+            "k": k,
+            "layer": np.where(k == 0, -1, (k - 1) // 2),
+            "sublayer": np.where(k == 0, "embed", np.where(k % 2 == 1, "attn", "ffn")),
+            "stream_grad_rms": rms,
+            "stream_grad_rel": rms / rms[-1],
+            "pred_identity_gain": gain,
+            "pred_stream_grad_rms": rms[-1] * gain,
+            "stream_var": stream_var,
+        }
+    )
+
+
+def _tensor_stats(grads: pd.DataFrame, tensor: str, prefix: str) -> dict:
+    d = grads[grads["tensor"] == tensor].sort_values("layer")
+    if d.empty:
+        return {f"{prefix}_ratio_first_last": math.nan, f"{prefix}_max_min": math.nan,
+                f"{prefix}_max_layer": math.nan}  # fmt: skip
+    g = d["grad_norm"].to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return {
+            f"{prefix}_ratio_first_last": g[0] / g[-1],
+            f"{prefix}_max_min": g.max() / g.min(),
+            f"{prefix}_max_layer": int(d["layer"].to_numpy()[int(np.argmax(g))]),
+        }
+
+
+def summarize(grads: pd.DataFrame, streams: pd.DataFrame) -> dict:
+    """One summary row from one configuration's grad_norms and stream_grads rows."""
+    rel0 = float(streams["stream_grad_rel"].iloc[0])
+    pred0 = float(streams["pred_identity_gain"].iloc[0])
+    return {
+        **_tensor_stats(grads, "down", "down"),
+        **_tensor_stats(grads, "o", "o"),
+        "stream_grad_ratio": rel0,
+        "pred_stream_grad_ratio": pred0,
+        "stream_grad_ratio_err": rel0 / pred0 - 1.0,
+    }
+
+
+def run_grad_norms(
+    model: ModelConfig | None = None,
+    init: InitConfig | None = None,
+    run: RunConfig | None = None,
+    inits: Sequence[str] = ("naive", "scaled"),
+    norm_positions: Sequence[str] = ("pre", "post"),
+    batches: int = 1,
+    progress: Progress | None = None,
+) -> ExperimentResult:
+    """Gradient norms of every parameter and of the stream at every addition, at init.
+
+    Returns frames ``grad_norms`` (one row per configuration and parameter),
+    ``stream_grads`` (one row per configuration and k = 0..2L) and ``summary`` (one
+    row per configuration). ``batches`` N averages the parameter gradients over N
+    seeded batches before taking norms. Raises :class:`IncompleteRun`, holding what
+    was measured, if a configuration fails part-way (e.g. out of memory).
+
+    >>> cfg = ModelConfig(n_layers=4, d_model=64, n_heads=2)
+    >>> res = run_grad_norms(cfg, run=RunConfig(batch=2, seq_len=16))
+    >>> res["summary"][["init", "norm_position", "down_ratio_first_last"]]  # doctest: +SKIP
+    """
+    model, init, run = model or ModelConfig(), init or InitConfig(), run or RunConfig()
+    if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
+        raise ConfigError("batches", f"must be a whole number >= 1, got {batches!r}")
+    device, dtype = resolve_device(run.device), resolve_dtype(run.dtype)
+    stats = stat_dtype(dtype)
+    configs = list(grid(inits, norm_positions))
+    # weights + gradients + the recompute: three copies of every block when built whole
+    stream = should_stream(model, dtype, device, run.stream, factor=3)
+    seeds = batch_seeds(init.seed if run.data_seed is None else run.data_seed, batches)
+    toks = [make_tokens(model, run, s, device) for s in seeds]
+    L = model.n_layers
+    total, done = len(configs) * 2 * batches * L, 0
+    grad_frames, stream_frames, summaries, seconds = [], [], [], {}
+    meta = run_meta(model, init, run, device, streamed=stream, configurations=configs,
+                    batches=batches, data_seeds=seeds)  # fmt: skip
+
+    def tick(n: int = 1) -> None:
+        nonlocal done
+        done += n
+        if progress is not None:
+            progress(done, total)
+
+    def result(complete: bool, error: str | None = None) -> ExperimentResult:
+        def cat(frames, columns):
+            return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
+
+        meta["seconds"] = seconds
+        frames = {
+            "grad_norms": cat(grad_frames, GRAD_COLUMNS),
+            "stream_grads": cat(stream_frames, STREAM_COLUMNS),
+            "summary": pd.DataFrame(summaries, columns=SUMMARY_COLUMNS),
+        }
+        return ExperimentResult(frames, meta, complete, error)
+
+    for recipe, norm_position in configs:
+        cfg, ini = configure(model, init, run, recipe, norm_position)
+        t0 = time.perf_counter()
+        try:
+            net = Transformer(cfg, ini, device, dtype, stream=stream)
+            rec = _Recorder(L, batches, stats)
+            sq = torch.zeros(2 * L + 1, dtype=stats, device=device)
+            losses: list[torch.Tensor] = []
+            probes = [VarianceProbe(stats) for _ in toks]
+            if stream:
+                _layerwise(net, cfg, ini, device, dtype, toks, stats, sq, losses, probes, rec, tick)
+                rec.record(net.named_parameters())
+            else:
+                _autograd(net, toks, stats, sq, losses, probes, tick)
+                rec.record(net.named_parameters())
+            grads = rec.frame()
+            sq_host = sq.cpu().to(torch.float64).numpy()
+            loss = float(torch.stack(losses).mean())
+            del net, rec, sq, losses
+        except (torch.OutOfMemoryError, KeyboardInterrupt) as exc:
+            what = "out of memory" if isinstance(exc, torch.OutOfMemoryError) else "interrupted"
+            raise IncompleteRun(f"{recipe}/{norm_position}-norm: {what}", result(False, what)) from exc
+        seconds[f"{recipe}/{norm_position}"] = time.perf_counter() - t0
+        # forward variances, averaged over the batches (each batch has equal size)
+        stream_var = np.mean([p.frame()["stream_var"].to_numpy() for p in probes], axis=0)
+        count = batches * run.batch * run.seq_len * cfg.d_model
+        streams = stream_frame(sq_host, count, stream_var, norm_position, cfg.norm_eps)
+        labels = {"init": recipe, "norm_position": norm_position, "n_layers": L, "seed": init.seed}
+        grad_frames.append(grads.assign(**labels))
+        stream_frames.append(streams.assign(**labels))
+        summaries.append({**labels, "batches": batches, "loss": loss, **summarize(grads, streams)})
+    return result(True)
