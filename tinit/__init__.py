@@ -7,7 +7,14 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .experiments import ExperimentResult, IncompleteRun, run_grad_norms, run_variance
+from .experiments import (
+    ExperimentResult,
+    IncompleteRun,
+    run_attention_scale,
+    run_grad_norms,
+    run_norms,
+    run_variance,
+)
 from .model import ConfigError, InitConfig, ModelConfig, RunConfig, Transformer
 
 try:
@@ -19,3 +26,4 @@ __all__ = [
     "ConfigError", "ExperimentResult", "IncompleteRun", "InitConfig", "ModelConfig",
     "RunConfig", "Transformer", "__version__", "run_grad_norms", "run_variance",
 ]  # fmt: skip
+__all__ += ["run_attention_scale", "run_norms"]

@@ -106,3 +106,34 @@ def identity_gain_post(sum_vars: np.ndarray, eps: float = 0.0) -> np.ndarray:
     # gain_k = exp(sum_{j>k} log_gain_j): reversed cumulative sum, with 0 for k = 2L
     tail = np.concatenate([np.cumsum(log_gain[::-1])[::-1], [0.0]])
     return np.exp(tail)
+
+
+# --- Attention-logit scale (DESIGN.md section 1; Vaswani et al. 2017, footnote 4) ---
+
+
+def qk_component_var(d_model: int, sigma: float, input_ms: float = 1.0) -> float:
+    """Variance of one component of q = W_Q x (or k) at init: W_Q ~ N(0, sigma^2) and x
+    the normalised stream (mean square ``input_ms``, 1 after RMSNorm) give d sigma^2."""
+    return d_model * sigma**2 * input_ms
+
+
+def logit_var_unit(head_dim: int, scaled: bool) -> float:
+    """q.k of two d_h-dimensional vectors with i.i.d. unit-variance components has
+    variance d_h; divided by sqrt(d_h) it has variance 1."""
+    return 1.0 if scaled else float(head_dim)
+
+
+def logit_var_model(head_dim: int, d_model: int, sigma: float, scaled: bool) -> float:
+    """Logit variance of the real projections at init: every component of q and of k has
+    variance d sigma^2 (independent W_Q, W_K), so q.k has d_h (d sigma^2)^2, and
+    (d sigma^2)^2 with the 1/sqrt(d_h) scale. With sigma = 1/sqrt(d) this is the unit case."""
+    var = head_dim * qk_component_var(d_model, sigma) ** 2
+    return var / head_dim if scaled else var
+
+
+# --- RMSNorm vs LayerNorm ---
+
+
+def norm_params(norm: str, d_model: int) -> int:
+    """Parameters of one norm: RMSNorm has a gain (d), LayerNorm a gain and a bias (2d)."""
+    return {"rmsnorm": d_model, "layernorm": 2 * d_model}[norm]

@@ -1,7 +1,10 @@
 """Experiments: functions from configs to tidy DataFrames. No printing, no files."""
 
+from .attention_scale import run_attention_scale
 from .common import ExperimentResult, IncompleteRun
 from .grad_norms import run_grad_norms
+from .norms import run_norms
 from .variance import run_variance
 
 __all__ = ["ExperimentResult", "IncompleteRun", "run_grad_norms", "run_variance"]
+__all__ += ["run_attention_scale", "run_norms"]

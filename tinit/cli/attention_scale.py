@@ -1,0 +1,117 @@
+"""``tinit attention-scale``: attention-logit variance and softmax sharpness at init,
+with and without the 1/sqrt(d_h) scale."""
+
+from typing import Annotated
+
+import pandas as pd
+import typer
+from rich import box
+from rich.table import Table
+
+from ..experiments.attention_scale import check_head_dims, run_attention_scale
+from ..model.config import ConfigError
+from ..results.plot_attention_scale import plot_attention_scale
+from ..results.tables import error_style, fmt, pct
+from . import app
+from .options import SHARED, SharedOptions, shared_options
+from .runner import Outputs, configs_or_exit, execute
+
+#: Shared options that do not change the logits of layer 0's W_Q, W_K on a normalised
+#: stream (d_model is n_heads * d_h here).
+NOT_APPLICABLE = (
+    "layers", "d_model", "d_ff", "ffn", "untie", "bias", "no_attn_scale", "init", "pre_norm", "post_norm",
+    "branch", "branch_var", "stream", "embed_std",
+)  # fmt: skip
+
+
+def positive_int_list(value: str | list[int], option: str) -> list[int]:
+    """A comma list of whole numbers >= 1, for ``option``; a BadParameter otherwise."""
+    if isinstance(value, list):
+        return value
+    parts = [p.strip() for p in str(value).split(",")]
+    try:
+        out = [int(p) for p in parts]
+    except ValueError:
+        out = []
+    if not out or any(v < 1 for v in out):
+        raise typer.BadParameter(
+            f"{value!r}: give a comma list of whole numbers >= 1", param_hint=f"'{option}'"
+        )
+    return out
+
+
+def attention_scale_table(frame: pd.DataFrame, title: str = "") -> Table:
+    """One row per (input, d_h, scale): logit variance against theory, and the softmax's
+    relative entropy and largest weight."""
+    t = Table(
+        title=title or None, header_style="bold", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
+        collapse_padding=True,
+        caption="err = measured / theory - 1 (se: standard error); H = entropy / log(visible keys)",
+    )  # fmt: skip
+    for col in ("input", "d_h", "scale", "logit var", "theory", "err", "err/se", "H", "max p"):
+        t.add_column(col, justify="left" if col in ("input", "scale") else "right", no_wrap=True)
+    for r in frame.to_dict("records"):
+        z = (
+            (r["logit_var"] - r["pred_logit_var"]) / r["logit_var_se"]
+            if r["logit_var_se"] > 0
+            else float("nan")
+        )
+        t.add_row(
+            r["input"], str(r["head_dim"]), "1/sqrt(d_h)" if r["scaled"] else "none",
+            fmt(r["logit_var"]), fmt(r["pred_logit_var"]),
+            f"[{error_style(r['rel_err'])}]{pct(r['rel_err'])}[/]", fmt(z, 2),
+            fmt(r["entropy_rel"], 3), fmt(r["max_weight"], 3),
+        )  # fmt: skip
+    return t
+
+
+@app.command("attention-scale")
+@shared_options(exclude=tuple(n for n in NOT_APPLICABLE if n in SHARED))
+def attention_scale(
+    *,
+    head_dims: Annotated[
+        str,
+        typer.Option(
+            "--head-dims",
+            help="Head sizes d_h, a comma list. --heads is held fixed, so the model input "
+            "has d_model = heads * d_h.",
+            metavar="INT,INT,...",
+            show_default=True,
+        ),
+    ] = "16,32,64,128,256",
+    opts: SharedOptions,
+) -> None:
+    """Attention logits at init for each head size d_h: their variance without and with
+    the 1/sqrt(d_h) scale, the softmax entropy (relative to its maximum) and the largest
+    attention weight, for unit-variance q, k (theory d_h and 1) and for the model's own
+    W_Q, W_K on the normalised stream (theory d_h (d sigma^2)^2 and (d sigma^2)^2).
+
+    Writes attention_scale.csv, attention_scale.png and config.json to a new run folder.
+    """
+    try:
+        dims = check_head_dims(positive_int_list(head_dims, "--head-dims"), opts.positions)
+    except ConfigError as exc:
+        raise typer.BadParameter(exc.message, param_hint="'--head-dims'") from None
+    model, init, run = configs_or_exit(
+        lambda: (
+            opts.model_config(d_model=opts.heads * dims[0], d_ff=None),
+            opts.init_config(),
+            opts.run_config(head_dims=dims),
+        )
+    )
+    title = (
+        f"{model.n_heads} heads (model input: d = {model.n_heads} x d_h), sigma={opts.sigma}, "
+        f"{model.norm}, {model.positions}, {model.attention}, batch {run.batch} x seq {run.seq_len}, "
+        f"{run.dtype}, seed {init.seed}"
+    )
+    execute(
+        "attention-scale",
+        opts,
+        lambda progress: run_attention_scale(model, init, run, dims, progress),
+        Outputs(
+            figures=lambda r: {"attention_scale": plot_attention_scale(r["attention_scale"], title)},
+            tables=lambda r: [
+                attention_scale_table(r["attention_scale"], f"Attention logits at init ({title})")
+            ],
+        ),
+    )

@@ -1,0 +1,147 @@
+"""``tinit norms``: RMSNorm vs LayerNorm, behaviour (invariances) and cost (time, saved
+bytes, parameters)."""
+
+from typing import Annotated
+
+import pandas as pd
+import typer
+from rich import box
+from rich.table import Table
+
+from ..experiments.norms import run_norms
+from ..results.plot_norms import plot_norms
+from ..results.tables import fmt
+from . import app
+from .attention_scale import positive_int_list
+from .options import SHARED, SharedOptions, shared_options
+from .runner import Outputs, execute
+
+#: The shared options that apply: no model shape (this command has its own --d-model list).
+APPLICABLE = ("device", "dtype", "seed", "out", "format", "quiet")
+
+
+def _bytes(n: float) -> str:
+    if pd.isna(n):
+        return "-"
+    for unit in ("B", "KiB", "MiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} GiB"
+
+
+def behaviour_table(frame: pd.DataFrame) -> Table:
+    t = Table(
+        title="RMSNorm vs LayerNorm: behaviour (eps = 0)", header_style="bold", box=box.SIMPLE_HEAD,
+        padding=(0, 1), pad_edge=False, collapse_padding=True,
+        caption="scale: x -> 3x; shift: x -> x + 2; input mean 0.5; tol = 8 eps(dtype) max|y|. "
+        "Pass: |dev| <= tol where invariant/agree, > tol where changes/differ",
+    )  # fmt: skip
+    for col in ("check", "norm", "impl", "expected", "max|dev|", "tol", "pass"):
+        t.add_column(col, justify="right" if col in ("max|dev|", "tol") else "left", no_wrap=True)
+    for r in frame.itertuples(index=False):
+        ok = "[green]pass[/]" if r.passed else "[red]FAIL[/]"
+        dev, tol = fmt(r.max_abs_dev, 3), fmt(r.tolerance, 2)
+        check = "vs eager" if r.check.endswith("_vs_eager") else r.check
+        t.add_row(check, r.norm, r.impl, r.expected, dev, tol, ok)
+    return t
+
+
+def ratio_table(ratio: pd.DataFrame, timing: pd.DataFrame, title: str) -> Table:
+    t = Table(
+        title=title, header_style="bold", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
+        collapse_padding=True,
+        caption="size: rows x d_model; times are medians; min: LN/RMS of the fastest samples; "
+        "bwd: bytes saved for backward beyond the input and parameters",
+    )  # fmt: skip
+    for col in ("impl", "pass", "size", "RMS ms", "LN ms", "LN/RMS", "min", "RMS bwd", "LN bwd"):
+        t.add_column(col, justify="left" if col in ("impl", "pass", "size") else "right", no_wrap=True)
+    for r in ratio.to_dict("records"):
+        t.add_row(
+            r["impl"], "fwd" if r["pass"] == "forward" else "fwd+bwd", f"{r['rows']}x{r['d_model']}",
+            fmt(r["rmsnorm_ms"], 3), fmt(r["layernorm_ms"], 3), f"{r['time_ratio']:.2f}",
+            f"{r['time_ratio_min']:.2f}", _bytes(r["rmsnorm_saved_bytes_extra"]),
+            _bytes(r["layernorm_saved_bytes_extra"]),
+        )  # fmt: skip
+    for impl, err in (
+        timing.loc[~timing["available"].astype(bool), ["impl", "error"]].drop_duplicates().values
+    ):
+        t.add_row(impl, "-", "-", "unavailable", "", "", "", "", style="yellow")
+        t.caption += f"\n{impl}: {err}"
+    return t
+
+
+@app.command("norms")
+@shared_options(exclude=tuple(n for n in SHARED if n not in APPLICABLE))
+def norms(
+    *,
+    rows: Annotated[
+        str,
+        typer.Option("--rows", help="Rows (tokens) per timed tensor, a comma list.", metavar="INT,INT,..."),
+    ] = "256,1024",
+    d_models: Annotated[
+        str,
+        typer.Option("--d-model", help="Normalised widths d, a comma list.", metavar="INT,INT,..."),
+    ] = "256,1024,4096",
+    repeats: Annotated[
+        int, typer.Option("--repeats", help="Timed samples per measurement; the median is reported.", min=1)
+    ] = 10,
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed calls before timing.", min=0)] = 3,
+    compile: Annotated[
+        bool | None,
+        typer.Option(
+            "--compile/--no-compile",
+            help="Also time torch.compile'd norms (default: on with CUDA, off on the CPU, where "
+            "inductor's C++ build takes 15-60 s). A failed compile is recorded as unavailable.",
+            show_default=False,
+        ),
+    ] = None,
+    threads: Annotated[
+        int,
+        typer.Option(
+            "--threads",
+            help="CPU threads while timing. One gives steady numbers on a shared or busy CPU; "
+            "give more to time multi-threaded kernels.",
+            min=1,
+            show_default=True,
+        ),
+    ] = 1,
+    opts: SharedOptions,
+) -> None:
+    """RMSNorm vs LayerNorm. Behaviour: both invariant to x -> a x, only LayerNorm to
+    x -> x + c, equal on zero-mean input. Cost: forward and forward+backward time of
+    hand-written, torch.nn.functional and (optionally) compiled versions over --rows x
+    --d-model, the LayerNorm/RMSNorm ratio, bytes saved for backward and parameters.
+
+    Writes norms_behaviour.csv, norms_timing.csv, norms_ratio.csv, norms.png and
+    config.json to a new run folder.
+    """
+    rows_list = positive_int_list(rows, "--rows")
+    d_list = positive_int_list(d_models, "--d-model")
+
+    def title(r) -> str:
+        where = f"{r.meta['device_name']} ({r.meta['torch_threads']} threads)"
+        return f"{opts.dtype} on {where}, median of {repeats}"
+
+    execute(
+        "norms",
+        opts,
+        lambda progress: run_norms(
+            opts.run_config(),
+            rows_list,
+            d_list,
+            repeats,
+            progress,
+            seed=opts.seed,
+            warmup=warmup,
+            compile=compile,
+            threads=threads,
+        ),  # fmt: skip
+        Outputs(
+            figures=lambda r: {"norms": plot_norms(r["norms_timing"], r["norms_ratio"], title(r))},
+            tables=lambda r: [
+                behaviour_table(r["norms_behaviour"]),
+                ratio_table(r["norms_ratio"], r["norms_timing"], f"RMSNorm vs LayerNorm: cost ({title(r)})"),
+            ],
+        ),
+    )
