@@ -88,6 +88,13 @@ def _materialize(
     return module
 
 
+def _embedding(rows: int, dim: int, dtype: torch.dtype) -> nn.Embedding:
+    """An uninitialised meta-device embedding table. Passing the weight skips
+    nn.Embedding.reset_parameters, whose normal_ on a meta tensor would import
+    torch._dynamo (seconds of start-up) only to draw numbers that are overwritten."""
+    return nn.Embedding(rows, dim, _weight=torch.empty(rows, dim, device="meta", dtype=dtype))
+
+
 def build_block(cfg: ModelConfig, init: InitConfig, layer: int, device="cpu", dtype=torch.float32) -> Block:
     """Block ``layer`` with its recipe weights, built directly on ``device`` in ``dtype``."""
     with torch.device("meta"):
@@ -117,8 +124,8 @@ class Transformer(nn.Module):
         self._device, self._dtype = torch.device(device), dtype
         d, L = cfg.d_model, cfg.n_layers
         with torch.device("meta"):
-            self.embed = nn.Embedding(cfg.vocab_size, d, dtype=dtype)
-            self.pos = nn.Embedding(cfg.max_seq_len, d, dtype=dtype) if cfg.positions == "learned" else None
+            self.embed = _embedding(cfg.vocab_size, d, dtype)
+            self.pos = _embedding(cfg.max_seq_len, d, dtype) if cfg.positions == "learned" else None
             self.final_norm = make_norm(cfg, dtype=dtype) if cfg.norm_position == "pre" else None
             self.head = (
                 None if cfg.tie_embeddings else nn.Linear(d, cfg.vocab_size, bias=cfg.bias, dtype=dtype)
