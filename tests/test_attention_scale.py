@@ -83,6 +83,18 @@ def test_model_inputs_follow_d_h_times_d_sigma2_squared(sigma):
         assert np.allclose(df["pred_logit_var"], np.where(df["scaled"], 1.0, df["head_dim"]))
 
 
+def test_norm_eps_lowers_the_input_and_the_corrected_theory_follows():
+    """eps = mean(x0^2) halves the normalised stream's mean square: the logit variance
+    drops 4x below d_h (d sigma^2)^2, and theory x input_ms^2 accounts for it."""
+    model = ModelConfig(n_heads=16, vocab_size=256, norm_eps=0.02**2)
+    df = frame(model, InitConfig(sigma=0.02, seed=4), dims=(8,), inputs=("model",))
+    for r in df.itertuples(index=False):
+        assert abs(r.input_ms - 0.5) < 0.05  # the embedding's mean square is 0.02^2 +- sampling
+        assert r.pred_logit_var_ms == pytest.approx(r.pred_logit_var * r.input_ms**2)
+        assert r.rel_err < -0.6
+        assert abs(r.logit_var - r.pred_logit_var_ms) < Z * r.logit_var_se
+
+
 def test_scaled_is_unscaled_over_d_h_and_sharper_without_scale():
     df = frame(ModelConfig(n_heads=4), inputs=("unit",), dims=(4, 16, 64))
     for _, g in df.groupby(["input", "head_dim"]):

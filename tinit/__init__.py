@@ -11,8 +11,10 @@ from .experiments import (
     ExperimentResult,
     IncompleteRun,
     run_attention_scale,
+    run_check,
     run_grad_norms,
     run_norms,
+    run_params,
     run_variance,
 )
 from .model import ConfigError, InitConfig, ModelConfig, RunConfig, Transformer
@@ -27,3 +29,4 @@ __all__ = [
     "RunConfig", "Transformer", "__version__", "run_grad_norms", "run_variance",
 ]  # fmt: skip
 __all__ += ["run_attention_scale", "run_norms"]
+__all__ += ["run_check", "run_params"]

@@ -67,6 +67,7 @@ def _register() -> None:
     from . import norms  # noqa: F401, I001  (one line per command, kept apart)
     from . import grad_norms  # noqa: F401, I001  (one line per command, kept apart)
     from . import params  # noqa: F401, I001  (one line per command, kept apart)
+    from . import check  # noqa: F401, I001  (one line per command, kept apart)
     from . import grad_norms  # noqa: F401, I001  (one line per command, kept apart)
     from . import variance  # noqa: F401  (commands register themselves on import)
 

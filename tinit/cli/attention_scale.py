@@ -62,6 +62,15 @@ def attention_scale_table(frame: pd.DataFrame, title: str = "") -> Table:
             f"[{error_style(r['rel_err'])}]{pct(r['rel_err'])}[/]", fmt(z, 2),
             fmt(r["entropy_rel"], 3), fmt(r["max_weight"], 3),
         )  # fmt: skip
+    model = frame[frame["input"] == "model"]
+    if len(model):
+        lo, hi = model["input_ms"].min(), model["input_ms"].max()
+        ms = fmt(lo) if fmt(lo) == fmt(hi) else f"{fmt(lo)}..{fmt(hi)}"
+        errs = ", ".join(pct(e) for e in model.loc[~model["scaled"], "rel_err_ms"])
+        t.caption += (
+            f"\nmodel: the normalised stream's mean square is m = {ms} (the norm's eps), "
+            f"not 1; against theory x m^2 the errors are {errs}"
+        )
     return t
 
 

@@ -36,7 +36,7 @@ FIELD_OPTIONS = {
     "norm": "--norm", "ffn": "--ffn", "positions": "--positions", "attention": "--attention",
     "sigma": "--sigma", "embed_std": "--embed-std", "seed": "--seed", "device": "--device",
     "dtype": "--dtype", "recipe": "--init", "branch": "--branch", "branch_var": "--branch-var",
-    "norm_position": "--pre-norm/--post-norm", "norm_eps": "--norm-eps",
+    "norm_position": "--pre-norm/--post-norm", "norm_eps": "--norm-eps", "head_dims": "--head-dims",
 }  # fmt: skip
 
 

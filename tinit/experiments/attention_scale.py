@@ -53,7 +53,7 @@ INPUTS = ("unit", "model")
 COLUMNS = [
     "input", "head_dim", "n_heads", "d_model", "scaled", "batch", "seq_len", "sigma", "seed",
     "q_var", "k_var", "pred_qk_var", "input_ms",
-    "logit_var", "logit_var_se", "pred_logit_var", "rel_err",
+    "logit_var", "logit_var_se", "pred_logit_var", "rel_err", "pred_logit_var_ms", "rel_err_ms",
     "entropy_rel", "max_weight", "max_weight_uniform",
 ]  # fmt: skip
 
@@ -214,6 +214,9 @@ def run_attention_scale(
                 else:
                     q, k, input_ms = model_qk(cfg, init, run, seed, device, dtype)
                     pred_qk = theory.qk_component_var(cfg.d_model, sigma)
+                # the theory takes a unit mean-square input; the norm's eps makes it
+                # 1 - eps / mean(x0^2), and the logit variance scales with its square
+                ms2 = 1.0 if name == "unit" else input_ms**2
                 q_var = float(q.to(stats).var(correction=0))
                 k_var = float(k.to(stats).var(correction=0))
                 for scaled in (False, True):
@@ -235,6 +238,7 @@ def run_attention_scale(
                         "q_var": q_var, "k_var": k_var, "pred_qk_var": pred_qk, "input_ms": input_ms,
                         "logit_var": logit_var, "logit_var_se": se, "pred_logit_var": pred,
                         "rel_err": logit_var / pred - 1.0,
+                        "pred_logit_var_ms": pred * ms2, "rel_err_ms": logit_var / (pred * ms2) - 1.0,
                         "entropy_rel": float(s["entropy_rel"]), "max_weight": float(s["max_weight"]),
                         "max_weight_uniform": float(s["max_weight_uniform"]),
                     })  # fmt: skip

@@ -1,0 +1,583 @@
+"""The background's five "check yourself" items, each answered by a measurement with
+a stated pass criterion.
+
+(a) v_2L = 1 + 2L sigma^2 and its independence assumption, (b) depth-scaled init
+makes v_2L independent of L, (c) pre-norm keeps an unattenuated gradient path and
+post-norm does not, (d) the tied-embedding count, (e) the 1/sqrt(d_h) logit scale.
+
+Statistics. Every tolerance is a two-sided test at level ``alpha`` (default 0.01)
+against a standard error that the run itself supplies; a row that is the maximum over
+m quantities uses the Bonferroni level alpha/m. The criteria are fixed here, before
+any number is seen; a row that fails is reported as failed.
+
+The key standard error is that of the covariance of stream and branch at an addition
+(items a, b). A branch ends in a linear map W (W_O or W_down) drawn N(0, std^2)
+independently of everything the stream and the branch's hidden input h depend on, so
+with xc the centred stream, Cov = (1/N) sum_ij W_ij M_ij, M = xc^T h, which given the
+stream and h is exactly N(0, std^2 ||M||_F^2 / N^2). Its z-score is therefore N(0, 1)
+when the independence assumption holds, whatever the correlations between the N
+pooled elements (a naive 1/sqrt(N) ignores them and is far too small deep in the
+stack, where tokens become alike). For a Gaussian branch (independent N(0, S2)
+noise) the same reasoning gives S2 ||xc||^2 / N^2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from statistics import NormalDist
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..model.config import InitConfig, ModelConfig, RunConfig
+from ..model.init import role_std
+from ..model.transformer import Transformer
+from .attention_scale import run_attention_scale
+from .common import (
+    ExperimentResult,
+    IncompleteRun,
+    Progress,
+    configure,
+    make_tokens,
+    resolve_device,
+    resolve_dtype,
+    run_meta,
+    should_stream,
+    stat_dtype,
+)
+from .grad_norms import run_grad_norms
+from .params import run_params
+from .probes import VarianceProbe
+from .variance import VARIANCE_COLUMNS, add_theory
+
+CHECK_COLUMNS = ["item", "claim", "measured", "theory", "rel_err", "passed", "detail"]
+CHECK_VARIANCE_COLUMNS = ["branch", *VARIANCE_COLUMNS, "cov", "cov_se", "cov_z"]
+
+#: The background's numbers for item (d).
+BACKGROUND_VOCAB, BACKGROUND_D, BACKGROUND_TOTAL = 128000, 2048, 1.5e9
+
+#: Item -> (title, the one-paragraph explanation check.md prints).
+ITEMS: dict[str, tuple[str, str]] = {
+    "a": (
+        "v_2L = 1 + 2L sigma^2, and the independence assumption behind it",
+        "A pre-norm block adds its branch output F_k to the stream x_{k-1}. Pooled variances add "
+        "exactly up to the cross term: var(x + F) = var x + var F + 2 Cov(x, F). The law v_2L = v0 + "
+        "sum_k s_k^2 (in units of v0, 1 + 2L sigma^2) is therefore precisely the claim that the 2L "
+        "covariances vanish. They do in expectation, because the last matrix of every branch is drawn "
+        "independently of the stream; in one draw each covariance is a Gaussian with a standard error "
+        "the run computes exactly (module docstring). The check measures the relative error of v_2L "
+        "against the law and the largest stream/branch correlation, and tests both against those "
+        "standard errors. The Gaussian-branch run replaces every branch by independent N(0, S2) noise, "
+        "the background's exact model, where v_2L = v0 + 2L S2 must hold to sampling precision: it "
+        "checks the measuring code itself.",
+    ),
+    "b": (
+        "Depth-scaled init makes v_2L independent of L",
+        "Multiplying the init std of W_O and W_down by 1/sqrt(2L) divides every branch variance by "
+        "2L, so v_2L = v0 + s^2 at any depth, while the naive init gives v0 + 2L s^2. The check runs "
+        "the same stack (shared draws) at a short and a long depth, both recipes, and predicts the long "
+        "run from the short run's measured branch variances. The tolerance treats the per-layer branch "
+        "variances as exchangeable draws (the background's equal-branch assumption, with the observed "
+        "layer-to-layer spread as noise, separately for attention and FFN) plus the covariance terms "
+        "of (a); a systematic drift of the branch variance with depth is *not* noise and fails the check.",
+    ),
+    "c": (
+        "Pre-norm keeps an unattenuated gradient path; post-norm does not",
+        "In pre-norm, d x_out / d x = I + dF/dx: along the identity the gradient leaving the last "
+        "addition reaches every earlier stream unchanged, and the branch paths only add to it (their "
+        "cross term with the identity path has mean zero), so the stream-gradient RMS relative to the "
+        "top must not fall below 1 beyond sampling noise (tolerance 1 - z^2/T from the T tokens, "
+        "Bonferroni over the 2L additions). In post-norm every addition is followed by a norm whose "
+        "Jacobian multiplies the backward signal by about 1/sqrt(var(s)), s the sum before the norm; "
+        "the identity-path gain is the product of these factors, not 1. The check asks whether the "
+        "measured post-norm ratio (embedding vs top) is closer, in log scale, to that product than to "
+        "the unattenuated value 1. The branch paths are left out of the prediction: where they dominate "
+        "(large branches, e.g. sigma = 1/sqrt(d)) the measurement can leave it, and the check says so.",
+    ),
+    "d": (
+        "Tying the head to the embedding saves V*d parameters",
+        "A tied head computes its logits with the embedding matrix E (V x d) instead of its own, so the "
+        "untied model has exactly V*d more parameters (plus the head's V biases when linear layers have "
+        "biases). The counts are exact (tinit.model.params, tested against the built modules); for the "
+        "background's V = 128000, d = 2048 the saving is 262,144,000, and the claim 'about 17.5% of a "
+        "1.5B model' is checked to the precision it is stated in (0.1 percentage point).",
+    ),
+    "e": (
+        "The 1/sqrt(d_h) factor keeps the attention logits at unit variance",
+        "A dot product q.k of two d_h-dimensional vectors with independent unit-variance components has "
+        "variance d_h; dividing by sqrt(d_h) brings it to 1, so the softmax neither saturates (large "
+        "d_h, no scale) nor depends on the head size. The check draws unit q, k for several head sizes "
+        "(tinit.experiments.attention_scale), measures the logit variance with and without the scale, "
+        "and tests each against d_h and 1 with the standard error from the spread over independent "
+        "(sequence, head) units (Student t with units - 1 degrees of freedom).",
+    ),
+}
+
+
+def z_quantile(alpha: float, m: int = 1, two_sided: bool = True) -> float:
+    """Normal quantile of a test at level alpha, Bonferroni-corrected over m tests."""
+    tail = alpha / m / (2 if two_sided else 1)
+    return NormalDist().inv_cdf(1.0 - tail)
+
+
+def t_quantile(alpha: float, df: int, m: int = 1) -> float:
+    """Two-sided Student-t quantile at level alpha (Bonferroni over m): the x with
+    P(|T_df| > x) = alpha / m, by bisection on the t CDF (Simpson's rule on the density;
+    accurate to ~1e-8, no SciPy needed)."""
+    tail = alpha / m / 2
+    logc = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+
+    def upper(x: float) -> float:  # P(T > x) = 1/2 - integral_0^x density
+        t = np.linspace(0.0, x, 4001)
+        f = np.exp(logc - (df + 1) / 2 * np.log1p(t * t / df))
+        h = x / 4000
+        return 0.5 - h / 3 * (f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum())
+
+    lo, hi = 0.0, z_quantile(alpha, m)
+    while upper(hi) > tail:
+        lo, hi = hi, 2 * hi
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if upper(mid) > tail else (lo, mid)
+    return (lo + hi) / 2
+
+
+class CovarianceProbe:
+    """Cov(x_{k-1}, F_k) at every addition and its standard error under independence.
+
+    ``capture`` is a forward pre-hook for the branch's last linear layer (W_O, W_down):
+    it keeps that layer's input h. At the addition, with xc the centred stream,
+    se^2 = std^2 ||xc^T h||_F^2 / N^2 (``std`` the recipe's std of that matrix); for a
+    Gaussian branch of variance S2, se^2 = S2 ||xc||^2 / N^2.
+    """
+
+    def __init__(self, stats: torch.dtype, stds: dict[str, float], gaussian_var: float | None = None):
+        self.dtype, self.stds, self.gaussian_var = stats, stds, gaussian_var
+        self.h: torch.Tensor | None = None
+        self.keys: list[int] = []
+        self.values: list[torch.Tensor] = []
+
+    def capture(self, module, args) -> None:
+        self.h = args[0]
+
+    def __call__(self, k, layer, sublayer, stream_in, branch, stream_out, normed=None) -> None:
+        if stream_in is None:
+            return
+        dt = self.dtype
+        x = stream_in.to(dt).reshape(-1, stream_in.shape[-1])
+        f = branch.to(dt).reshape(-1, branch.shape[-1])
+        n = x.numel()
+        xc = x - x.mean()
+        cov = (xc * f).sum() / n
+        if self.gaussian_var is not None:
+            var = self.gaussian_var * xc.square().sum() / n**2
+        else:
+            h = self.h.to(dt).reshape(x.shape[0], -1)
+            var = self.stds[sublayer] ** 2 * (xc.T @ h).square().sum() / n**2
+        self.h = None
+        self.keys.append(k)
+        self.values.append(torch.stack([cov, var.sqrt()]))
+
+    def frame(self) -> pd.DataFrame:
+        values = torch.stack(self.values).cpu().to(torch.float64).numpy()
+        return pd.DataFrame({"k": self.keys, "cov": values[:, 0], "cov_se": values[:, 1]})
+
+
+def measure_additions(
+    cfg: ModelConfig, init: InitConfig, tokens: torch.Tensor, device, dtype, stream: bool, on_block=None
+) -> pd.DataFrame:
+    """One forward pass with a VarianceProbe and a CovarianceProbe: the rows of
+    ``tinit variance`` (same helpers, same numbers) plus cov, cov_se and cov_z."""
+    stats = stat_dtype(dtype)
+    gaussian = cfg.branch == "gaussian"
+    var_probe = VarianceProbe(stats)
+    cov_probe = CovarianceProbe(
+        stats,
+        {"attn": role_std(init, cfg, "o"), "ffn": role_std(init, cfg, "down")},
+        cfg.branch_var if gaussian else None,
+    )
+
+    def probe(*args, **kw) -> None:
+        var_probe(*args, **kw)
+        cov_probe(*args, **kw)
+
+    net = Transformer(cfg, init, device, dtype, stream=stream)
+    with torch.no_grad():
+        x = net.embed_tokens(tokens, probe)
+        for block in net.iter_blocks():
+            writers = () if gaussian else (block.attn.o, block.ffn.down)
+            hooks = [m.register_forward_pre_hook(cov_probe.capture) for m in writers]
+            try:
+                x = block(x, net.rope, probe)
+            finally:
+                for hook in hooks:
+                    hook.remove()
+            if on_block is not None:
+                on_block()
+    df = add_theory(var_probe.frame(), cfg.norm_position).merge(cov_probe.frame(), on="k", how="left")
+    df["cov_z"] = df["cov"] / df["cov_se"]
+    return df
+
+
+def _row(item, claim, measured, theory, passed, detail, rel_err=None) -> dict:
+    if rel_err is None:
+        rel_err = measured / theory - 1.0 if theory not in (0, None) and math.isfinite(theory) else math.nan
+    return {
+        "item": item, "claim": claim, "measured": float(measured), "theory": float(theory),
+        "rel_err": float(rel_err), "passed": bool(passed), "detail": detail,
+    }  # fmt: skip
+
+
+# --- (a) ---
+
+
+def law_rows(df: pd.DataFrame, gauss: pd.DataFrame, s2: float, n_el: int, alpha: float) -> list[dict]:
+    """(a): the law with model branches, the independence assumption, and the exact
+    model (``gauss``: Gaussian branches of variance ``s2``, ``n_el`` elements per tensor)."""
+    adds = df[df["k"] > 0]
+    L2 = len(adds)
+    v0, v_final = float(df["stream_var"].iloc[0]), float(df["stream_var"].iloc[-1])
+    law = float(df["pred_cumulative"].iloc[-1])  # v0 + sum s_k^2 = v0 (1 + 2L sigma^2)
+    sigma2 = float(adds["branch_var"].mean()) / v0
+    # v_2L - law = 2 sum Cov_k exactly; under independence its SE is 2 sqrt(sum se_k^2)
+    se = 2 * math.sqrt(float((adds["cov_se"] ** 2).sum()))
+    z = (v_final - law) / se
+    zc = z_quantile(alpha)
+    rows = [
+        _row(
+            "a", "v_2L / v0 = 1 + 2L sigma^2 (naive init, pre-norm)", v_final / v0, law / v0, abs(z) <= zc,
+            f"2L={L2}, sigma^2 = mean s^2/v0 = {sigma2:.4g}; error {100 * (v_final / law - 1):+.2f}% = "
+            f"{z:+.2f} SE (SE {100 * se / law:.2f}% from the {L2} covariances; pass |z| <= {zc:.2f})",
+        )
+    ]  # fmt: skip
+    zs = adds["cov_z"].abs()
+    zb = z_quantile(alpha, L2)
+    worst = adds.loc[zs.idxmax()]
+    rows.append(
+        _row(
+            "a", "Cov(stream, branch) = 0 at every addition", float(adds["cross_corr"].abs().max()), 0.0,
+            float(zs.max()) <= zb,
+            f"max |corr| over {L2} additions; max |z| = {zs.max():.2f} at k={int(worst['k'])} "
+            f"(pass <= {zb:.2f}, Bonferroni); mean z = {adds['cov_z'].mean():+.2f}",
+            rel_err=math.nan,
+        )
+    )  # fmt: skip
+    # the exact model: v_2L = v0 + 2L S2 with S2 given, not measured
+    g_adds = gauss[gauss["k"] > 0]
+    g_v0, g_final = float(gauss["stream_var"].iloc[0]), float(gauss["stream_var"].iloc[-1])
+    pred = g_v0 + L2 * s2
+    # sum of 2L sample variances (each SE S2 sqrt(2/(N-1))) plus the covariance terms
+    g_se = math.sqrt(L2 * 2 * s2**2 / (n_el - 1) + 4 * float((g_adds["cov_se"] ** 2).sum()))
+    g_z = (g_final - pred) / g_se
+    rows.append(
+        _row(
+            "a", "Gaussian branches (exact model): v_2L = v0 + 2L S2", g_final / g_v0, pred / g_v0,
+            abs(g_z) <= zc,
+            f"S2 = {s2:.4g} (the model run's mean s^2); error {100 * (g_final / pred - 1):+.3f}% = "
+            f"{g_z:+.2f} SE (SE {100 * g_se / pred:.3f}%; pass |z| <= {zc:.2f})",
+        )
+    )  # fmt: skip
+    return rows
+
+
+# --- (b) ---
+
+
+def _unscaled(df: pd.DataFrame, recipe: str) -> pd.DataFrame:
+    """Per-addition branch variance in units of the unscaled recipe: u = s^2 * 2L for
+    the depth-scaled init (its W_O, W_down have variance sigma^2 / 2L), s^2 for naive."""
+    adds = df[df["k"] > 0]
+    factor = 2 * int(adds["n_layers"].iloc[0]) if recipe == "scaled" else 1
+    u = adds["branch_var"].to_numpy() * factor
+    return pd.DataFrame({"sublayer": adds["sublayer"].to_numpy(), "u": u})
+
+
+def depth_prediction(short: pd.DataFrame, long: pd.DataFrame, recipe: str) -> dict:
+    """Predict the long run's v_2L from the short run's branch variances; the ratio
+    v_2L(long) / v_2L(short), its theory and its relative standard error."""
+    L_a, L_b = int(short["n_layers"].iloc[0]), int(long["n_layers"].iloc[0])
+    u_a, u_b = _unscaled(short, recipe), _unscaled(long, recipe)
+    means = u_a.groupby("sublayer")["u"].mean()
+    # pooled within-run variance of u, per sublayer (attention and FFN differ systematically)
+    sd2 = {}
+    for sub in means.index:
+        a, b = u_a.loc[u_a["sublayer"] == sub, "u"], u_b.loc[u_b["sublayer"] == sub, "u"]
+        ss = ((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum()
+        sd2[sub] = ss / max(len(a) + len(b) - 2, 1)
+
+    def w(L: int) -> float:
+        return 1.0 / (2 * L) if recipe == "scaled" else 1.0
+
+    v0 = float(short["stream_var"].iloc[0])
+    pred_a = v0 + w(L_a) * L_a * means.sum()
+    pred_b = v0 + w(L_b) * L_b * means.sum()
+    cov_a = 4 * float((short.loc[short["k"] > 0, "cov_se"] ** 2).sum())
+    cov_b = 4 * float((long.loc[long["k"] > 0, "cov_se"] ** 2).sum())
+    var_b = w(L_b) ** 2 * sum(s * (L_b + L_b**2 / L_a) for s in sd2.values()) + cov_b
+    v_a, v_b = float(short["stream_var"].iloc[-1]), float(long["stream_var"].iloc[-1])
+    return {
+        "L_short": L_a, "L_long": L_b, "v_short": v_a, "v_long": v_b,
+        "ratio": v_b / v_a, "ratio_theory": pred_b / pred_a,
+        "se_rel": math.sqrt(var_b / pred_b**2 + cov_a / pred_a**2),
+        "sigma2": means.mean() / v0,
+        "drift": {s: float(u_b.loc[u_b["sublayer"] == s, "u"].mean() / m - 1) for s, m in means.items()},
+    }  # fmt: skip
+
+
+def depth_rows(runs: dict[tuple[str, int], pd.DataFrame], short: int, long: int, alpha: float) -> list[dict]:
+    zc = z_quantile(alpha)
+    rows = []
+    for recipe, claim in (
+        ("scaled", "scaled init: v_2L({long}) / v_2L({short}) = 1 (independent of L)"),
+        ("naive", "naive init: v_2L grows as 1 + 2L sigma^2 ({long} vs {short} layers)"),
+    ):
+        p = depth_prediction(runs[(recipe, short)], runs[(recipe, long)], recipe)
+        rel = p["ratio"] / p["ratio_theory"] - 1.0
+        drift = ", ".join(f"{k} {100 * v:+.1f}%" for k, v in p["drift"].items())
+        rows.append(
+            _row(
+                "b", claim.format(long=long, short=short), p["ratio"], p["ratio_theory"],
+                abs(rel) <= zc * p["se_rel"],
+                f"v_2L {p['v_short']:.4g} -> {p['v_long']:.4g}; error {100 * rel:+.2f}%, tolerance "
+                f"+-{100 * zc * p['se_rel']:.2f}% ({zc:.2f} SE); branch variance drift {short}->{long} "
+                f"layers (unscaled units): {drift}",
+                rel_err=rel,
+            )
+        )  # fmt: skip
+    return rows
+
+
+# --- (c) ---
+
+
+def gradient_rows(summary: pd.DataFrame, streams: pd.DataFrame, n_tokens: int, alpha: float) -> list[dict]:
+    rows = []
+    pre = streams[streams["norm_position"] == "pre"]
+    if len(pre):
+        L2 = int(pre["k"].max())
+        z = z_quantile(alpha, L2, two_sided=False)
+        bound = math.sqrt(max(1.0 - z**2 / n_tokens, 0.0))
+        low = pre.loc[pre["stream_grad_rel"].idxmin()]
+        rows.append(
+            _row(
+                "c", "pre-norm: stream gradient never falls below the top's (identity gain 1)",
+                float(low["stream_grad_rel"]), 1.0, float(low["stream_grad_rel"]) >= bound,
+                f"min over k of RMS grad_k / RMS grad_2L, at k={int(low['k'])}; at k=0: "
+                f"{float(pre['stream_grad_rel'].iloc[0]):.3g} (branch paths add); pass >= {bound:.4f} "
+                f"(1 - z^2/T, T={n_tokens} tokens, z={z:.2f})",
+            )
+        )  # fmt: skip
+    post = summary[summary["norm_position"] == "post"]
+    if len(post):
+        r = post.iloc[0]
+        m, pred = float(r["stream_grad_ratio"]), float(r["pred_stream_grad_ratio"])
+        d_pred, d_one = abs(math.log(m / pred)), abs(math.log(m))
+        rows.append(
+            _row(
+                "c", "post-norm: gradient path scaled by every norm (gain prod 1/sqrt(var s_j), not 1)",
+                m, pred, d_pred < d_one,
+                f"RMS grad_0 / RMS grad_2L; |log(measured/prediction)| = {d_pred:.3f} vs "
+                f"|log(measured/1)| = {d_one:.3f} (pass: closer to the prediction)",
+            )
+        )  # fmt: skip
+    return rows
+
+
+# --- (d) ---
+
+
+def params_rows(model: ModelConfig) -> tuple[list[dict], dict[str, pd.DataFrame]]:
+    """(d): the background's shape and the configured model; the frames ``params``,
+    ``params_summary`` (a ``model`` column tells them apart) and ``ffn`` (background)."""
+    # a fresh config: d_ff is derived from this d (replace() would keep a resolved d_ff)
+    background = ModelConfig(vocab_size=BACKGROUND_VOCAB, d_model=BACKGROUND_D, n_heads=16)
+    res_bg = run_params(background, reference_total=BACKGROUND_TOTAL)
+    res_cfg = run_params(model)
+    s_bg, s_cfg = res_bg["summary"].iloc[0], res_cfg["summary"].iloc[0]
+    V, d = BACKGROUND_VOCAB, BACKGROUND_D
+    frac = float(s_bg["saved_frac_reference"])
+    rows = [
+        _row(
+            "d", f"tied head saves V*d = {V * d:,} (V={V}, d={d})", s_bg["saved"], V * d,
+            int(s_bg["saved"]) == V * d,
+            f"exact count: untied {int(s_bg['total_untied']):,} - tied {int(s_bg['total_tied']):,} "
+            f"(L={int(s_bg['n_layers'])}; the saving does not depend on the blocks)",
+        ),
+        _row(
+            "d", "... about 17.5% of a 1.5B model", frac, 0.175, abs(100 * frac - 17.5) < 0.05,
+            f"{int(s_bg['saved']):,} / 1.5e9 = {100 * frac:.3f}% (pass: 17.5% at the stated 0.1 pt)",
+        ),
+    ]  # fmt: skip
+    theory_cfg = model.vocab_size * model.d_model + (model.vocab_size if model.bias else 0)
+    rows.append(
+        _row(
+            "d", "this model: untied - tied = V*d" + (" + V (head biases)" if model.bias else ""),
+            s_cfg["saved"], theory_cfg, int(s_cfg["saved"]) == theory_cfg,
+            f"V={model.vocab_size}, d={model.d_model}: {100 * s_cfg['saved_frac_untied']:.1f}% of the "
+            f"untied total {int(s_cfg['total_untied']):,}",
+        )
+    )  # fmt: skip
+    names = (f"V={V}, d={d}", "configured")
+
+    def both(key: str) -> pd.DataFrame:
+        frames = [r[key].assign(model=n) for r, n in zip((res_bg, res_cfg), names, strict=True)]
+        df = pd.concat(frames, ignore_index=True)
+        return df[["model", *[c for c in df.columns if c != "model"]]]
+
+    return rows, {"params": both("params"), "params_summary": both("summary"), "ffn": res_bg["ffn"]}
+
+
+# --- (e) ---
+
+
+def attention_rows(frame: pd.DataFrame, alpha: float, n_units: int) -> list[dict]:
+    rows = []
+    tq = t_quantile(alpha, max(n_units - 1, 1))
+    for r in frame.itertuples(index=False):
+        z = (r.logit_var - r.pred_logit_var) / r.logit_var_se
+        claim = (
+            f"d_h={r.head_dim}: logit var of q.k/sqrt(d_h) = 1"
+            if r.scaled
+            else f"d_h={r.head_dim}: logit var of q.k = d_h"
+        )
+        rows.append(
+            _row(
+                "e", claim, r.logit_var, r.pred_logit_var, abs(z) <= tq,
+                f"{z:+.2f} SE (SE {100 * r.logit_var_se / r.pred_logit_var:.2f}%, {n_units} units; pass "
+                f"|t| <= {tq:.2f}); entropy/log n {r.entropy_rel:.3f}, max weight {r.max_weight:.3f}",
+            )
+        )  # fmt: skip
+    return rows
+
+
+#: Work per layer (tokens x d^2 multiply-adds) below which CPU threads cost more than
+#: they give: at the check's default sizes one thread is 2-3x faster than two.
+SMALL_WORK = 1 << 22
+
+
+@contextmanager
+def cpu_threads(n: int | None) -> Iterator[None]:
+    """Run with ``n`` torch CPU threads (None: unchanged), restored afterwards."""
+    old = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def run_check(
+    model: ModelConfig | None = None,
+    init: InitConfig | None = None,
+    run: RunConfig | None = None,
+    deep_layers: int = 80,
+    head_dims: Sequence[int] = (16, 64, 256),
+    alpha: float = 0.01,
+    progress: Progress | None = None,
+) -> ExperimentResult:
+    """Answer the five items; frame ``check`` has one row per claim (CHECK_COLUMNS).
+
+    Also returns the frames behind the figures: ``variance`` (the (a)/(b) runs, with
+    cov, cov_se, cov_z), ``stream_grads`` and ``grad_summary`` (c), ``params`` (d) and
+    ``attention_scale`` (e). ``model.n_layers`` is the short depth, ``deep_layers`` the
+    long one of (b). On the CPU, tiny shapes (under SMALL_WORK per layer) run on one
+    thread (the numbers do not depend on it beyond float rounding).
+    """
+    model, init, run = model or ModelConfig(), init or InitConfig(), run or RunConfig()
+    device = resolve_device(run.device)
+    small = device.type == "cpu" and run.batch * run.seq_len * model.d_model**2 <= SMALL_WORK
+    with cpu_threads(1 if small else None):
+        return _run_check(model, init, run, deep_layers, head_dims, alpha, progress)
+
+
+def _run_check(model, init, run, deep_layers, head_dims, alpha, progress) -> ExperimentResult:
+    device, dtype = resolve_device(run.device), resolve_dtype(run.dtype)
+    short, long = model.n_layers, deep_layers
+    model = dataclasses.replace(model, branch="model")
+    deep = dataclasses.replace(model, n_layers=long)
+    stream = should_stream(deep, dtype, device, run.stream)
+    tokens = make_tokens(model, run, init.seed if run.data_seed is None else run.data_seed, device)
+    plan = [("model", "naive", short), ("gaussian", "naive", short), ("model", "scaled", short),
+            ("model", "naive", long), ("model", "scaled", long)]  # fmt: skip
+    total = sum(L for _, _, L in plan) + 2 * 2 * short + len(head_dims) + 1
+    done = 0
+    meta = run_meta(model, init, run, device, streamed=stream, deep_layers=long, head_dims=list(head_dims),
+                    alpha=alpha, items={k: v[0] for k, v in ITEMS.items()})  # fmt: skip
+    seconds: dict[str, float] = {}
+    frames: dict[str, pd.DataFrame] = {}
+    rows: list[dict] = []
+
+    def tick(n: int = 1) -> None:
+        nonlocal done
+        done += n
+        if progress is not None:
+            progress(done, total)
+
+    def result(complete: bool, error: str | None = None) -> ExperimentResult:
+        meta["seconds"] = seconds
+        out = {"check": pd.DataFrame(rows, columns=CHECK_COLUMNS), **frames}
+        return ExperimentResult(out, meta, complete, error)
+
+    def failed(what: str, why: str) -> IncompleteRun:
+        return IncompleteRun(f"{what}: {why}", result(False, why))
+
+    def why(exc: BaseException) -> str:
+        return "out of memory" if isinstance(exc, torch.OutOfMemoryError) else "interrupted"
+
+    runs: dict[tuple[str, int], pd.DataFrame] = {}
+    var_frames = []
+    gauss, s2 = None, math.nan
+    t0 = time.perf_counter()
+    for branch, recipe, L in plan:
+        cfg, ini = configure(dataclasses.replace(model, n_layers=L), init, run, recipe, "pre")
+        if branch == "gaussian":
+            mean_s2 = float(runs[("naive", short)].query("k > 0")["branch_var"].mean())
+            cfg = dataclasses.replace(cfg, branch="gaussian", branch_var=mean_s2)
+        try:
+            df = measure_additions(cfg, ini, tokens, device, dtype, stream, on_block=tick)
+        except (torch.OutOfMemoryError, KeyboardInterrupt) as exc:
+            raise failed(f"{branch} branches, {recipe} init, {L} layers", why(exc)) from exc
+        df = df.assign(init=recipe, norm_position="pre", n_layers=L, seed=init.seed, branch=branch)
+        var_frames.append(df[CHECK_VARIANCE_COLUMNS])
+        if branch == "gaussian":
+            gauss, s2 = df, cfg.branch_var
+        else:
+            runs[(recipe, L)] = df
+    frames["variance"] = pd.concat(var_frames, ignore_index=True)
+    seconds["variance"] = time.perf_counter() - t0
+    rows += law_rows(runs[("naive", short)], gauss, s2, tokens.numel() * model.d_model, alpha)
+    rows += depth_rows(runs, short, long, alpha)
+
+    t0 = time.perf_counter()
+    try:
+        grads = run_grad_norms(model, init, run, inits=("naive",), norm_positions=("pre", "post"),
+                               progress=lambda d, t: None)  # fmt: skip
+    except IncompleteRun as exc:
+        raise failed("gradient norms", exc.result.error or str(exc)) from exc
+    tick(2 * 2 * short)
+    seconds["grad_norms"] = time.perf_counter() - t0
+    frames["stream_grads"] = grads["stream_grads"]
+    frames["grad_summary"] = grads["summary"]
+    rows += gradient_rows(grads["summary"], grads["stream_grads"], run.batch * run.seq_len, alpha)
+
+    p_rows, p_frames = params_rows(model)
+    rows += p_rows
+    frames.update(p_frames)
+    tick()
+
+    t0 = time.perf_counter()
+    try:
+        att = run_attention_scale(model, init, run, head_dims=head_dims, inputs=("unit",),
+                                  progress=lambda d, t: tick())  # fmt: skip
+    except IncompleteRun as exc:
+        raise failed("attention scale", exc.result.error or str(exc)) from exc
+    seconds["attention_scale"] = time.perf_counter() - t0
+    frames["attention_scale"] = att["attention_scale"]
+    rows += attention_rows(att["attention_scale"], alpha, run.batch * model.n_heads)
+    return result(True)

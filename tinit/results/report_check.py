@@ -1,0 +1,165 @@
+"""What ``tinit check`` shows: the rich table, the variance figure of items (a) and
+(b), and check.md, a short report with the figures embedded as relative links."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from rich import box
+from rich.table import Table
+
+from ..experiments.check import ITEMS, z_quantile
+from .plots import config_color, new_figure
+from .tables import fmt, pct
+
+#: Figure stem -> the items it illustrates, in report order.
+FIGURES = {
+    "check_variance": ("a", "b"),
+    "stream_grads": ("c",),
+    "params": ("d",),
+    "attention_scale": ("e",),
+}
+
+
+def verdict(check: pd.DataFrame) -> str:
+    failed = check[~check["passed"].astype(bool)]
+    if failed.empty:
+        return f"All {len(check)} claims pass."
+    items = ", ".join(dict.fromkeys(failed["item"]))
+    return f"{len(failed)} of {len(check)} claims FAIL (items {items})."
+
+
+def check_table(check: pd.DataFrame, title: str = "") -> Table:
+    """One row per claim: measured, theory, relative error, pass/fail."""
+    t = Table(title=title or None, header_style="bold", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
+              collapse_padding=True, caption="criteria and details: check.md, check.csv")  # fmt: skip
+    t.add_column("", no_wrap=True)
+    t.add_column("claim", ratio=1)
+    for col in ("measured", "theory", "err"):
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("result", no_wrap=True)
+    last = None
+    for r in check.itertuples(index=False):
+        ok = bool(r.passed)
+        t.add_row(
+            f"({r.item})" if r.item != last else "",
+            r.claim,
+            fmt(r.measured),
+            fmt(r.theory),
+            pct(r.rel_err),
+            "[green]pass[/]" if ok else "[bold red]FAIL[/]",
+            end_section=False,
+        )
+        last = r.item
+    return t
+
+
+def plot_check_variance(variance: pd.DataFrame, alpha: float, title: str = "") -> Figure:
+    """Left: v_k / v0 against k for the (a)/(b) runs, measured (solid) and the law
+    v0 + sum s_j^2 (dashed), with the Gaussian-branch run. Right: the z-score of the
+    stream/branch covariance at every addition, with the Bonferroni bounds (dashed)."""
+    fig, (ax, bx) = new_figure(ncols=2, width=6.4)
+    model = variance[variance["branch"] == "model"]
+    depths = sorted(model["n_layers"].unique())
+    for (init, L), df in model.groupby(["init", "n_layers"], sort=False):
+        c = config_color(init, "pre")
+        v0 = float(df["stream_var"].iloc[0])
+        deep = L == depths[-1]
+        ax.plot(df["k"], df["stream_var"] / v0, color=c, lw=2.2 if deep else 1.3,
+                marker=None if deep else "o", ms=3, label=f"{init} init, L={L}")  # fmt: skip
+        ax.plot(df["k"], df["pred_cumulative"] / v0, color=c, lw=1.1, ls="--", alpha=0.9)
+        a = df[df["k"] > 0]
+        bx.plot(a["k"], a["cov_z"], color=c, lw=0, marker="o" if not deep else ".", ms=3.5 if not deep else 3,
+                alpha=0.85, label=f"{init} init, L={L}")  # fmt: skip
+    gauss = variance[variance["branch"] == "gaussian"]
+    if len(gauss):
+        v0 = float(gauss["stream_var"].iloc[0])
+        ax.plot(gauss["k"], gauss["stream_var"] / v0, color="0.45", lw=1.4, marker="s", ms=2.5,
+                label="Gaussian branches (exact model)")  # fmt: skip
+        ax.plot(gauss["k"], gauss["pred_cumulative"] / v0, color="0.45", lw=1.0, ls="--")
+    ax.set_yscale("log")
+    ax.set_xlabel("residual addition k")
+    ax.set_ylabel("stream variance $v_k / v_0$")
+    ax.set_title("(a), (b): residual-stream variance, pre-norm")
+    handles, _ = ax.get_legend_handles_labels()
+    style = [
+        Line2D([], [], color="0.3", lw=1.8, label="measured"),
+        Line2D([], [], color="0.3", lw=1.1, ls="--", label=r"law $v_0 + \sum_{j\leq k} s_j^2$"),
+    ]
+    ax.legend(handles=handles + style, fontsize=8, loc="center right")
+    for L, ls in zip(depths, (":", "--"), strict=False):
+        z = z_quantile(alpha, 2 * int(L))
+        bx.axhline(z, color="0.3", lw=1.0, ls=ls, label=f"±{z:.2f}: level {alpha:g}, Bonferroni over {2 * L}")
+        bx.axhline(-z, color="0.3", lw=1.0, ls=ls)
+    bx.axhline(0, color="0.6", lw=0.8)
+    bx.set_xlabel("residual addition k")
+    bx.set_ylabel("z = Cov(stream, branch) / its standard error")
+    bx.set_title("(a): independence of stream and branch")
+    zmax = max(4.5, float(model["cov_z"].abs().max()) * 1.1)
+    bx.set_ylim(-zmax, zmax * 1.35)
+    bx.legend(fontsize=8, loc="upper right", ncol=2)
+    for a in (ax, bx):
+        a.grid(True, alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def _md_number(x: float) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return fmt(x, 5)
+
+
+def check_markdown(check: pd.DataFrame, meta: dict, figures: dict[str, str], description: str) -> str:
+    """The report: verdict, settings, then per item its explanation, its rows and its figure."""
+    lines = [
+        "# tinit check",
+        "",
+        f"**{verdict(check)}**",
+        "",
+        f"Settings: {description}. Every criterion is a two-sided test at level "
+        f"alpha = {meta.get('alpha', 0.01):g} against a standard error the run supplies (Bonferroni "
+        "for a maximum over several quantities); see each item.",
+        "",
+    ]
+    for item, (title, text) in ITEMS.items():
+        rows = check[check["item"] == item]
+        ok = bool(rows["passed"].astype(bool).all()) if len(rows) else False
+        lines += [f"## ({item}) {title}: {'pass' if ok else 'FAIL'}", "", text, ""]
+        lines += ["| claim | measured | theory | err | result | detail |", "|---|---:|---:|---:|---|---|"]
+        for r in rows.itertuples(index=False):
+            detail = str(r.detail).replace("|", "\\|")  # a literal | inside a table cell
+            lines.append(
+                f"| {r.claim} | {_md_number(r.measured)} | {_md_number(r.theory)} | {pct(r.rel_err)} | "
+                f"{'pass' if r.passed else '**FAIL**'} | {detail} |"
+            )
+        lines.append("")
+        for stem, items in FIGURES.items():
+            if stem not in figures:
+                continue
+            if items[0] == item:
+                lines += [f"![{stem}]({figures[stem]})", ""]
+            elif item in items:
+                lines += [f"Figure: [{figures[stem]}]({figures[stem]}), shown under ({items[0]}).", ""]
+    seconds = meta.get("seconds", {})
+    if seconds:
+        lines.append("Timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()) + ".")
+    return "\n".join(lines) + "\n"
+
+
+def write_check_md(
+    check: pd.DataFrame, meta: dict, run_dir: Path, formats: Sequence[str], description: str
+) -> list[Path]:
+    """check.md in the run folder, linking each figure in the first format a markdown
+    viewer shows (png, then svg; pdf as a plain link)."""
+    fmt_ = next((f for f in ("png", "svg") if f in formats), formats[0])
+    figures = {stem: f"{stem}.{fmt_}" for stem in FIGURES if (Path(run_dir) / f"{stem}.{fmt_}").exists()}
+    path = Path(run_dir) / "check.md"
+    path.write_text(check_markdown(check, meta, figures, description))
+    return [path]
