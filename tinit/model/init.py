@@ -162,7 +162,9 @@ def init_weights_(
     when it is initialised on its own (``"embed"``, ``"head"``, ...).
     """
     for name, p in module.named_parameters(prefix=prefix):
-        role, key = role_of(name)
+        role, key = role_of(name)  # every parameter needs a role, even on the meta device
+        if p.device.type == "meta":  # shapes only (parameter counting): nothing to draw
+            continue
         std = role_std(init, cfg, role)
         if role in CONSTANT_ROLES:
             p.fill_(std)
