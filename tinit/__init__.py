@@ -12,6 +12,7 @@ from .experiments import (
     IncompleteRun,
     run_attention_scale,
     run_check,
+    run_depth_sweep,
     run_grad_norms,
     run_norms,
     run_params,
@@ -26,7 +27,7 @@ except PackageNotFoundError:  # running from a source tree
 
 __all__ = [
     "ConfigError", "ExperimentResult", "IncompleteRun", "InitConfig", "ModelConfig",
-    "RunConfig", "Transformer", "__version__", "run_grad_norms", "run_variance",
+    "RunConfig", "Transformer", "__version__", "run_depth_sweep", "run_grad_norms", "run_variance",
 ]  # fmt: skip
 __all__ += ["run_attention_scale", "run_norms"]
 __all__ += ["run_check", "run_params"]

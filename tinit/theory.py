@@ -137,3 +137,29 @@ def logit_var_model(head_dim: int, d_model: int, sigma: float, scaled: bool) -> 
 def norm_params(norm: str, d_model: int) -> int:
     """Parameters of one norm: RMSNorm has a gain (d), LayerNorm a gain and a bias (2d)."""
     return {"rmsnorm": d_model, "layernorm": 2 * d_model}[norm]
+
+
+# --- Depth sweep ---
+
+
+def v_final_depth(
+    n_layers: np.ndarray | int,
+    v0: float,
+    branch_var: float,
+    norm_position: str = "pre",
+    depth_scaled: bool = False,
+    normed_var: float = 1.0,
+) -> np.ndarray:
+    """Predicted v_2L against depth L, for branches whose *unscaled* variance is
+    ``branch_var`` (s^2) at every depth:
+
+    - pre-norm, naive: v0 + 2L s^2 (slope 2 s^2 in L);
+    - pre-norm, depth-scaled (each s^2 divided by 2L): v0 + s^2 (slope 0);
+    - post-norm: the last addition sees a normalised stream of variance ``normed_var``,
+      so normed_var + s^2 (naive) or normed_var + s^2 / 2L (depth-scaled); no growth.
+    """
+    L = np.asarray(n_layers, dtype=np.float64)
+    s2 = branch_var / (2 * L) if depth_scaled else branch_var + 0 * L
+    if norm_position == "pre":
+        return v0 + 2 * L * s2
+    return normed_var + s2

@@ -65,6 +65,7 @@ def _root() -> None:
 def _register() -> None:
     from . import attention_scale  # noqa: F401, I001  (one line per command, kept apart)
     from . import norms  # noqa: F401, I001  (one line per command, kept apart)
+    from . import depth_sweep  # noqa: F401, I001  (one line per command, kept apart)
     from . import grad_norms  # noqa: F401, I001  (one line per command, kept apart)
     from . import params  # noqa: F401, I001  (one line per command, kept apart)
     from . import check  # noqa: F401, I001  (one line per command, kept apart)

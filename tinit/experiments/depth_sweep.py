@@ -1,0 +1,377 @@
+"""Depth sweep: does the init recipe transfer from shallow to deep stacks?
+
+The variance law (DESIGN.md section 1) says that with naive init the final stream
+variance grows linearly in depth, v_2L = v0 + 2L s^2, and that with W_O and W_down
+scaled by 1/sqrt(2L) it does not, v_2L = v0 + s^2. This experiment measures v_2L at
+a list of depths L, with several seeds per depth, by calling
+:func:`tinit.experiments.variance.run_variance` for every (L, seed) point (one
+implementation of the model and the probe), optionally the first/last-layer W_down
+gradient ratio from :func:`tinit.experiments.grad_norms.run_grad_norms`, and fits
+v_2L against L per configuration next to the theory's slope.
+
+Seed i of N (i = 0..N-1) is ``init.seed + i`` for the weights and, when
+``run.data_seed`` is set, ``run.data_seed + i`` for the tokens (otherwise the tokens
+follow the init seed): both weights and tokens are re-drawn per seed. Within one
+seed, the depths share their draws (weights are drawn per (seed, layer, role)), so
+an L-layer stack's first layers are those of every deeper stack of that seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from .. import theory
+from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from .common import ExperimentResult, IncompleteRun, Progress, grid, resolve_device, run_meta
+from .grad_norms import run_grad_norms
+from .variance import run_variance
+
+#: depth_sweep.csv: one row per (init, norm_position, n_layers, seed).
+SWEEP_COLUMNS = [
+    "init", "norm_position", "n_layers", "seed", "v0", "v_final", "v_final_rel",
+    "branch_var_mean", "sigma2_rel", "pred_closed_final", "rel_err_closed",
+    "max_abs_cross_corr", "grad_ratio",
+]  # fmt: skip
+#: Quantities averaged over seeds in depth_sweep_summary.csv (``<q>_mean``, ``<q>_se``).
+SUMMARY_QUANTITIES = (
+    "v0", "v_final", "v_final_rel", "branch_var_mean", "sigma2_rel", "pred_closed_final", "grad_ratio",
+)  # fmt: skip
+SUMMARY_COLUMNS = [
+    "init", "norm_position", "n_layers", "n_seeds",
+    *(f"{q}_{s}" for q in SUMMARY_QUANTITIES for s in ("mean", "se")),
+    "theory_v_final", "theory_v_final_rel",
+]  # fmt: skip
+#: depth_sweep_fit.csv: one row per (init, norm_position).
+FIT_COLUMNS = [
+    "init", "norm_position", "n_points", "n_seeds", "layers_min", "layers_max",
+    "slope", "slope_se", "slope_se_seeds", "intercept", "intercept_se", "r2",
+    "theory_slope", "theory_intercept", "slope_z", "depth_scaled", "theory_branch_var",
+    "v_final_min_mean", "v_final_min_se", "v_final_max_mean", "v_final_max_se",
+    "ratio_max_min", "ratio_max_min_se", "diff_max_min", "diff_se", "within_spread",
+]  # fmt: skip
+
+#: The transfer criterion: |v(L_max) - v(L_min)| <= SPREAD_K * sqrt(se_max^2 + se_min^2).
+SPREAD_K = 2.0
+
+_INT = r"\s*(\d+)\s*"
+_RANGE = re.compile(rf"^{_INT}:{_INT}(?::\s*(x?)\s*(\d+)\s*)?$")
+LAYERS_HELP = (
+    "give a comma list of whole numbers >= 1 (1,2,4,12,80), a range start:stop:step (12:96:12, "
+    "stop included), a geometric range start:stop:xFACTOR (4:128:x2), or a mix (1,2,4:64:x2)"
+)
+
+
+def parse_layers(spec: str | int | Sequence[int]) -> list[int]:
+    """The depths of a sweep, ascending, from a spec string (or a list of ints).
+
+    Grammar: comma-separated items, each an integer ``L``, an arithmetic range
+    ``start:stop[:step]`` (step 1 by default; ``stop`` included when the steps land on
+    it), or a geometric range ``start:stop:xF`` (start, start*F, start*F^2, ... <= stop;
+    F a whole number >= 2). Every depth must be >= 1 and appear once. Raises
+    :class:`ConfigError` (field ``n_layers``, so the CLI names ``--layers``).
+    """
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        spec = [spec]
+    if not isinstance(spec, str):
+        values = list(spec)
+        if not values:
+            raise ConfigError("n_layers", f"no depths given; {LAYERS_HELP}")
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+                raise ConfigError("n_layers", f"{v!r} is not a whole number >= 1; {LAYERS_HELP}")
+        spec = ",".join(str(int(v)) for v in values)
+    if not spec.strip():
+        raise ConfigError("n_layers", f"empty list; {LAYERS_HELP}")
+    out: list[int] = []
+    for item in spec.split(","):
+        if not item.strip():
+            raise ConfigError("n_layers", f"{spec!r} has an empty item; {LAYERS_HELP}")
+        out.extend(_parse_item(item.strip()))
+    seen: set[int] = set()
+    for v in out:
+        if v in seen:
+            raise ConfigError("n_layers", f"{spec!r} gives {v} more than once; each depth must appear once")
+        seen.add(v)
+    return sorted(out)
+
+
+def _parse_item(item: str) -> list[int]:
+    if re.fullmatch(r"\s*-?\d+\s*", item):
+        v = int(item)
+        if v < 1:
+            raise ConfigError("n_layers", f"{item!r}: depths must be >= 1; {LAYERS_HELP}")
+        return [v]
+    m = _RANGE.match(item)
+    if not m:
+        raise ConfigError("n_layers", f"{item!r} is not a depth or a range; {LAYERS_HELP}")
+    start, stop = int(m.group(1)), int(m.group(2))
+    geometric, step = m.group(3) == "x", int(m.group(4)) if m.group(4) else 1
+    if start < 1:
+        raise ConfigError("n_layers", f"{item!r}: depths must be >= 1; {LAYERS_HELP}")
+    if stop < start:
+        raise ConfigError("n_layers", f"{item!r}: stop {stop} is below start {start}")
+    if geometric:
+        if step < 2:
+            raise ConfigError("n_layers", f"{item!r}: the factor must be a whole number >= 2")
+        values, v = [], start
+        while v <= stop:
+            values.append(v)
+            v *= step
+        return values
+    if step < 1:
+        raise ConfigError("n_layers", f"{item!r}: the step must be a whole number >= 1")
+    return list(range(start, stop + 1, step))
+
+
+def seed_configs(init: InitConfig, run: RunConfig, i: int) -> tuple[InitConfig, RunConfig]:
+    """Seed i of a sweep: weights from ``init.seed + i``; tokens from
+    ``run.data_seed + i`` when a data seed is set, else from the init seed."""
+    ini = dataclasses.replace(init, seed=init.seed + i)
+    r = run if run.data_seed is None else dataclasses.replace(run, data_seed=run.data_seed + i)
+    return ini, r
+
+
+def fit_line(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """Ordinary least squares y = intercept + slope * x (closed form, numpy):
+    slope, intercept, their standard errors (residual variance / (n - 2)) and R^2.
+    Standard errors are NaN with fewer than 3 points; everything is NaN with fewer
+    than 2 distinct x."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    nan = {"slope": math.nan, "intercept": math.nan, "slope_se": math.nan,
+           "intercept_se": math.nan, "r2": math.nan}  # fmt: skip
+    n = len(x)
+    if n < 2 or np.ptp(x) == 0:
+        return nan
+    xm, ym = x.mean(), y.mean()
+    sxx = float(np.sum((x - xm) ** 2))
+    slope = float(np.sum((x - xm) * (y - ym)) / sxx)
+    intercept = float(ym - slope * xm)
+    resid = y - (intercept + slope * x)
+    ssr, sst = float(np.sum(resid**2)), float(np.sum((y - ym) ** 2))
+    out = {**nan, "slope": slope, "intercept": intercept, "r2": 1.0 - ssr / sst if sst > 0 else math.nan}
+    if n > 2:
+        s2 = ssr / (n - 2)
+        out["slope_se"] = math.sqrt(s2 / sxx)
+        out["intercept_se"] = math.sqrt(s2 * (1.0 / n + xm**2 / sxx))
+    return out
+
+
+def _mean_se(values: pd.Series) -> tuple[float, float]:
+    v = values.to_numpy(dtype=np.float64)
+    v = v[np.isfinite(v)]
+    if len(v) == 0:
+        return math.nan, math.nan
+    se = float(np.std(v, ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan
+    return float(v.mean()), se
+
+
+def is_depth_scaled(recipe: str, model: ModelConfig) -> bool:
+    """Whether the recipe divides the branch variances by 2L. Gaussian branches
+    (``--branch gaussian``) ignore the recipe: their variance is S2 at every depth."""
+    return recipe == "scaled" and model.branch == "model"
+
+
+def theory_branch_var(rows: pd.DataFrame, depth_scaled: bool) -> float:
+    """The s^2 the theory lines use, from one configuration's rows (all depths and
+    seeds): the mean branch variance when it does not depend on L (naive init,
+    Gaussian branches); with depth scaling, the mean *unscaled-equivalent* branch
+    variance 2L * mean(s^2) of the scaled runs themselves, which is the s^2 in
+    v_2L = v0 + s^2 and needs no naive run."""
+    s2 = rows["branch_var_mean"].to_numpy(dtype=np.float64)
+    if depth_scaled:
+        s2 = s2 * 2 * rows["n_layers"].to_numpy(dtype=np.float64)
+    return float(np.nanmean(s2))
+
+
+def summarize_points(sweep: pd.DataFrame, theory_lines: dict) -> pd.DataFrame:
+    """Mean and standard error over seeds per (init, norm_position, n_layers)."""
+    rows = []
+    for (recipe, pos, L), d in sweep.groupby(["init", "norm_position", "n_layers"], sort=False):
+        row = {"init": recipe, "norm_position": pos, "n_layers": L, "n_seeds": len(d)}
+        for q in SUMMARY_QUANTITIES:
+            row[f"{q}_mean"], row[f"{q}_se"] = _mean_se(d[q])
+        v0, depth_scaled, s2 = theory_lines[(recipe, pos)]
+        row["theory_v_final"] = float(theory.v_final_depth(L, v0, s2, pos, depth_scaled))
+        row["theory_v_final_rel"] = row["theory_v_final"] / v0
+        rows.append(row)
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+def fit_configs(sweep: pd.DataFrame, summary: pd.DataFrame, theory_lines: dict) -> pd.DataFrame:
+    """Per configuration: the least-squares fit of v_final against L over every
+    (L, seed) row, the theory's slope and intercept over the same depths, and the
+    transfer check between the shallowest and the deepest depth."""
+    rows = []
+    for (recipe, pos), d in sweep.groupby(["init", "norm_position"], sort=False):
+        v0, depth_scaled, s2 = theory_lines[(recipe, pos)]
+        fit = fit_line(d["n_layers"], d["v_final"])
+        # per-seed slopes: independent draws, so their spread is a standard error that
+        # does not assume independent residuals (depths of one seed share their layers)
+        seeds = sorted(d["seed"].unique())
+        per_seed = [fit_line(s["n_layers"], s["v_final"])["slope"] for _, s in d.groupby("seed")]
+        slope_se_seeds = (
+            float(np.std(per_seed, ddof=1) / math.sqrt(len(per_seed))) if len(seeds) > 1 else math.nan
+        )
+        depths = np.sort(d["n_layers"].unique())
+        curve = theory.v_final_depth(depths, v0, s2, pos, depth_scaled)
+        th = fit_line(depths, curve) if len(depths) > 1 else {"slope": math.nan, "intercept": math.nan}
+        s = summary[(summary["init"] == recipe) & (summary["norm_position"] == pos)].set_index("n_layers")
+        lo, hi = s.loc[depths[0]], s.loc[depths[-1]]
+        a, a_se, b, b_se = lo["v_final_mean"], lo["v_final_se"], hi["v_final_mean"], hi["v_final_se"]
+        ratio = b / a
+        ratio_se = abs(ratio) * math.sqrt((a_se / a) ** 2 + (b_se / b) ** 2)
+        diff, diff_se = b - a, math.sqrt(a_se**2 + b_se**2)
+        # the seeds' spread is the honest standard error; one seed has only the OLS one
+        se_used = slope_se_seeds if len(seeds) > 1 else fit["slope_se"]
+        rows.append({
+            "init": recipe, "norm_position": pos, "n_points": len(d), "n_seeds": len(seeds),
+            "layers_min": int(depths[0]), "layers_max": int(depths[-1]),
+            **fit, "slope_se_seeds": slope_se_seeds,
+            "theory_slope": th["slope"], "theory_intercept": th["intercept"],
+            "slope_z": (fit["slope"] - th["slope"]) / se_used if se_used > 0 else math.nan,
+            "depth_scaled": depth_scaled, "theory_branch_var": s2,
+            "v_final_min_mean": a, "v_final_min_se": a_se, "v_final_max_mean": b, "v_final_max_se": b_se,
+            "ratio_max_min": ratio, "ratio_max_min_se": ratio_se,
+            "diff_max_min": diff, "diff_se": diff_se,
+            "within_spread": None if not math.isfinite(diff_se) else bool(abs(diff) <= SPREAD_K * diff_se),
+        })  # fmt: skip
+    return pd.DataFrame(rows, columns=FIT_COLUMNS)
+
+
+def run_depth_sweep(
+    model: ModelConfig | None = None,
+    init: InitConfig | None = None,
+    run: RunConfig | None = None,
+    layers: str | Sequence[int] = (1, 2, 4, 8, 12, 24, 48, 80),
+    seeds: int = 1,
+    inits: Sequence[str] = ("naive", "scaled"),
+    norm_positions: Sequence[str] = ("pre", "post"),
+    grads: bool = True,
+    progress: Progress | None = None,
+) -> ExperimentResult:
+    """Final stream variance (and W_down gradient ratio) against depth.
+
+    For every depth L in ``layers`` (a list, or a spec string: see
+    :func:`parse_layers`) and seed i < ``seeds``, runs :func:`run_variance` (and,
+    with ``grads``, :func:`run_grad_norms`) on ``model`` with ``n_layers = L`` for
+    each (init recipe, norm position). ``model.n_layers`` itself is ignored.
+
+    Returns frames ``depth_sweep`` (one row per configuration, L and seed),
+    ``depth_sweep_summary`` (mean and standard error over seeds per configuration
+    and L, with the theory line) and ``depth_sweep_fit`` (per configuration: the
+    fit of v_final against L, the theory slope and the transfer check). Raises
+    :class:`IncompleteRun`, holding the finished points, if a point fails.
+
+    >>> res = run_depth_sweep(ModelConfig(d_model=64, n_heads=2), layers="1:8:x2", seeds=2,
+    ...                       run=RunConfig(batch=2, seq_len=16), grads=False)
+    >>> res["depth_sweep_fit"][["init", "norm_position", "slope", "theory_slope"]]  # doctest: +SKIP
+    """
+    model, init, run = model or ModelConfig(), init or InitConfig(), run or RunConfig()
+    depths = parse_layers(layers)
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise ConfigError("seeds", f"must be a whole number >= 1, got {seeds!r}")
+    configs = list(grid(inits, norm_positions))
+    device = resolve_device(run.device)
+    base = dataclasses.replace(model, n_layers=depths[-1])
+    # progress in block passes: a forward per layer and configuration, and for the
+    # gradients a forward and a backward (grad_norms counts 2 per layer)
+    per_layer = len(configs) * (3 if grads else 1)
+    total, done = per_layer * seeds * sum(depths), 0
+    records: list[dict] = []
+    seconds: dict[str, float] = {}
+    streamed: dict[int, bool] = {}
+    criterion = f"|v(L_max) - v(L_min)| <= {SPREAD_K:g} * sqrt(se_max^2 + se_min^2)"
+    meta = run_meta(base, init, run, device, configurations=configs, layers=depths, seeds=seeds,
+                    seed_values=[init.seed + i for i in range(seeds)], grads=grads,
+                    spread_criterion=criterion)  # fmt: skip
+
+    def result(complete: bool, error: str | None = None) -> ExperimentResult:
+        meta["seconds"], meta["streamed"] = seconds, streamed
+        return ExperimentResult(assemble(records, configs, model), meta, complete, error)
+
+    for L in depths:
+        cfg = dataclasses.replace(model, n_layers=L)
+        for i in range(seeds):
+            ini, r = seed_configs(init, run, i)
+            t0 = time.perf_counter()
+            try:
+                var = run_variance(
+                    cfg,
+                    ini,
+                    r,
+                    inits,
+                    norm_positions,
+                    progress=_span(progress, done, len(configs) * L, total),
+                )
+                done += len(configs) * L
+                grad = None
+                if grads:
+                    span = _span(progress, done, 2 * len(configs) * L, total)
+                    grad = run_grad_norms(cfg, ini, r, inits, norm_positions, batches=1, progress=span)
+                    done += 2 * len(configs) * L
+            except IncompleteRun as exc:
+                raise IncompleteRun(f"L={L}, seed {ini.seed}: {exc}", result(False, str(exc))) from exc
+            except KeyboardInterrupt as exc:
+                raise IncompleteRun(
+                    f"L={L}, seed {ini.seed}: interrupted", result(False, "interrupted")
+                ) from exc
+            seconds[f"L={L}/seed={ini.seed}"] = time.perf_counter() - t0
+            streamed[L] = bool(var.meta.get("streamed"))
+            ratios = {}
+            if grad is not None:
+                for g in grad["summary"].itertuples(index=False):
+                    ratios[(g.init, g.norm_position)] = float(g.down_ratio_first_last)
+            for row in var["summary"].to_dict("records"):
+                row["grad_ratio"] = ratios.get((row["init"], row["norm_position"]), math.nan)
+                records.append(row)
+            if progress is not None:
+                progress(done, total)
+    return result(True)
+
+
+def _span(progress: Progress | None, start: int, width: int, total: int) -> Progress | None:
+    """A sub-run's progress (done, its total) mapped onto [start, start + width] of ours."""
+    if progress is None:
+        return None
+
+    def update(done: int, sub_total: int) -> None:
+        progress(start + (done * width) // max(sub_total, 1), total)
+
+    return update
+
+
+def assemble(
+    records: list[dict], configs: list[tuple[str, str]], model: ModelConfig
+) -> dict[str, pd.DataFrame]:
+    """The three frames from the per-point rows (empty frames when there are none)."""
+    if not records:
+        return {
+            "depth_sweep": pd.DataFrame(columns=SWEEP_COLUMNS),
+            "depth_sweep_summary": pd.DataFrame(columns=SUMMARY_COLUMNS),
+            "depth_sweep_fit": pd.DataFrame(columns=FIT_COLUMNS),
+        }
+    order = {c: i for i, c in enumerate(configs)}
+    sweep = pd.DataFrame(records)
+    sweep["_order"] = [order[(a, b)] for a, b in zip(sweep["init"], sweep["norm_position"], strict=True)]
+    sweep = sweep.sort_values(["_order", "n_layers", "seed"], kind="stable")[SWEEP_COLUMNS].reset_index(
+        drop=True
+    )
+    theory_lines = {}
+    for (recipe, pos), d in sweep.groupby(["init", "norm_position"], sort=False):
+        scaled = is_depth_scaled(recipe, model)
+        theory_lines[(recipe, pos)] = (float(d["v0"].mean()), scaled, theory_branch_var(d, scaled))
+    summary = summarize_points(sweep, theory_lines)
+    return {
+        "depth_sweep": sweep,
+        "depth_sweep_summary": summary,
+        "depth_sweep_fit": fit_configs(sweep, summary, theory_lines),
+    }
