@@ -68,23 +68,6 @@ def pooled_variance_se(variance: float, n_elements: int) -> float:
     return variance * math.sqrt(2.0 / max(n_elements - 1, 1))
 
 
-# --- Parameter counts (DESIGN.md section 1) ---
-
-
-def tied_embedding_saving(vocab_size: int, d_model: int) -> int:
-    """A head tied to the embedding E (V x d) reuses it instead of holding its own
-    V x d matrix: V * d fewer parameters (V=128000, d=2048: 262,144,000, about 17.5%
-    of a 1.5B model)."""
-    return vocab_size * d_model
-
-
-def swiglu_matching_d_ff(d_model: int) -> float:
-    """The gated FFN's hidden size at which its three matrices, 3 d d_ff, hold as many
-    weights as the classic FFN's two at 4d, 2 d (4d) = 8 d^2: d_ff = 8d/3 (a whole
-    number only when 3 divides d)."""
-    return 8 * d_model / 3
-
-
 def identity_gain_pre(n_additions: int) -> np.ndarray:
     """Pre-norm backward identity path: d x_out / d x = I + dF/dx, so along the
     identity alone the gradient reaching addition k is the one leaving the last
@@ -137,6 +120,23 @@ def logit_var_model(head_dim: int, d_model: int, sigma: float, scaled: bool) -> 
 def norm_params(norm: str, d_model: int) -> int:
     """Parameters of one norm: RMSNorm has a gain (d), LayerNorm a gain and a bias (2d)."""
     return {"rmsnorm": d_model, "layernorm": 2 * d_model}[norm]
+
+
+# --- Parameter counts (DESIGN.md section 1) ---
+
+
+def tied_embedding_saving(vocab_size: int, d_model: int) -> int:
+    """A head tied to the embedding E (V x d) reuses it instead of holding its own
+    V x d matrix: V * d fewer parameters (V=128000, d=2048: 262,144,000, about 17.5%
+    of a 1.5B model)."""
+    return vocab_size * d_model
+
+
+def swiglu_matching_d_ff(d_model: int) -> float:
+    """The gated FFN's hidden size at which its three matrices, 3 d d_ff, hold as many
+    weights as the classic FFN's two at 4d, 2 d (4d) = 8 d^2: d_ff = 8d/3 (a whole
+    number only when 3 divides d)."""
+    return 8 * d_model / 3
 
 
 # --- Depth sweep ---

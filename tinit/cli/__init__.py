@@ -63,14 +63,8 @@ def _root() -> None:
 
 
 def _register() -> None:
-    from . import attention_scale  # noqa: F401, I001  (one line per command, kept apart)
-    from . import norms  # noqa: F401, I001  (one line per command, kept apart)
-    from . import depth_sweep  # noqa: F401, I001  (one line per command, kept apart)
-    from . import grad_norms  # noqa: F401, I001  (one line per command, kept apart)
-    from . import params  # noqa: F401, I001  (one line per command, kept apart)
-    from . import check  # noqa: F401, I001  (one line per command, kept apart)
-    from . import grad_norms  # noqa: F401, I001  (one line per command, kept apart)
-    from . import variance  # noqa: F401  (commands register themselves on import)
+    # commands register themselves on import; this order is the order in `tinit --help`
+    from . import variance, grad_norms, depth_sweep, attention_scale, norms, params, check  # noqa: F401, I001
 
 
 _register()

@@ -74,7 +74,10 @@ def attention_scale_table(frame: pd.DataFrame, title: str = "") -> Table:
     return t
 
 
-@app.command("attention-scale")
+@app.command(
+    "attention-scale",
+    short_help="Attention-logit variance, entropy and max weight vs head size, with and without 1/sqrt(d_h).",
+)
 @shared_options(exclude=tuple(n for n in NOT_APPLICABLE if n in SHARED))
 def attention_scale(
     *,

@@ -35,7 +35,9 @@ def _alpha(value: float) -> float:
     return value
 
 
-@app.command("check")
+@app.command(
+    "check", short_help="The background's five claims, each measured, with pass/fail (exit 1 if any fails)."
+)
 @shared_options(exclude=CHOSEN_BY_CHECK, defaults=CHECK_DEFAULTS)
 def check(
     *,

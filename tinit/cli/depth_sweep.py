@@ -15,7 +15,10 @@ SWEEP = "Sweep"
 DEFAULT_LAYERS = "1,2,4,8,12,24,48,80"
 
 
-@app.command("depth-sweep")
+@app.command(
+    "depth-sweep",
+    short_help="v_2L (and gradient ratio) against depth L: does the init transfer from 12 to 80 layers?",
+)
 @shared_options(exclude=("layers",))
 def depth_sweep(
     *,

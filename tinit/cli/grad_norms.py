@@ -14,7 +14,10 @@ from .variance import describe
 GRADIENTS = "Gradients"
 
 
-@app.command("grad-norms")
+@app.command(
+    "grad-norms",
+    short_help="Per-layer gradient norms and stream gradients at init vs the identity-path prediction.",
+)
 @shared_options(defaults={"layers": 12})
 def grad_norms(
     *,

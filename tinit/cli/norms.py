@@ -71,7 +71,9 @@ def ratio_table(ratio: pd.DataFrame, timing: pd.DataFrame, title: str) -> Table:
     return t
 
 
-@app.command("norms")
+@app.command(
+    "norms", short_help="RMSNorm vs LayerNorm: invariances, forward/backward time, saved bytes, parameters."
+)
 @shared_options(exclude=tuple(n for n in SHARED if n not in APPLICABLE))
 def norms(
     *,

@@ -117,7 +117,9 @@ def describe(model: ModelConfig, preset: str | None) -> str:
     )
 
 
-@app.command("params")
+@app.command(
+    "params", short_help="Exact parameter accounting: components, tied vs untied head, the 8d/3 FFN rule."
+)
 @shared_options(exclude=NOT_COUNTED)
 def params(
     *,

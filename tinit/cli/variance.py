@@ -18,7 +18,9 @@ def describe(opts: SharedOptions, model: ModelConfig) -> str:
     )
 
 
-@app.command("variance")
+@app.command(
+    "variance", short_help="Residual-stream variance at every addition vs v_2L = v0 + 2L s^2 (the main job)."
+)
 @shared_options(defaults={"layers": 12})
 def variance(*, opts: SharedOptions) -> None:
     """Measure the residual-stream variance at every one of the 2L additions, naive vs
