@@ -42,6 +42,7 @@ from .common import (
     ExperimentResult,
     IncompleteRun,
     Progress,
+    ProgressCounter,
     configure,
     make_tokens,
     resolve_device,
@@ -505,19 +506,12 @@ def _run_check(model, init, run, deep_layers, head_dims, alpha, progress) -> Exp
     tokens = make_tokens(model, run, init.seed if run.data_seed is None else run.data_seed, device)
     plan = [("model", "naive", short), ("gaussian", "naive", short), ("model", "scaled", short),
             ("model", "naive", long), ("model", "scaled", long)]  # fmt: skip
-    total = sum(L for _, _, L in plan) + 2 * 2 * short + len(head_dims) + 1
-    done = 0
+    tick = ProgressCounter(progress, sum(L for _, _, L in plan) + 2 * 2 * short + len(head_dims) + 1)
     meta = run_meta(model, init, run, device, streamed=stream, deep_layers=long, head_dims=list(head_dims),
                     alpha=alpha, items={k: v[0] for k, v in ITEMS.items()})  # fmt: skip
     seconds: dict[str, float] = {}
     frames: dict[str, pd.DataFrame] = {}
     rows: list[dict] = []
-
-    def tick(n: int = 1) -> None:
-        nonlocal done
-        done += n
-        if progress is not None:
-            progress(done, total)
 
     def result(complete: bool, error: str | None = None) -> ExperimentResult:
         meta["seconds"] = seconds

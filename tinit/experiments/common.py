@@ -24,6 +24,18 @@ Progress = Callable[[int, int], None]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
 
+class ProgressCounter:
+    """Counts finished steps and reports (done, total) to an optional callback."""
+
+    def __init__(self, progress: Progress | None, total: int):
+        self.progress, self.total, self.done = progress, total, 0
+
+    def __call__(self, n: int = 1) -> None:
+        self.done += n
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+
+
 class DeviceError(ConfigError):
     """The requested device cannot be used here (for example cuda without CUDA)."""
 

@@ -52,6 +52,7 @@ from .common import (
     ExperimentResult,
     IncompleteRun,
     Progress,
+    ProgressCounter,
     configure,
     grid,
     make_tokens,
@@ -294,16 +295,10 @@ def run_grad_norms(
     seeds = batch_seeds(init.seed if run.data_seed is None else run.data_seed, batches)
     toks = [make_tokens(model, run, s, device) for s in seeds]
     L = model.n_layers
-    total, done = len(configs) * 2 * batches * L, 0
+    tick = ProgressCounter(progress, len(configs) * 2 * batches * L)
     grad_frames, stream_frames, summaries, seconds = [], [], [], {}
     meta = run_meta(model, init, run, device, streamed=stream, configurations=configs,
                     batches=batches, data_seeds=seeds)  # fmt: skip
-
-    def tick(n: int = 1) -> None:
-        nonlocal done
-        done += n
-        if progress is not None:
-            progress(done, total)
 
     def result(complete: bool, error: str | None = None) -> ExperimentResult:
         def cat(frames, columns):

@@ -21,6 +21,7 @@ from .common import (
     ExperimentResult,
     IncompleteRun,
     Progress,
+    ProgressCounter,
     configure,
     grid,
     make_tokens,
@@ -118,15 +119,9 @@ def run_variance(
     configs = list(grid(inits, norm_positions))
     stream = should_stream(model, dtype, device, run.stream)
     tokens = make_tokens(model, run, init.seed if run.data_seed is None else run.data_seed, device)
-    total, done = len(configs) * model.n_layers, 0
+    tick = ProgressCounter(progress, len(configs) * model.n_layers)
     frames, summaries, seconds = [], [], {}
     meta = run_meta(model, init, run, device, streamed=stream, configurations=configs)
-
-    def tick(_layer: int) -> None:
-        nonlocal done
-        done += 1
-        if progress is not None:
-            progress(done, total)
 
     def result(complete: bool, error: str | None = None) -> ExperimentResult:
         variance = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=VARIANCE_COLUMNS)
@@ -142,7 +137,7 @@ def run_variance(
         try:
             with matmul_precision(run):
                 net = Transformer(cfg, ini, device, dtype, stream=stream)
-                raw = measure_stream(net, tokens, stat_dtype(dtype), on_block=tick)
+                raw = measure_stream(net, tokens, stat_dtype(dtype), on_block=lambda _layer: tick())
             del net
         except (torch.OutOfMemoryError, KeyboardInterrupt) as exc:
             what = "out of memory" if isinstance(exc, torch.OutOfMemoryError) else "interrupted"
