@@ -104,6 +104,7 @@ class SharedOptions:
     branch: str
     branch_var: float
     stream: bool | None
+    tf32: bool
     device: str
     dtype: str
     seed: int
@@ -145,7 +146,7 @@ class SharedOptions:
             extra = {"preset": self.preset, **extra}
         return RunConfig(
             batch=self.batch, seq_len=self.seq_len, device=self.device, dtype=self.dtype,
-            stream=self.stream, extra=extra,
+            stream=self.stream, tf32=self.tf32, extra=extra,
         )  # fmt: skip
 
 
@@ -385,6 +386,18 @@ SHARED: dict[str, tuple[Any, Any]] = {
             ),
         ],
         None,
+    ),
+    "tf32": (
+        Annotated[
+            bool,
+            _opt(
+                "--tf32",
+                help="Allow TF32 matmuls on CUDA in float32 runs (faster, 10-bit mantissa; "
+                "recorded in config.json as tf32_matmul).",
+                panel=RUN,
+            ),
+        ],
+        False,
     ),
     "out": (
         Annotated[

@@ -20,7 +20,7 @@ from .runner import Outputs, configs_or_exit, execute
 #: Shared options that do not change a parameter count.
 NOT_COUNTED = (
     "batch", "sigma", "embed_std", "attention", "no_attn_scale", "init", "branch", "branch_var",
-    "device", "dtype", "stream", "seed",
+    "device", "dtype", "stream", "tf32", "seed",
 )  # fmt: skip
 
 

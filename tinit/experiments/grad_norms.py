@@ -56,6 +56,7 @@ from .common import (
     configure,
     grid,
     make_tokens,
+    matmul_precision,
     resolve_device,
     resolve_dtype,
     run_meta,
@@ -321,12 +322,12 @@ def run_grad_norms(
             sq = torch.zeros(2 * L + 1, dtype=stats, device=device)
             losses: list[torch.Tensor] = []
             probes = [VarianceProbe(stats) for _ in toks]
-            if stream:
-                _layerwise(net, cfg, ini, device, dtype, toks, stats, sq, losses, probes, rec, tick)
-                rec.record(net.named_parameters())
-            else:
-                _autograd(net, toks, stats, sq, losses, probes, tick)
-                rec.record(net.named_parameters())
+            with matmul_precision(run):
+                if stream:
+                    _layerwise(net, cfg, ini, device, dtype, toks, stats, sq, losses, probes, rec, tick)
+                else:
+                    _autograd(net, toks, stats, sq, losses, probes, tick)
+            rec.record(net.named_parameters())
             grads = rec.frame()
             sq_host = sq.cpu().to(torch.float64).numpy()
             loss = float(torch.stack(losses).mean())
