@@ -5,12 +5,12 @@ mask and softmax; the softmax statistics against a brute-force reference; and th
 files, columns and bad-input errors."""
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import assert_one_line_error, readme_section
 from typer.testing import CliRunner
 
 from tinit import theory
@@ -218,15 +218,10 @@ def test_cli_odd_head_dims_without_rope(tmp_path):
 )
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, option):
     res = invoke("--out", str(tmp_path / "x"), *args)
-    assert res.exit_code == 2, res.output
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error:"), res.stderr
-    assert option in lines[0]
-    assert not (tmp_path / "x").exists()
+    assert_one_line_error(res, option, tmp_path / "x")
 
 
 def test_readme_documents_every_column():
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = text.split("## `tinit attention-scale`", 1)[1].split("\n## ", 1)[0]
+    section = readme_section("`tinit attention-scale`")
     for col in COLUMNS:
         assert f"`{col}`" in section, col

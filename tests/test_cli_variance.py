@@ -7,6 +7,7 @@ import json
 import pandas as pd
 import pytest
 import torch
+from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -92,12 +93,7 @@ def test_restricting_flags(tmp_path, args, option):
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, args, option):
     res = invoke("--out", str(tmp_path / "x"), *args)
-    assert res.exit_code == 2, res.output
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error:"), res.stderr
-    assert option in lines[0]
-    assert "Traceback" not in res.output
-    assert not (tmp_path / "x").exists()
+    assert_one_line_error(res, option, tmp_path / "x")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")

@@ -8,11 +8,11 @@ import dataclasses
 import json
 import re
 import weakref
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from helpers import readme_section
 from typer.testing import CliRunner
 
 from tinit import theory
@@ -316,8 +316,7 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, option):
 
 
 def test_readme_documents_every_column():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("## `tinit grad-norms`", 1)[1].split("\n## ", 1)[0]
+    section = readme_section("`tinit grad-norms`")
     documented = set(re.findall(r"`([a-z_0-9]+)`", section))
     for cols in (GRAD_COLUMNS, STREAM_COLUMNS, SUMMARY_COLUMNS):
         missing = set(cols) - documented

@@ -6,12 +6,12 @@ asserted: machines are noisy); a compile failure is recorded, not raised; and th
 files, columns and bad-input errors."""
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import assert_one_line_error, readme_section
 from typer.testing import CliRunner
 
 from tinit import theory
@@ -201,15 +201,10 @@ def test_cli_writes_csvs_plot_and_config(tmp_path):
 )
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, option):
     res = invoke("--out", str(tmp_path / "x"), *args)
-    assert res.exit_code == 2, res.output
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error:"), res.stderr
-    assert option in lines[0]
-    assert not (tmp_path / "x").exists()
+    assert_one_line_error(res, option, tmp_path / "x")
 
 
 def test_readme_documents_every_column():
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = text.split("## `tinit norms`", 1)[1].split("\n## ", 1)[0]
+    section = readme_section("`tinit norms`")
     for col in {*BEHAVIOUR_COLUMNS, *TIMING_COLUMNS, *RATIO_COLUMNS}:
         assert f"`{col}`" in section, col
