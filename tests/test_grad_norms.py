@@ -12,7 +12,7 @@ import weakref
 import numpy as np
 import pytest
 import torch
-from helpers import readme_section
+from helpers import assert_one_line_error, readme_section
 from typer.testing import CliRunner
 
 from tinit import theory
@@ -29,7 +29,7 @@ from tinit.experiments.grad_norms import (
     param_key,
     run_grad_norms,
 )
-from tinit.model.config import InitConfig, ModelConfig, RunConfig
+from tinit.model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from tinit.model.transformer import Transformer
 
 TINY = ModelConfig(n_layers=3, d_model=32, n_heads=2, vocab_size=64, max_seq_len=16)
@@ -321,3 +321,14 @@ def test_readme_documents_every_column():
     for cols in (GRAD_COLUMNS, STREAM_COLUMNS, SUMMARY_COLUMNS):
         missing = set(cols) - documented
         assert not missing, missing
+
+
+def test_single_token_vocab_is_refused(tmp_path):
+    """V = 1 makes the loss constant and every gradient 0: bad input, not NaN ratios."""
+    with pytest.raises(ConfigError) as info:
+        run_grad_norms(ModelConfig(n_layers=1, d_model=16, n_heads=2, vocab_size=1))
+    assert info.value.field == "vocab_size"
+    out = tmp_path / "x"
+    res = CliRunner().invoke(app, ["grad-norms", "--vocab", "1", "-L", "1", "--d-model", "16", "--heads", "2",
+                              "--out", str(out)])  # fmt: skip
+    assert_one_line_error(res, "--vocab", out)

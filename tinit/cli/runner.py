@@ -78,6 +78,8 @@ def execute(
     except IncompleteRun as exc:
         result, failure = exc.result, str(exc)
     except ConfigError as exc:
+        if not any(run_dir.iterdir()):  # nothing measured: leave no empty run folder behind
+            run_dir.rmdir()
         raise bad_option(exc) from None
     write_csvs(run_dir, result.frames)
     write_config(run_dir, command, result.meta, complete=result.complete, error=result.error)

@@ -51,7 +51,7 @@ from .common import (
     should_stream,
     stat_dtype,
 )
-from .grad_norms import run_grad_norms
+from .grad_norms import require_gradients, run_grad_norms
 from .params import run_params
 from .probes import VarianceProbe
 from .variance import VARIANCE_COLUMNS, add_theory
@@ -491,6 +491,7 @@ def run_check(
     thread (the numbers do not depend on it beyond float rounding).
     """
     model, init, run = model or ModelConfig(), init or InitConfig(), run or RunConfig()
+    require_gradients(model)
     device = resolve_device(run.device)
     small = device.type == "cpu" and run.batch * run.seq_len * model.d_model**2 <= SMALL_WORK
     with cpu_threads(1 if small else None):

@@ -30,7 +30,7 @@ import pandas as pd
 from .. import theory
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from .common import ExperimentResult, IncompleteRun, Progress, grid, resolve_device, run_meta
-from .grad_norms import run_grad_norms
+from .grad_norms import require_gradients, run_grad_norms
 from .variance import run_variance
 
 #: depth_sweep.csv: one row per (init, norm_position, n_layers, seed).
@@ -277,6 +277,8 @@ def run_depth_sweep(
     """
     model, init, run = model or ModelConfig(), init or InitConfig(), run or RunConfig()
     depths = parse_layers(layers)
+    if grads:
+        require_gradients(model)
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise ConfigError("seeds", f"must be a whole number >= 1, got {seeds!r}")
     configs = list(grid(inits, norm_positions))

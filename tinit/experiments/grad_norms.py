@@ -264,6 +264,13 @@ def summarize(grads: pd.DataFrame, streams: pd.DataFrame) -> dict:
     }
 
 
+def require_gradients(model: ModelConfig) -> None:
+    """With a single token the next-token cross-entropy is constant (0), so every
+    gradient vanishes and every ratio is 0/0: refuse it as bad input."""
+    if model.vocab_size < 2:
+        raise ConfigError("vocab_size", f"must be >= 2 to measure gradients, got {model.vocab_size}")
+
+
 def run_grad_norms(
     model: ModelConfig | None = None,
     init: InitConfig | None = None,
@@ -286,6 +293,7 @@ def run_grad_norms(
     >>> res["summary"][["init", "norm_position", "down_ratio_first_last"]]  # doctest: +SKIP
     """
     model, init, run = model or ModelConfig(), init or InitConfig(), run or RunConfig()
+    require_gradients(model)
     if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
         raise ConfigError("batches", f"must be a whole number >= 1, got {batches!r}")
     device, dtype = resolve_device(run.device), resolve_dtype(run.dtype)
