@@ -96,29 +96,35 @@ def main() -> None:
         rows.append((name, seconds, gib, target))
         print(f"  {name:<52} {seconds:8.3f} s  {gib:7.2f} GiB  {target}", flush=True)
 
+    def case(name: str, fn: Callable[[], object], repeats: int, target: str = "") -> float:
+        """Median time and peak memory of ``fn``; a failure (OOM, CUDA error) is recorded
+        as a row and the script goes on, so one bad case never costs the others."""
+        try:
+            peak_reset(device)
+            secs = median_time(timer, fn, repeats)
+        except (torch.OutOfMemoryError, RuntimeError) as exc:
+            record(name, float("nan"), float("nan"), f"FAILED: {str(exc).splitlines()[0][:80]}")
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            return float("nan")
+        record(name, secs, peak_gib(device), target)
+        return secs
+
     # 1. the variance measurement, as `tinit variance --init naive --pre-norm --stream` runs it
     for dtype, tf32, target in (("bfloat16", False, "<= 0.6 s, <= 6 GiB"), ("float32", True, "<= 1.1 s")):
         r = dataclasses.replace(run, dtype=dtype, tf32=tf32)
-
-        def measure(r=r):
-            return run_variance(big, init, r, inits=("naive",), norm_positions=("pre",))
-
-        measure()
-        peak_reset(device)
-        secs = median_time(timer, measure, args.repeats)
-        record(
+        case(
             f"variance {shape} {dtype}{' +TF32' if tf32 else ''} (measurement)",
-            secs,
-            peak_gib(device),
+            lambda r=r: run_variance(big, init, r, inits=("naive",), norm_positions=("pre",)),
+            args.repeats,
             target,
         )
 
     # 2./3. the streamed forward alone: probe on/off, overlap on/off (bf16)
-    dt = torch.bfloat16
     tokens = make_tokens(big, run, init.seed, device)
     results = {}
     for overlap in (True, False):
-        model = Transformer(big, init, device, dt, stream=True, overlap=overlap)
+        model = Transformer(big, init, device, torch.bfloat16, stream=True, overlap=overlap)
         for with_probe in (False, True):
 
             def forward(model=model, with_probe=with_probe):
@@ -128,14 +134,11 @@ def main() -> None:
                 if probe is not None:
                     probe.frame()  # the one host transfer
 
-            peak_reset(device)
-            secs = median_time(timer, forward, args.repeats)
-            results[(overlap, with_probe)] = secs
             on_off = ("on " if overlap else "off", "on" if with_probe else "off")
             name = "streamed forward bf16, overlap {}, probe {}".format(*on_off)
-            record(name, secs, peak_gib(device))
-    overhead = results[(True, True)] / results[(True, False)] - 1
-    record("probe overhead (overlap on)", overhead, float("nan"), "<= 5%")
+            results[(overlap, with_probe)] = case(name, forward, args.repeats)
+    record("probe overhead (overlap on)", results[(True, True)] / results[(True, False)] - 1, float("nan"),
+           "<= 5%")  # fmt: skip
     record(
         "overlap speed-up (probe on): off/on", results[(False, True)] / results[(True, True)], float("nan")
     )
@@ -145,14 +148,11 @@ def main() -> None:
         from tinit.experiments.grad_norms import run_grad_norms
 
         r = dataclasses.replace(run, dtype="float32", tf32=True)
-
-        def grads():
-            return run_grad_norms(grad_cfg, init, r, inits=("naive",), norm_positions=("pre",))
-
-        grads()
-        peak_reset(device)
-        secs = median_time(timer, grads, max(1, args.repeats - 1))
-        record(f"grad-norms {gshape} fp32+TF32, layer-wise backward", secs, peak_gib(device))
+        case(
+            f"grad-norms {gshape} fp32+TF32, layer-wise backward",
+            lambda: run_grad_norms(grad_cfg, init, r, inits=("naive",), norm_positions=("pre",)),
+            max(1, args.repeats - 1),
+        )
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     print()
