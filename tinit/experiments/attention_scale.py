@@ -39,9 +39,12 @@ from ..model.init import generator, init_weights_
 from ..model.layers import Attention, apply_rope, make_norm
 from ..model.transformer import Transformer
 from .common import (
+    RUN_FAILURES,
     ExperimentResult,
     IncompleteRun,
     Progress,
+    ProgressCounter,
+    failure_reason,
     make_tokens,
     resolve_device,
     resolve_dtype,
@@ -186,7 +189,7 @@ def run_attention_scale(
     seed = init.seed if run.data_seed is None else run.data_seed
     causal = model.attention == "causal"
     n_heads = model.n_heads
-    total, done = len(dims) * len(inputs), 0
+    tick = ProgressCounter(progress, len(dims) * len(inputs))
     rows: list[dict] = []
     seconds: dict[str, float] = {}
     meta = run_meta(
@@ -243,11 +246,9 @@ def run_attention_scale(
                         "max_weight_uniform": float(s["max_weight_uniform"]),
                     })  # fmt: skip
                 del q, k
-            except (torch.OutOfMemoryError, KeyboardInterrupt) as exc:
-                what = "out of memory" if isinstance(exc, torch.OutOfMemoryError) else "interrupted"
+            except RUN_FAILURES as exc:
+                what = failure_reason(exc)
                 raise IncompleteRun(f"{name} input, d_h={h}: {what}", result(False, what)) from exc
             seconds[f"{name}/{h}"] = time.perf_counter() - t0
-            done += 1
-            if progress is not None:
-                progress(done, total)
+            tick()
     return result(True)

@@ -39,11 +39,13 @@ from ..model.init import role_std
 from ..model.transformer import Transformer
 from .attention_scale import run_attention_scale
 from .common import (
+    RUN_FAILURES,
     ExperimentResult,
     IncompleteRun,
     Progress,
     ProgressCounter,
     configure,
+    failure_reason,
     make_tokens,
     resolve_device,
     resolve_dtype,
@@ -522,9 +524,6 @@ def _run_check(model, init, run, deep_layers, head_dims, alpha, progress) -> Exp
     def failed(what: str, why: str) -> IncompleteRun:
         return IncompleteRun(f"{what}: {why}", result(False, why))
 
-    def why(exc: BaseException) -> str:
-        return "out of memory" if isinstance(exc, torch.OutOfMemoryError) else "interrupted"
-
     runs: dict[tuple[str, int], pd.DataFrame] = {}
     var_frames = []
     gauss, s2 = None, math.nan
@@ -536,8 +535,8 @@ def _run_check(model, init, run, deep_layers, head_dims, alpha, progress) -> Exp
             cfg = dataclasses.replace(cfg, branch="gaussian", branch_var=mean_s2)
         try:
             df = measure_additions(cfg, ini, tokens, device, dtype, stream, on_block=tick)
-        except (torch.OutOfMemoryError, KeyboardInterrupt) as exc:
-            raise failed(f"{branch} branches, {recipe} init, {L} layers", why(exc)) from exc
+        except RUN_FAILURES as exc:
+            raise failed(f"{branch} branches, {recipe} init, {L} layers", failure_reason(exc)) from exc
         df = df.assign(init=recipe, norm_position="pre", n_layers=L, seed=init.seed, branch=branch)
         var_frames.append(df[CHECK_VARIANCE_COLUMNS])
         if branch == "gaussian":

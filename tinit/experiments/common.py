@@ -36,6 +36,15 @@ class ProgressCounter:
             self.progress(self.done, self.total)
 
 
+#: What ends a run part-way and is turned into an IncompleteRun holding what was measured.
+RUN_FAILURES = (torch.OutOfMemoryError, KeyboardInterrupt)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """A short reason for a run that stopped part-way."""
+    return "out of memory" if isinstance(exc, torch.OutOfMemoryError) else "interrupted"
+
+
 class DeviceError(ConfigError):
     """The requested device cannot be used here (for example cuda without CUDA)."""
 

@@ -49,11 +49,13 @@ from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ..model.init import draw_seed, role_of
 from ..model.transformer import Transformer, build_block
 from .common import (
+    RUN_FAILURES,
     ExperimentResult,
     IncompleteRun,
     Progress,
     ProgressCounter,
     configure,
+    failure_reason,
     grid,
     make_tokens,
     matmul_precision,
@@ -340,8 +342,8 @@ def run_grad_norms(
             sq_host = sq.cpu().to(torch.float64).numpy()
             loss = float(torch.stack(losses).mean())
             del net, rec, sq, losses
-        except (torch.OutOfMemoryError, KeyboardInterrupt) as exc:
-            what = "out of memory" if isinstance(exc, torch.OutOfMemoryError) else "interrupted"
+        except RUN_FAILURES as exc:
+            what = failure_reason(exc)
             raise IncompleteRun(f"{recipe}/{norm_position}-norm: {what}", result(False, what)) from exc
         seconds[f"{recipe}/{norm_position}"] = time.perf_counter() - t0
         # forward variances, averaged over the batches (each batch has equal size)

@@ -39,7 +39,17 @@ import torch.nn.functional as F
 from .. import theory
 from ..model.config import ConfigError, RunConfig
 from ..model.init import generator
-from .common import ExperimentResult, IncompleteRun, Progress, device_name, resolve_device, resolve_dtype
+from .common import (
+    RUN_FAILURES,
+    ExperimentResult,
+    IncompleteRun,
+    Progress,
+    ProgressCounter,
+    device_name,
+    failure_reason,
+    resolve_device,
+    resolve_dtype,
+)
 
 NORMS = ("rmsnorm", "layernorm")
 IMPLS = ("eager", "functional", "compiled")
@@ -360,7 +370,7 @@ def run_norms(
     impl_names = [i for i in IMPLS if (NORMS[0], i) in impls]
     timer = make_timer(device)
     sizes = [(r, d) for r in rows_list for d in d_list]
-    total, done = len(sizes) * len(NORMS) * len(impl_names) + 1, 0
+    tick = ProgressCounter(progress, len(sizes) * len(NORMS) * len(impl_names) + 1)
     broken: dict[str, str] = {}  # impl -> why it is unavailable
     timing: list[dict] = []
     behaviour: list[dict] = []
@@ -388,16 +398,13 @@ def run_norms(
         return ExperimentResult(frames, meta, complete, error)
 
     def record(norm: str, impl: str, r: int, d: int, values: dict[str, dict]) -> None:
-        nonlocal done
         base = {
             "norm": norm, "impl": impl, "rows": r, "d_model": d, "dtype": run.dtype, "device": str(device),
             "params": theory.norm_params(norm, d), "input_bytes": r * d * itemsize, "repeats": repeats,
         }  # fmt: skip
         for pass_ in PASSES:
             timing.append({**base, "pass": pass_, **values[pass_]})
-        done += 1
-        if progress is not None:
-            progress(done, total)
+        tick()
 
     with torch_threads(threads):
         try:
@@ -409,7 +416,7 @@ def run_norms(
                                 {norm: impls[(norm, impl)] for norm in NORMS}, r, d, device, dtype, seed,
                                 eps, timer, repeats, warmup, min_sample_s,
                             )  # fmt: skip
-                        except (torch.OutOfMemoryError, KeyboardInterrupt):
+                        except RUN_FAILURES:
                             raise
                         except Exception as exc:  # a compile failure: unavailable, not fatal
                             if impl != "compiled":
@@ -429,10 +436,8 @@ def run_norms(
                             record(norm, impl, r, d, values[norm])
             available = {k: f for k, f in impls.items() if k[1] not in broken}
             behaviour.extend(behaviour_checks(available, *behaviour_shape, device, dtype, seed))
-            done += 1
-            if progress is not None:
-                progress(done, total)
-        except (torch.OutOfMemoryError, KeyboardInterrupt) as exc:
-            what = "out of memory" if isinstance(exc, torch.OutOfMemoryError) else "interrupted"
+            tick()
+        except RUN_FAILURES as exc:
+            what = failure_reason(exc)
             raise IncompleteRun(f"norms: {what}", result(False, what)) from exc
     return result(True)

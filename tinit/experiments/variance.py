@@ -18,11 +18,13 @@ from .. import theory
 from ..model.config import InitConfig, ModelConfig, RunConfig
 from ..model.transformer import Transformer
 from .common import (
+    RUN_FAILURES,
     ExperimentResult,
     IncompleteRun,
     Progress,
     ProgressCounter,
     configure,
+    failure_reason,
     grid,
     make_tokens,
     matmul_precision,
@@ -139,8 +141,8 @@ def run_variance(
                 net = Transformer(cfg, ini, device, dtype, stream=stream)
                 raw = measure_stream(net, tokens, stat_dtype(dtype), on_block=lambda _layer: tick())
             del net
-        except (torch.OutOfMemoryError, KeyboardInterrupt) as exc:
-            what = "out of memory" if isinstance(exc, torch.OutOfMemoryError) else "interrupted"
+        except RUN_FAILURES as exc:
+            what = failure_reason(exc)
             raise IncompleteRun(f"{recipe}/{norm_position}-norm: {what}", result(False, what)) from exc
         seconds[f"{recipe}/{norm_position}"] = time.perf_counter() - t0
         df = add_theory(raw, norm_position)
