@@ -158,13 +158,13 @@ def main() -> None:
     print()
     print(f"device: {name}; torch {torch.__version__}; python {sys.version.split()[0]}; small={args.small}")
     print(f"{'case':<56}{'value':>10}{'peak GiB':>10}  target")
-    for case, value, gib, target in rows:
-        print(f"{case:<56}{value:>10.3f}{gib:>10.2f}  {target}")
+    for label, value, gib, target in rows:
+        print(f"{label:<56}{value:>10.3f}{gib:>10.2f}  {target}")
     args.csv.parent.mkdir(parents=True, exist_ok=True)
     with open(args.csv, "w") as f:
         f.write("case,value,peak_gib,target\n")
-        for case, value, gib, target in rows:
-            f.write(f'"{case}",{value:.5f},{gib:.3f},"{target}"\n')
+        for label, value, gib, target in rows:
+            f.write(f'"{label}",{value:.5f},{gib:.3f},"{target}"\n')
     print(f"wrote {args.csv}")
 
 

@@ -16,6 +16,7 @@ from ..experiments.common import ExperimentResult, IncompleteRun, resolve_device
 from ..model.config import ConfigError
 from ..results.plots import save_figure
 from ..results.rundir import OutputError, new_run_dir, write_config, write_csvs
+from ..results.tables import cost_line
 from .options import SharedOptions, bad_option
 
 
@@ -93,6 +94,9 @@ def execute(
             console.print(table)
         for note in outputs.notes:
             console.print(note)
+        cost = cost_line(result.meta)
+        if cost:
+            console.print(cost, style="dim", highlight=False)
     if failure:
         typer.echo(f"Error: run incomplete ({failure}); what was measured is in {run_dir}", err=True)
     typer.echo(str(run_dir))

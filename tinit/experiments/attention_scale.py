@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from collections.abc import Sequence
 
 import pandas as pd
@@ -42,6 +41,7 @@ from .common import (
     RUN_FAILURES,
     ExperimentResult,
     IncompleteRun,
+    Meter,
     Progress,
     ProgressCounter,
     failure_reason,
@@ -191,7 +191,7 @@ def run_attention_scale(
     n_heads = model.n_heads
     tick = ProgressCounter(progress, len(dims) * len(inputs))
     rows: list[dict] = []
-    seconds: dict[str, float] = {}
+    meter = Meter(device)
     meta = run_meta(
         model, init, run, device, head_dims=dims, n_heads=n_heads, inputs=list(inputs),
         d_models={h: n_heads * h for h in dims},
@@ -199,13 +199,13 @@ def run_attention_scale(
     )  # fmt: skip
 
     def result(complete: bool, error: str | None = None) -> ExperimentResult:
-        meta["seconds"] = seconds
+        meter.record(meta)
         frame = pd.DataFrame(rows, columns=COLUMNS)
         return ExperimentResult({"attention_scale": frame}, meta, complete, error)
 
     for name in inputs:
         for h in dims:
-            t0 = time.perf_counter()
+            meter.start()
             cfg = dataclasses.replace(
                 model, d_model=n_heads * h, d_ff=None, max_seq_len=max(model.max_seq_len, run.seq_len)
             )
@@ -249,6 +249,6 @@ def run_attention_scale(
             except RUN_FAILURES as exc:
                 what = failure_reason(exc)
                 raise IncompleteRun(f"{name} input, d_h={h}: {what}", result(False, what)) from exc
-            seconds[f"{name}/{h}"] = time.perf_counter() - t0
+            meter.stop(f"{name}/{h}")
             tick()
     return result(True)

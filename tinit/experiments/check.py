@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from statistics import NormalDist
@@ -42,6 +41,7 @@ from .common import (
     RUN_FAILURES,
     ExperimentResult,
     IncompleteRun,
+    Meter,
     Progress,
     ProgressCounter,
     configure,
@@ -512,12 +512,12 @@ def _run_check(model, init, run, deep_layers, head_dims, alpha, progress) -> Exp
     tick = ProgressCounter(progress, sum(L for _, _, L in plan) + 2 * 2 * short + len(head_dims) + 1)
     meta = run_meta(model, init, run, device, streamed=stream, deep_layers=long, head_dims=list(head_dims),
                     alpha=alpha, items={k: v[0] for k, v in ITEMS.items()})  # fmt: skip
-    seconds: dict[str, float] = {}
+    meter = Meter(device)
     frames: dict[str, pd.DataFrame] = {}
     rows: list[dict] = []
 
     def result(complete: bool, error: str | None = None) -> ExperimentResult:
-        meta["seconds"] = seconds
+        meter.record(meta)
         out = {"check": pd.DataFrame(rows, columns=CHECK_COLUMNS), **frames}
         return ExperimentResult(out, meta, complete, error)
 
@@ -527,7 +527,7 @@ def _run_check(model, init, run, deep_layers, head_dims, alpha, progress) -> Exp
     runs: dict[tuple[str, int], pd.DataFrame] = {}
     var_frames = []
     gauss, s2 = None, math.nan
-    t0 = time.perf_counter()
+    meter.start()
     for branch, recipe, L in plan:
         cfg, ini = configure(dataclasses.replace(model, n_layers=L), init, run, recipe, "pre")
         if branch == "gaussian":
@@ -544,18 +544,18 @@ def _run_check(model, init, run, deep_layers, head_dims, alpha, progress) -> Exp
         else:
             runs[(recipe, L)] = df
     frames["variance"] = pd.concat(var_frames, ignore_index=True)
-    seconds["variance"] = time.perf_counter() - t0
+    meter.stop("variance")
     rows += law_rows(runs[("naive", short)], gauss, s2, tokens.numel() * model.d_model, alpha)
     rows += depth_rows(runs, short, long, alpha)
 
-    t0 = time.perf_counter()
+    meter.start()
     try:
         grads = run_grad_norms(model, init, run, inits=("naive",), norm_positions=("pre", "post"),
                                progress=lambda d, t: None)  # fmt: skip
     except IncompleteRun as exc:
         raise failed("gradient norms", exc.result.error or str(exc)) from exc
     tick(2 * 2 * short)
-    seconds["grad_norms"] = time.perf_counter() - t0
+    meter.stop("grad_norms", [grads.meta])
     frames["stream_grads"] = grads["stream_grads"]
     frames["grad_summary"] = grads["summary"]
     rows += gradient_rows(grads["summary"], grads["stream_grads"], run.batch * run.seq_len, alpha)
@@ -565,13 +565,13 @@ def _run_check(model, init, run, deep_layers, head_dims, alpha, progress) -> Exp
     frames.update(p_frames)
     tick()
 
-    t0 = time.perf_counter()
+    meter.start()
     try:
         att = run_attention_scale(model, init, run, head_dims=head_dims, inputs=("unit",),
                                   progress=lambda d, t: tick())  # fmt: skip
     except IncompleteRun as exc:
         raise failed("attention scale", exc.result.error or str(exc)) from exc
-    seconds["attention_scale"] = time.perf_counter() - t0
+    meter.stop("attention_scale", [att.meta])
     frames["attention_scale"] = att["attention_scale"]
     rows += attention_rows(att["attention_scale"], alpha, run.batch * model.n_heads)
     return result(True)

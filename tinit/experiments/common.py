@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
+import sys
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -43,6 +45,56 @@ RUN_FAILURES = (torch.OutOfMemoryError, KeyboardInterrupt)
 def failure_reason(exc: BaseException) -> str:
     """A short reason for a run that stopped part-way."""
     return "out of memory" if isinstance(exc, torch.OutOfMemoryError) else "interrupted"
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set size so far, in MiB (it never goes down)."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB on Linux
+
+
+class Meter:
+    """Wall time and peak memory per configuration, for config.json and the summary.
+
+    On CUDA the clock is read after a synchronize (queued kernels are counted) and
+    the peak is the allocator's ``max_memory_allocated`` since the configuration
+    began; on the CPU only the process's peak RSS is known, recorded at the end.
+    Call :meth:`start`, then :meth:`stop` once the configuration has succeeded.
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.seconds: dict[str, float] = {}
+        self.peak_gib: dict[str, float] = {}
+
+    def start(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self._t0 = time.perf_counter()
+
+    def stop(self, name: str, inner: Iterable[dict[str, Any]] = ()) -> None:
+        """Record ``name``'s time (and, on CUDA, peak memory) since :meth:`start`.
+
+        ``inner``: the metas of experiments run inside this span. They reset the
+        allocator's peak per configuration themselves, so the span's peak is the
+        largest of theirs and of the allocator's peak since their last reset."""
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            peaks = [torch.cuda.max_memory_allocated(self.device) / 2**30]
+            peaks += [p for meta in inner for p in meta.get("peak_gpu_memory_gib", {}).values()]
+            self.peak_gib[name] = max(peaks)
+        self.seconds[name] = time.perf_counter() - self._t0
+
+    def record(self, meta: dict[str, Any]) -> None:
+        """Put the timings and memory peaks into ``meta`` (config.json)."""
+        meta["seconds"] = dict(self.seconds)
+        if self.cuda:
+            meta["peak_gpu_memory_gib"] = dict(self.peak_gib)
+        meta["peak_rss_mib"] = peak_rss_mib()
 
 
 class DeviceError(ConfigError):

@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -29,7 +28,7 @@ import pandas as pd
 
 from .. import theory
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
-from .common import ExperimentResult, IncompleteRun, Progress, grid, resolve_device, run_meta
+from .common import ExperimentResult, IncompleteRun, Meter, Progress, grid, resolve_device, run_meta
 from .grad_norms import require_gradients, run_grad_norms
 from .variance import run_variance
 
@@ -289,7 +288,7 @@ def run_depth_sweep(
     per_layer = len(configs) * (3 if grads else 1)
     total, done = per_layer * seeds * sum(depths), 0
     records: list[dict] = []
-    seconds: dict[str, float] = {}
+    meter = Meter(device)
     streamed: dict[int, bool] = {}
     criterion = f"|v(L_max) - v(L_min)| <= {SPREAD_K:g} * sqrt(se_max^2 + se_min^2)"
     meta = run_meta(base, init, run, device, configurations=configs, layers=depths, seeds=seeds,
@@ -297,14 +296,15 @@ def run_depth_sweep(
                     spread_criterion=criterion)  # fmt: skip
 
     def result(complete: bool, error: str | None = None) -> ExperimentResult:
-        meta["seconds"], meta["streamed"] = seconds, streamed
+        meter.record(meta)
+        meta["streamed"] = streamed
         return ExperimentResult(assemble(records, configs, model), meta, complete, error)
 
     for L in depths:
         cfg = dataclasses.replace(model, n_layers=L)
         for i in range(seeds):
             ini, r = seed_configs(init, run, i)
-            t0 = time.perf_counter()
+            meter.start()
             try:
                 var = run_variance(
                     cfg,
@@ -326,7 +326,7 @@ def run_depth_sweep(
                 raise IncompleteRun(
                     f"L={L}, seed {ini.seed}: interrupted", result(False, "interrupted")
                 ) from exc
-            seconds[f"L={L}/seed={ini.seed}"] = time.perf_counter() - t0
+            meter.stop(f"L={L}/seed={ini.seed}", [var.meta] + ([grad.meta] if grad is not None else []))
             streamed[L] = bool(var.meta.get("streamed"))
             ratios = {}
             if grad is not None:

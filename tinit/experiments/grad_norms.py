@@ -36,7 +36,6 @@ layer-boundary streams, never all the weights.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -52,6 +51,7 @@ from .common import (
     RUN_FAILURES,
     ExperimentResult,
     IncompleteRun,
+    Meter,
     Progress,
     ProgressCounter,
     configure,
@@ -307,7 +307,7 @@ def run_grad_norms(
     toks = [make_tokens(model, run, s, device) for s in seeds]
     L = model.n_layers
     tick = ProgressCounter(progress, len(configs) * 2 * batches * L)
-    grad_frames, stream_frames, summaries, seconds = [], [], [], {}
+    grad_frames, stream_frames, summaries, meter = [], [], [], Meter(device)
     meta = run_meta(model, init, run, device, streamed=stream, configurations=configs,
                     batches=batches, data_seeds=seeds)  # fmt: skip
 
@@ -315,7 +315,7 @@ def run_grad_norms(
         def cat(frames, columns):
             return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
 
-        meta["seconds"] = seconds
+        meter.record(meta)
         frames = {
             "grad_norms": cat(grad_frames, GRAD_COLUMNS),
             "stream_grads": cat(stream_frames, STREAM_COLUMNS),
@@ -325,7 +325,7 @@ def run_grad_norms(
 
     for recipe, norm_position in configs:
         cfg, ini = configure(model, init, run, recipe, norm_position)
-        t0 = time.perf_counter()
+        meter.start()
         try:
             net = Transformer(cfg, ini, device, dtype, stream=stream)
             rec = _Recorder(L, batches, stats)
@@ -345,7 +345,7 @@ def run_grad_norms(
         except RUN_FAILURES as exc:
             what = failure_reason(exc)
             raise IncompleteRun(f"{recipe}/{norm_position}-norm: {what}", result(False, what)) from exc
-        seconds[f"{recipe}/{norm_position}"] = time.perf_counter() - t0
+        meter.stop(f"{recipe}/{norm_position}")
         # forward variances, averaged over the batches (each batch has equal size)
         stream_var = np.mean([p.frame()["stream_var"].to_numpy() for p in probes], axis=0)
         count = batches * run.batch * run.seq_len * cfg.d_model

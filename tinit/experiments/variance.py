@@ -7,7 +7,6 @@ variances at k = 0..2L, and :mod:`tinit.theory` puts the predictions beside them
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -21,6 +20,7 @@ from .common import (
     RUN_FAILURES,
     ExperimentResult,
     IncompleteRun,
+    Meter,
     Progress,
     ProgressCounter,
     configure,
@@ -122,20 +122,20 @@ def run_variance(
     stream = should_stream(model, dtype, device, run.stream)
     tokens = make_tokens(model, run, init.seed if run.data_seed is None else run.data_seed, device)
     tick = ProgressCounter(progress, len(configs) * model.n_layers)
-    frames, summaries, seconds = [], [], {}
+    frames, summaries, meter = [], [], Meter(device)
     meta = run_meta(model, init, run, device, streamed=stream, configurations=configs)
 
     def result(complete: bool, error: str | None = None) -> ExperimentResult:
         variance = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=VARIANCE_COLUMNS)
         summary = pd.DataFrame(summaries, columns=SUMMARY_COLUMNS)
-        meta["seconds"] = seconds
+        meter.record(meta)
         return ExperimentResult(
             {"variance": variance[VARIANCE_COLUMNS], "summary": summary}, meta, complete, error
         )
 
     for recipe, norm_position in configs:
         cfg, ini = configure(model, init, run, recipe, norm_position)
-        t0 = time.perf_counter()
+        meter.start()
         try:
             with matmul_precision(run):
                 net = Transformer(cfg, ini, device, dtype, stream=stream)
@@ -144,7 +144,7 @@ def run_variance(
         except RUN_FAILURES as exc:
             what = failure_reason(exc)
             raise IncompleteRun(f"{recipe}/{norm_position}-norm: {what}", result(False, what)) from exc
-        seconds[f"{recipe}/{norm_position}"] = time.perf_counter() - t0
+        meter.stop(f"{recipe}/{norm_position}")
         df = add_theory(raw, norm_position)
         labels = {"init": recipe, "norm_position": norm_position, "n_layers": cfg.n_layers, "seed": init.seed}
         frames.append(df.assign(**labels))

@@ -56,3 +56,32 @@ def variance_table(summary: pd.DataFrame, title: str = "") -> Table:
             fmt(r.max_abs_cross_corr, 2),
         )
     return t
+
+
+def cost_line(meta: dict) -> str | None:
+    """One line on what the measurement cost: where it ran, its time, its peak memory.
+    None when the experiment recorded no timings."""
+    seconds = meta.get("seconds") or {}
+    if not seconds:
+        return None
+    where = meta.get("device", "?")
+    if meta.get("device_name"):
+        where += f" ({meta['device_name']})"
+    run = meta.get("run") or {}
+    if run.get("dtype"):
+        where += f", {run['dtype']}" + (" + TF32" if meta.get("tf32_matmul") else "")
+    streamed = meta.get("streamed")
+    if streamed is True or (isinstance(streamed, dict) and any(streamed.values())):
+        where += ", streamed"
+    name, longest = max(seconds.items(), key=lambda kv: kv[1])
+    n = len(seconds)
+    parts = [
+        f"{sum(seconds.values()):.1f} s"
+        + (f" in {n} parts (longest: {name} {longest:.2f} s)" if n > 1 else "")
+    ]
+    gpu = meta.get("peak_gpu_memory_gib") or {}
+    if gpu:
+        parts.append(f"peak GPU memory {max(gpu.values()):.2f} GiB")
+    if meta.get("peak_rss_mib") is not None:
+        parts.append(f"peak process memory {meta['peak_rss_mib']:.0f} MiB")
+    return f"Measured on {where}: " + "; ".join(parts)
