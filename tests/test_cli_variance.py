@@ -117,6 +117,12 @@ def test_help_everywhere():
         assert res.exit_code == 0 and "Usage" in res.stdout
 
 
+def test_help_shows_the_default_run_folder_pattern():
+    """Rich help once swallowed <placeholders> whole: the --out default read 'results//-'."""
+    res = runner.invoke(app, ["variance", "--help"], env={"COLUMNS": "200"})
+    assert "results/COMMAND/TIMESTAMP-ID" in res.stdout and "results//" not in res.stdout
+
+
 def test_out_of_memory_keeps_what_was_measured(tmp_path, monkeypatch):
     """A failure part-way writes the finished configurations, marks the run
     incomplete, and exits 1 with a clear message."""

@@ -405,7 +405,7 @@ SHARED: dict[str, tuple[Any, Any]] = {
             _opt(
                 "--out",
                 "-o",
-                help="Run folder (must be new or empty) (default: results/<command>/<timestamp>-<id>).",
+                help="Run folder (must be new or empty) (default: results/COMMAND/TIMESTAMP-ID).",
                 panel=OUTPUT,
                 show_default=False,
             ),
