@@ -122,7 +122,10 @@ def norms(
     d_list = positive_int_list(d_models, "--d-model")
 
     def title(r) -> str:
-        where = f"{r.meta['device_name']} ({r.meta['torch_threads']} threads)"
+        n = r.meta["torch_threads"]
+        where = r.meta["device_name"]
+        if not str(r.meta.get("device", "")).startswith("cuda"):  # CPU threads matter only on the CPU
+            where += f" ({n} thread{'s' if n != 1 else ''})"
         return f"{opts.dtype} on {where}, median of {repeats}"
 
     execute(
