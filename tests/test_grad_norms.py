@@ -332,3 +332,16 @@ def test_single_token_vocab_is_refused(tmp_path):
     res = CliRunner().invoke(app, ["grad-norms", "--vocab", "1", "-L", "1", "--d-model", "16", "--heads", "2",
                               "--out", str(out)])  # fmt: skip
     assert_one_line_error(res, "--vocab", out)
+
+
+@pytest.mark.parametrize("command", ["grad-norms", "depth-sweep", "check"])
+def test_single_token_sequences_are_refused(tmp_path, command):
+    """seq_len 1 leaves no next token to predict: the loss was NaN and every gradient 0
+    (found by running the CLI fuzz tests with warnings as errors). Bad input, exit 2."""
+    with pytest.raises(ConfigError) as info:
+        run_grad_norms(ModelConfig(n_layers=1, d_model=16, n_heads=2), run=RunConfig(batch=2, seq_len=1))
+    assert info.value.field == "seq_len"
+    out = tmp_path / "x"
+    res = CliRunner().invoke(app, [command, "--seq-len", "1", "-L", "1", "--d-model", "16", "--heads", "2",
+                              "--out", str(out)])  # fmt: skip
+    assert_one_line_error(res, "--seq-len", out)

@@ -493,7 +493,7 @@ def run_check(
     thread (the numbers do not depend on it beyond float rounding).
     """
     model, init, run = model or ModelConfig(), init or InitConfig(), run or RunConfig()
-    require_gradients(model)
+    require_gradients(model, run)
     device = resolve_device(run.device)
     small = device.type == "cpu" and run.batch * run.seq_len * model.d_model**2 <= SMALL_WORK
     with cpu_threads(1 if small else None):

@@ -277,7 +277,7 @@ def run_depth_sweep(
     model, init, run = model or ModelConfig(), init or InitConfig(), run or RunConfig()
     depths = parse_layers(layers)
     if grads:
-        require_gradients(model)
+        require_gradients(model, run)
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise ConfigError("seeds", f"must be a whole number >= 1, got {seeds!r}")
     configs = list(grid(inits, norm_positions))

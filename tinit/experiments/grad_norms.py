@@ -266,11 +266,18 @@ def summarize(grads: pd.DataFrame, streams: pd.DataFrame) -> dict:
     }
 
 
-def require_gradients(model: ModelConfig) -> None:
-    """With a single token the next-token cross-entropy is constant (0), so every
-    gradient vanishes and every ratio is 0/0: refuse it as bad input."""
+def require_gradients(model: ModelConfig, run: RunConfig) -> None:
+    """Refuse, as bad input, what leaves the next-token loss without a gradient: a
+    one-token vocabulary (the cross-entropy is constant, 0) or one-token sequences
+    (nothing to predict: the loss is a mean over no targets). Every gradient would be
+    0 or NaN and every ratio 0/0."""
     if model.vocab_size < 2:
         raise ConfigError("vocab_size", f"must be >= 2 to measure gradients, got {model.vocab_size}")
+    if run.seq_len < 2:
+        raise ConfigError(
+            "seq_len",
+            f"must be >= 2 to measure gradients (the loss predicts token t+1 from t), got {run.seq_len}",
+        )
 
 
 def run_grad_norms(
@@ -295,7 +302,7 @@ def run_grad_norms(
     >>> res["summary"][["init", "norm_position", "down_ratio_first_last"]]  # doctest: +SKIP
     """
     model, init, run = model or ModelConfig(), init or InitConfig(), run or RunConfig()
-    require_gradients(model)
+    require_gradients(model, run)
     if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
         raise ConfigError("batches", f"must be a whole number >= 1, got {batches!r}")
     device, dtype = resolve_device(run.device), resolve_dtype(run.dtype)
