@@ -5,13 +5,12 @@ from typing import Annotated
 
 import pandas as pd
 import typer
-from rich import box
 from rich.table import Table
 
 from ..experiments.attention_scale import check_head_dims, run_attention_scale
 from ..model.config import ConfigError
 from ..results.plot_attention_scale import plot_attention_scale
-from ..results.tables import error_style, fmt, pct
+from ..results.tables import error_style, fmt, pct, summary_table
 from . import app
 from .options import SHARED, SharedOptions, shared_options
 from .runner import Outputs, configs_or_exit, execute
@@ -43,11 +42,9 @@ def positive_int_list(value: str | list[int], option: str) -> list[int]:
 def attention_scale_table(frame: pd.DataFrame, title: str = "") -> Table:
     """One row per (input, d_h, scale): logit variance against theory, and the softmax's
     relative entropy and largest weight."""
-    t = Table(
-        title=title or None, header_style="bold", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
-        collapse_padding=True,
-        caption="err = measured / theory - 1 (se: standard error); H = entropy / log(visible keys)",
-    )  # fmt: skip
+    t = summary_table(
+        title, "err = measured / theory - 1 (se: standard error); H = entropy / log(visible keys)"
+    )
     for col in ("input", "d_h", "scale", "logit var", "theory", "err", "err/se", "H", "max p"):
         t.add_column(col, justify="left" if col in ("input", "scale") else "right", no_wrap=True)
     for r in frame.to_dict("records"):

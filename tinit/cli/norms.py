@@ -5,12 +5,11 @@ from typing import Annotated
 
 import pandas as pd
 import typer
-from rich import box
 from rich.table import Table
 
 from ..experiments.norms import run_norms
 from ..results.plot_norms import plot_norms
-from ..results.tables import fmt
+from ..results.tables import fmt, summary_table
 from . import app
 from .attention_scale import positive_int_list
 from .options import SHARED, SharedOptions, shared_options
@@ -31,12 +30,11 @@ def _bytes(n: float) -> str:
 
 
 def behaviour_table(frame: pd.DataFrame) -> Table:
-    t = Table(
-        title="RMSNorm vs LayerNorm: behaviour (eps = 0)", header_style="bold", box=box.SIMPLE_HEAD,
-        padding=(0, 1), pad_edge=False, collapse_padding=True,
-        caption="scale: x -> 3x; shift: x -> x + 2; input mean 0.5; tol = 8 eps(dtype) max|y|. "
+    t = summary_table(
+        "RMSNorm vs LayerNorm: behaviour (eps = 0)",
+        "scale: x -> 3x; shift: x -> x + 2; input mean 0.5; tol = 8 eps(dtype) max|y|. "
         "Pass: |dev| <= tol where invariant/agree, > tol where changes/differ",
-    )  # fmt: skip
+    )
     for col in ("check", "norm", "impl", "expected", "max|dev|", "tol", "pass"):
         t.add_column(col, justify="right" if col in ("max|dev|", "tol") else "left", no_wrap=True)
     for r in frame.itertuples(index=False):
@@ -48,12 +46,11 @@ def behaviour_table(frame: pd.DataFrame) -> Table:
 
 
 def ratio_table(ratio: pd.DataFrame, timing: pd.DataFrame, title: str) -> Table:
-    t = Table(
-        title=title, header_style="bold", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
-        collapse_padding=True,
-        caption="size: rows x d_model; times are medians; min: LN/RMS of the fastest samples; "
+    t = summary_table(
+        title,
+        "size: rows x d_model; times are medians; min: LN/RMS of the fastest samples; "
         "bwd: bytes saved for backward beyond the input and parameters",
-    )  # fmt: skip
+    )
     for col in ("impl", "pass", "size", "RMS ms", "LN ms", "LN/RMS", "min", "RMS bwd", "LN bwd"):
         t.add_column(col, justify="left" if col in ("impl", "pass", "size") else "right", no_wrap=True)
     for r in ratio.to_dict("records"):

@@ -5,7 +5,6 @@ from typing import Annotated
 
 import pandas as pd
 import typer
-from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -13,6 +12,7 @@ from ..experiments.params import run_params
 from ..model.config import ModelConfig
 from ..model.presets import get_preset
 from ..results.plot_params import plot_params
+from ..results.tables import summary_table
 from . import app
 from .options import SharedOptions, shared_options
 from .runner import Outputs, configs_or_exit, execute
@@ -45,8 +45,7 @@ def _reference(value: float | None) -> float | None:
 def params_table(params: pd.DataFrame, summary: pd.DataFrame, title: str) -> Table:
     """One row per component: per block, tied and untied totals, share of each."""
     s = summary.iloc[0]
-    t = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
-              caption=f"block components x {int(s['n_layers'])} layers")  # fmt: skip
+    t = summary_table(title, f"block components x {int(s['n_layers'])} layers")
     for col in ("component", "per block", "tied", "share", "untied", "share"):
         t.add_column(col, justify="left" if col == "component" else "right", no_wrap=True)
     tied = params[params["tying"] == "tied"].set_index("component")

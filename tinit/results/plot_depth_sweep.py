@@ -11,13 +11,12 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter, ScalarFormatter
-from rich import box
 from rich.table import Table
 
 from .. import theory
 from ..experiments.depth_sweep import SPREAD_K
 from .plots import config_color, config_label, new_figure, wants_log
-from .tables import fmt
+from .tables import fmt, summary_table
 
 _MARKERS = ("o", "s", "^", "v")
 
@@ -142,20 +141,13 @@ def depth_sweep_table(fit: pd.DataFrame, summary: pd.DataFrame, title: str = "")
     against L beside the theory's, and the W_down gradient ratio at L_max."""
     lo = int(fit["layers_min"].min()) if len(fit) else 0
     hi = int(fit["layers_max"].max()) if len(fit) else 0
-    t = Table(
-        title=title or None,
-        header_style="bold",
-        caption=(
-            f"ratio = v_2L(L={hi}) / v_2L(L={lo}) ± 1 s.e. over seeds. transfers: "
-            f"|v_2L({hi}) − v_2L({lo})| ≤ {SPREAD_K:g}·sqrt(se({hi})² + se({lo})²) (needs ≥ 2 seeds). "
-            "slope: least squares of v_2L on L over every (L, seed) ± s.e. over seeds; theory: "
-            "2·mean(s²) naive pre-norm, 0 scaled or post-norm; z = (slope − theory) / s.e. "
-            f"grad: |∇W_down| first / last layer at L={hi}."
-        ),
-        box=box.SIMPLE_HEAD,
-        padding=(0, 1),
-        pad_edge=False,
-        collapse_padding=True,
+    t = summary_table(
+        title,
+        f"ratio = v_2L(L={hi}) / v_2L(L={lo}) ± 1 s.e. over seeds. transfers: "
+        f"|v_2L({hi}) − v_2L({lo})| ≤ {SPREAD_K:g}·sqrt(se({hi})² + se({lo})²) (needs ≥ 2 seeds). "
+        "slope: least squares of v_2L on L over every (L, seed) ± s.e. over seeds; theory: "
+        "2·mean(s²) naive pre-norm, 0 scaled or post-norm; z = (slope − theory) / s.e. "
+        f"grad: |∇W_down| first / last layer at L={hi}.",
     )
     for col in ("config", "ratio", "transfers", "slope", "theory", "z", "grad"):
         t.add_column(col, justify="left" if col == "config" else "right", no_wrap=True)

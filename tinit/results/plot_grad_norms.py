@@ -7,11 +7,10 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from rich import box
 from rich.table import Table
 
 from .plots import config_color, config_label, new_figure, wants_log
-from .tables import error_style
+from .tables import error_style, summary_table
 
 #: --tensor choice -> the tensors drawn, with their panel titles
 TENSORS = {"down": ("down",), "o": ("o",), "both": ("down", "o")}
@@ -91,15 +90,10 @@ def grad_norms_table(summary: pd.DataFrame, title: str = "") -> Table:
     """One row per configuration: first/last-layer and max/min ratios of the
     W_down and W_O gradient norms, and the embedding/last-addition stream-gradient
     ratio measured vs the identity-path prediction."""
-    t = Table(
-        title=title or None,
-        header_style="bold",
-        caption="f/l: gradient norm of W_down, W_O at layer 0 / layer L-1; stream: RMS of "
+    t = summary_table(
+        title,
+        "f/l: gradient norm of W_down, W_O at layer 0 / layer L-1; stream: RMS of "
         "d loss/d stream at k=0 / k=2L; pred: its identity-path prediction",
-        box=box.SIMPLE_HEAD,
-        padding=(0, 1),
-        pad_edge=False,
-        collapse_padding=True,
     )
     cols = (
         "config",

@@ -10,12 +10,11 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from rich import box
 from rich.table import Table
 
 from ..experiments.check import ITEMS, z_quantile
 from .plots import config_color, new_figure
-from .tables import fmt, pct
+from .tables import fmt, pct, summary_table
 
 #: Figure stem -> the items it illustrates, in report order.
 FIGURES = {
@@ -36,8 +35,7 @@ def verdict(check: pd.DataFrame) -> str:
 
 def check_table(check: pd.DataFrame, title: str = "") -> Table:
     """One row per claim: measured, theory, relative error, pass/fail."""
-    t = Table(title=title or None, header_style="bold", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
-              collapse_padding=True, caption="criteria and details: check.md, check.csv")  # fmt: skip
+    t = summary_table(title, "criteria and details: check.md, check.csv")
     t.add_column("", no_wrap=True)
     t.add_column("claim", ratio=1)
     for col in ("measured", "theory", "err"):

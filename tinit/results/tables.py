@@ -29,18 +29,25 @@ def error_style(rel: float, ok: float = 0.05, warn: float = 0.2) -> str:
     return "green" if a <= ok else "yellow" if a <= warn else "red"
 
 
-def variance_table(summary: pd.DataFrame, title: str = "") -> Table:
-    """One row per configuration: v0, v_2L measured, the law's two predictions and
-    their relative errors, and the largest stream/branch correlation."""
-    t = Table(
+def summary_table(title: str | None, caption: str | None = None) -> Table:
+    """The look of every terminal summary: bold header, one rule under it, one space
+    between columns and none at the edges (a table fits 80 columns where it can)."""
+    return Table(
         title=title or None,
+        caption=caption,
         header_style="bold",
-        caption="err = measured / law - 1; ρ = corr(stream, branch)",
         box=box.SIMPLE_HEAD,
         padding=(0, 1),
         pad_edge=False,
         collapse_padding=True,
+        show_edge=False,
     )
+
+
+def variance_table(summary: pd.DataFrame, title: str = "") -> Table:
+    """One row per configuration: v0, v_2L measured, the law's two predictions and
+    their relative errors, and the largest stream/branch correlation."""
+    t = summary_table(title, "err = measured / law - 1; ρ = corr(stream, branch)")
     for col in ("config", "v0", "mean s²", "v_2L", "closed", "err", "cumul.", "err", "max|ρ|"):
         t.add_column(col, justify="left" if col == "config" else "right", no_wrap=True)
     for r in summary.itertuples(index=False):
