@@ -28,6 +28,25 @@ def test_cpu_meter_records_seconds_and_process_peak():
     assert 10 < meta["peak_rss_mib"] <= peak_rss_mib()
 
 
+def test_no_resource_module_means_no_rss_figure(monkeypatch):
+    """Windows has no `resource`: the run still finishes, and claims no RSS figure."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_resource(name, *args, **kwargs):
+        if name == "resource":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_resource)
+    assert peak_rss_mib() is None
+    meter, meta = Meter(torch.device("cpu")), {}
+    meter.record(meta)
+    assert meta["peak_rss_mib"] is None
+    assert cost_line({**meta, "device": "cpu", "seconds": {"x": 1.0}}) == "Measured on cpu: 1.0 s"
+
+
 class FakeAllocator:
     """Stands in for torch.cuda's peak counter: allocations raise it, a reset lowers it."""
 

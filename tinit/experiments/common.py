@@ -47,10 +47,13 @@ def failure_reason(exc: BaseException) -> str:
     return "out of memory" if isinstance(exc, torch.OutOfMemoryError) else "interrupted"
 
 
-def peak_rss_mib() -> float:
-    """This process's peak resident set size so far, in MiB (it never goes down)."""
-    import resource
-
+def peak_rss_mib() -> float | None:
+    """This process's peak resident set size so far, in MiB (it never goes down);
+    None where the platform does not say (Windows has no ``resource`` module)."""
+    try:
+        import resource
+    except ImportError:
+        return None
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB on Linux
 
