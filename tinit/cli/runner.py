@@ -1,8 +1,16 @@
-"""The part every command shares after parsing: check the device, make the run
-folder, run the experiment under a progress bar, write CSVs, config.json and
-plots, print the summary and the folder. Failures keep what was measured."""
+"""The part every command shares after parsing: check the device, claim the run
+folder, run the experiment under a progress bar writing rows as they are measured,
+write CSVs, plots and config.json, print the summary and the folder.
 
-from collections.abc import Callable, Iterable
+What a run promises (README, "What a run promises"): the folder is claimed
+exclusively before anything runs; config.json says ``"complete": false`` until every
+file is in place; each finished configuration is on disk before the next starts;
+SIGINT, SIGTERM and SIGHUP, out of memory and write failures all keep what was
+measured, mark the run incomplete, name the folder and exit 1."""
+
+import inspect
+import signal
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,10 +20,27 @@ from matplotlib.figure import Figure
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..experiments.common import ExperimentResult, IncompleteRun, resolve_device
+from ..experiments.common import (
+    ExperimentResult,
+    IncompleteRun,
+    Stopped,
+    failure_reason,
+    is_run_failure,
+    resolve_device,
+)
 from ..model.config import ConfigError
 from ..results.plots import save_figure
-from ..results.rundir import OutputError, new_run_dir, write_config, write_csvs
+from ..results.rundir import (
+    CONFIG,
+    FolderTaken,
+    OutputError,
+    RunFolder,
+    claim_run_dir,
+    environment,
+    non_finite_counts,
+    write_config,
+    write_csvs,
+)
 from ..results.tables import cost_line
 from .options import SharedOptions, bad_option
 
@@ -57,39 +82,173 @@ def progress_bar(quiet: bool, description: str):
         yield update
 
 
+#: The signals that stop a run: each is handled like Ctrl-C.
+STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
+class StopSignals:
+    """While active, SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` in the main
+    thread (the run stops and keeps its rows). After :meth:`defer`, they are only
+    recorded in ``caught``: the writing checks between files and stops there."""
+
+    def __init__(self) -> None:
+        self.caught: list[str] = []
+        self.deferred = False
+        self._before: dict[int, object] = {}
+
+    def _handle(self, signum: int, frame) -> None:
+        name = signal.Signals(signum).name
+        self.caught.append(name)
+        if not self.deferred:
+            raise Stopped(name)
+
+    def __enter__(self) -> "StopSignals":
+        for sig in STOP_SIGNALS:
+            try:
+                self._before[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread: signals stay as they were
+                pass
+        return self
+
+    def defer(self) -> None:
+        """From now on only record signals; ``caught`` starts empty again."""
+        self.deferred = True
+        self.caught = []
+
+    def __exit__(self, *exc) -> None:
+        for sig, before in self._before.items():
+            signal.signal(sig, before)
+
+
+def _accepts(func: Callable, name: str) -> bool:
+    try:
+        params = inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+class RunWriter:
+    """Writes a run folder: the rows so far after each configuration (CSVs and a
+    config.json still saying ``complete: false``), then everything at the end."""
+
+    def __init__(self, folder: RunFolder, command: str, base: dict):
+        self.folder, self.command, self.base = folder, command, base
+        self.last: ExperimentResult | None = None
+        self.written = False
+
+    @property
+    def path(self) -> Path:
+        return self.folder.path
+
+    def partial(self, result: ExperimentResult) -> None:
+        """Save the rows measured so far (every file renamed into place)."""
+        self.last = result
+        write_csvs(self.path, result.frames, result.not_applicable)
+        write_config(self.path, self.command, {**self.base, **result.meta}, complete=False, error=None)
+        self.written = True
+
+    def config(self, result: ExperimentResult, complete: bool, error: str | None, **extra) -> None:
+        meta = {**self.base, **result.meta}
+        write_config(self.path, self.command, meta, complete=complete, error=error, **extra)
+
+
+def _fail(message: str, run_dir: Path) -> None:
+    typer.echo(f"Error: {message}; what was measured is in {run_dir}", err=True)
+
+
 def execute(
     command: str,
     opts: SharedOptions,
     experiment: Callable[..., ExperimentResult],
     outputs: Outputs,
 ) -> ExperimentResult:
-    """Run ``experiment(progress=...)`` and write everything; exit 1 on a failed run."""
+    """Run ``experiment(progress=...)`` (and ``on_partial=...`` when it takes one: it
+    is called with the result so far after each configuration) and write everything;
+    exit 1 on a failed, stopped or unwritable run."""
     try:
         resolve_device(opts.device)
     except ConfigError as exc:
         raise bad_option(exc) from None
     try:
-        run_dir = new_run_dir(command, opts.out)
+        folder = claim_run_dir(command, opts.out, config={"command": command, **environment()})
+    except FolderTaken as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--out'") from None
     except OutputError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--out'") from None
-    failure = None
+    run_dir = folder.path
+    writer = RunWriter(folder, command, {})
+    failure: str | None = None
+    kwargs = {"on_partial": writer.partial} if _accepts(experiment, "on_partial") else {}
+    with StopSignals() as signals:
+        try:
+            with progress_bar(opts.quiet, command) as progress:
+                result = experiment(progress=progress, **kwargs)
+        except IncompleteRun as exc:
+            result, failure = exc.result, str(exc)
+        except ConfigError as exc:
+            if not writer.written:  # nothing measured: leave no run folder behind
+                folder.abandon()
+            raise bad_option(exc) from None
+        except OutputError as exc:
+            _fail(f"run incomplete, {exc}", run_dir)
+            typer.echo(str(run_dir))
+            raise typer.Exit(1) from None
+        except BaseException as exc:
+            if not is_run_failure(exc):
+                raise
+            failure = failure_reason(exc)
+            result = writer.last or ExperimentResult({}, {}, False, failure)
+            result.complete, result.error = False, failure
+        signals.defer()  # from here a signal stops the writing between two files
+        return _finish(command, opts, outputs, writer, result, failure, signals)
+
+
+def _finish(
+    command: str,
+    opts: SharedOptions,
+    outputs: Outputs,
+    writer: RunWriter,
+    result: ExperimentResult,
+    failure: str | None,
+    signals: StopSignals,
+) -> ExperimentResult:
+    run_dir = writer.path
+    counts = non_finite_counts(result.frames, result.not_applicable)
+    n_bad = sum(sum(c.values()) for c in counts.values())
+    expected = [run_dir / CONFIG]
+    write_error = None
+
+    def steps() -> Iterator[Callable[[], list[Path]]]:
+        yield lambda: write_csvs(run_dir, result.frames, result.not_applicable)
+        if result.frames and all(len(df) for df in result.frames.values()):
+            for stem, fig in outputs.figures(result).items():
+                yield lambda stem=stem, fig=fig: save_figure(fig, run_dir, stem, opts.format)
+            yield lambda: outputs.files(result, run_dir)
+
     try:
-        with progress_bar(opts.quiet, command) as progress:
-            result = experiment(progress=progress)
-    except IncompleteRun as exc:
-        result, failure = exc.result, str(exc)
-    except ConfigError as exc:
-        if not any(run_dir.iterdir()):  # nothing measured: leave no empty run folder behind
-            run_dir.rmdir()
-        raise bad_option(exc) from None
-    write_csvs(run_dir, result.frames)
-    write_config(run_dir, command, result.meta, complete=result.complete, error=result.error)
-    if result.frames and all(len(df) for df in result.frames.values()):
-        for stem, fig in outputs.figures(result).items():
-            save_figure(fig, run_dir, stem, opts.format)
-        outputs.files(result, run_dir)
+        for step in steps():
+            if signals.caught:
+                break
+            expected += step()
+    except OutputError as exc:
+        write_error = str(exc)
+    stopped_writing = bool(signals.caught) and failure is None
+    if signals.caught and failure is None:
+        failure = f"stopped by {signals.caught[0]} while writing"
+    missing = [p.name for p in expected if p.name != CONFIG and not p.exists()]
+    complete = bool(result.complete and failure is None and write_error is None and not missing)
+    error = failure or write_error or (f"missing {', '.join(missing)}" if missing else None) or result.error
+    try:
+        writer.config(result, complete, error, non_finite=counts, non_finite_total=n_bad)
+    except OutputError as exc:
+        write_error = write_error or str(exc)
+    if write_error:
+        _fail(f"run incomplete, {write_error}", run_dir)
+        typer.echo(str(run_dir))
+        raise typer.Exit(1)
     console = Console()
-    if not opts.quiet:
+    if not opts.quiet and not stopped_writing:
         for table in outputs.tables(result):
             console.print(table)
         for note in outputs.notes:
@@ -97,9 +256,22 @@ def execute(
         cost = cost_line(result.meta)
         if cost:
             console.print(cost, style="dim", highlight=False)
+    if n_bad:
+        typer.echo(non_finite_line(counts, n_bad), err=True)
     if failure:
-        typer.echo(f"Error: run incomplete ({failure}); what was measured is in {run_dir}", err=True)
+        _fail(f"run incomplete ({failure})", run_dir)
+    elif missing:
+        _fail(f"run incomplete (missing {', '.join(missing)})", run_dir)
     typer.echo(str(run_dir))
-    if failure:
+    if failure or missing:
         raise typer.Exit(1)
     return result
+
+
+def non_finite_line(counts: dict[str, dict[str, int]], total: int) -> str:
+    """The one terminal line that announces non-finite measured values."""
+    parts = [f"{stem}.csv " + ", ".join(f"{cfg} {n}" for cfg, n in by.items()) for stem, by in counts.items()]
+    return (
+        f"Warning: {total} measured value{'s are' if total != 1 else ' is'} not finite (written nan/inf): "
+        + "; ".join(parts)
+    )

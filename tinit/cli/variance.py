@@ -33,7 +33,9 @@ def variance(*, opts: SharedOptions) -> None:
     execute(
         "variance",
         opts,
-        lambda progress: run_variance(model, init, run, opts.inits, opts.norm_positions, progress),
+        lambda progress, on_partial=None: run_variance(
+            model, init, run, opts.inits, opts.norm_positions, progress, on_partial
+        ),
         Outputs(
             figures=lambda r: {"variance": plot_variance(r["variance"], title)},
             tables=lambda r: [variance_table(r["summary"], f"Residual-stream variance ({title})")],

@@ -23,6 +23,10 @@ from ..model.transformer import Block
 #: Callback for progress: (steps done so far, total steps). Experiments never print.
 Progress = Callable[[int, int], None]
 
+#: Callback with the result so far (``complete=False``) after each finished
+#: configuration, so a caller can save rows as they are measured.
+Partial = Callable[["ExperimentResult"], None]
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
 
@@ -38,13 +42,48 @@ class ProgressCounter:
             self.progress(self.done, self.total)
 
 
-#: What ends a run part-way and is turned into an IncompleteRun holding what was measured.
-RUN_FAILURES = (torch.OutOfMemoryError, KeyboardInterrupt)
+class Stopped(KeyboardInterrupt):
+    """The run was stopped by a signal (SIGINT, SIGTERM, SIGHUP): raised in the main
+    thread by the CLI's handlers, and handled like Ctrl-C."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+#: Messages of CPU allocator failures, which torch raises as a plain RuntimeError.
+CPU_OOM_MESSAGES = ("DefaultCPUAllocator", "not enough memory", "Cannot allocate memory")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """CUDA's OutOfMemoryError, Python's MemoryError, or a CPU allocator failure."""
+    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
+        return True
+    return type(exc) is RuntimeError and any(m in str(exc) for m in CPU_OOM_MESSAGES)
+
+
+#: What ends a run part-way and is turned into an IncompleteRun holding what was
+#: measured. RuntimeError is here for the CPU allocator's failures: catch these, then
+#: call :func:`failure_reason`, which raises any other RuntimeError again.
+RUN_FAILURES = (torch.OutOfMemoryError, MemoryError, KeyboardInterrupt, RuntimeError)
+
+
+def is_run_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` stops a run part-way (keeping what was measured) rather than
+    being a bug: out of memory, Ctrl-C, or a stopping signal."""
+    return isinstance(exc, KeyboardInterrupt) or is_out_of_memory(exc)
 
 
 def failure_reason(exc: BaseException) -> str:
-    """A short reason for a run that stopped part-way."""
-    return "out of memory" if isinstance(exc, torch.OutOfMemoryError) else "interrupted"
+    """A short reason for a run that stopped part-way. Raises ``exc`` itself when it
+    is no run failure (a RuntimeError that is not an allocator failure is a bug)."""
+    if isinstance(exc, Stopped):
+        return f"stopped by {exc.signal_name}"
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    if is_out_of_memory(exc):
+        return "out of memory"
+    raise exc
 
 
 def peak_rss_mib() -> float | None:
@@ -112,6 +151,10 @@ class ExperimentResult:
     meta: dict[str, Any] = field(default_factory=dict)
     complete: bool = True
     error: str | None = None
+    #: frame stem -> {column: True, or a function of the frame giving the rows where
+    #: that column is not applicable}; such NaNs are written as empty cells, every
+    #: other NaN as ``nan`` (see tinit.results.rundir.format_frame).
+    not_applicable: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> pd.DataFrame:
         return self.frames[name]
@@ -174,18 +217,86 @@ def block_param_count(cfg: ModelConfig) -> int:
         return sum(p.numel() for p in Block(cfg, 0).parameters())
 
 
-def available_memory(device: torch.device) -> int:
-    """Free bytes on the device (CUDA) or available host memory (CPU)."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None  # "max" (no limit) and junk: None
+
+
+def _cgroup_headroom() -> int | None:
+    """Bytes this process's memory cgroup may still grow (limit - usage), or None
+    when no limit applies. cgroup v2 (memory.max) and v1 (memory.limit_in_bytes); the
+    process's own cgroup folder first, then the mount's root (what a container sees)."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, rel = parts
+        if controllers == "":
+            mount, limit_file, usage_file = "/sys/fs/cgroup", "memory.max", "memory.current"
+        elif "memory" in controllers.split(","):
+            mount = "/sys/fs/cgroup/memory"
+            limit_file, usage_file = "memory.limit_in_bytes", "memory.usage_in_bytes"
+        else:
+            continue
+        for base in (mount + rel.rstrip("/"), mount):
+            limit = _read_int(f"{base}/{limit_file}")
+            if limit is not None and limit < 2**60:  # v1 says "no limit" with a huge number
+                return max(limit - (_read_int(f"{base}/{usage_file}") or 0), 0)
+    return None
+
+
+def _address_space_headroom() -> int | None:
+    """Bytes of address space left under RLIMIT_AS (``ulimit -v``), or None."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    used = 0
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    used = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return max(soft - used, 0)
+
+
+def host_memory() -> int:
+    """Available host memory (MemAvailable), at most what this process's cgroup
+    memory limit and its address-space limit (RLIMIT_AS) still allow."""
+    avail = None
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    avail = int(line.split()[1]) * 1024
     except OSError:
         pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    if avail is None:
+        avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    limits = [x for x in (_cgroup_headroom(), _address_space_headroom()) if x is not None]
+    return min([avail, *limits])
+
+
+def available_memory(device: torch.device) -> int:
+    """Free bytes on the device (CUDA) or available host memory (CPU; see
+    :func:`host_memory`)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    return host_memory()
 
 
 def should_stream(

@@ -21,6 +21,7 @@ from .common import (
     ExperimentResult,
     IncompleteRun,
     Meter,
+    Partial,
     Progress,
     ProgressCounter,
     configure,
@@ -46,6 +47,26 @@ SUMMARY_COLUMNS = [
     "branch_var_mean", "sigma2_rel", "pred_closed_final", "pred_cumulative_final",
     "rel_err_closed", "rel_err_cumulative", "max_abs_cross_corr", "v_final_normed",
 ]  # fmt: skip
+
+
+def _is_embedding(df: pd.DataFrame):
+    return df["k"] == 0
+
+
+def _pre_norm(df: pd.DataFrame):
+    return df["norm_position"] == "pre"
+
+
+#: Cells with no value by design (written empty; any other NaN is written ``nan``):
+#: the embedding (k = 0) has no branch; only post-norm has a normalised stream.
+NOT_APPLICABLE = {
+    "variance": {
+        "branch_var": _is_embedding,
+        "cross_corr": _is_embedding,
+        "stream_var_normed": lambda df: _pre_norm(df) | _is_embedding(df),
+    },
+    "summary": {"v_final_normed": _pre_norm},
+}
 
 
 def measure_stream(
@@ -106,12 +127,14 @@ def run_variance(
     inits: Sequence[str] = ("naive", "scaled"),
     norm_positions: Sequence[str] = ("pre", "post"),
     progress: Progress | None = None,
+    on_partial: Partial | None = None,
 ) -> ExperimentResult:
     """Measure the residual-stream variance at every addition for each configuration.
 
     Returns frames ``variance`` (one row per configuration and k = 0..2L) and
     ``summary`` (one row per configuration). Raises :class:`IncompleteRun`, holding
     what was measured, if a configuration fails part-way (e.g. out of memory).
+    ``on_partial`` is called with the result so far after each configuration.
 
     >>> res = run_variance(ModelConfig(n_layers=4, d_model=64, n_heads=2), run=RunConfig(batch=2, seq_len=16))
     >>> res["summary"][["init", "norm_position", "v_final"]]  # doctest: +SKIP
@@ -129,9 +152,8 @@ def run_variance(
         variance = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=VARIANCE_COLUMNS)
         summary = pd.DataFrame(summaries, columns=SUMMARY_COLUMNS)
         meter.record(meta)
-        return ExperimentResult(
-            {"variance": variance[VARIANCE_COLUMNS], "summary": summary}, meta, complete, error
-        )
+        out = {"variance": variance[VARIANCE_COLUMNS], "summary": summary}
+        return ExperimentResult(out, meta, complete, error, NOT_APPLICABLE)
 
     for recipe, norm_position in configs:
         cfg, ini = configure(model, init, run, recipe, norm_position)
@@ -149,4 +171,6 @@ def run_variance(
         labels = {"init": recipe, "norm_position": norm_position, "n_layers": cfg.n_layers, "seed": init.seed}
         frames.append(df.assign(**labels))
         summaries.append({**labels, **summarize(df)})
+        if on_partial is not None:
+            on_partial(result(False))
     return result(True)

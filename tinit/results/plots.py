@@ -12,6 +12,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from .rundir import atomic_write
+
 FORMATS = ("png", "pdf", "svg")
 
 # One colour per configuration, fixed so every plot of a run agrees.
@@ -41,8 +43,12 @@ def save_figure(fig: Figure, run_dir: Path, stem: str, formats: Iterable[str] = 
     paths = []
     for fmt in formats:
         path = Path(run_dir) / f"{stem}.{fmt}"
-        fig.savefig(path, dpi=150 if fmt == "png" else None, bbox_inches="tight")
-        paths.append(path)
+        dpi = 150 if fmt == "png" else None
+
+        def write(tmp: Path, fmt: str = fmt, dpi: int | None = dpi) -> None:
+            fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight")
+
+        paths.append(atomic_write(path, write))
     return paths
 
 

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from ..experiments.check import ITEMS, z_quantile
 from .plots import config_color, new_figure
+from .rundir import atomic_write_text
 from .tables import fmt, pct, summary_table
 
 #: Figure stem -> the items it illustrates, in report order.
@@ -159,5 +160,4 @@ def write_check_md(
     fmt_ = next((f for f in ("png", "svg") if f in formats), formats[0])
     figures = {stem: f"{stem}.{fmt_}" for stem in FIGURES if (Path(run_dir) / f"{stem}.{fmt_}").exists()}
     path = Path(run_dir) / "check.md"
-    path.write_text(check_markdown(check, meta, figures, description))
-    return [path]
+    return [atomic_write_text(path, check_markdown(check, meta, figures, description))]

@@ -10,8 +10,12 @@ from rich.table import Table
 
 
 def fmt(x: float, digits: int = 4) -> str:
+    """A number in ``digits`` significant digits; "-" for a missing one (None or NaN),
+    "inf" / "-inf" for an infinite one."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
+    if isinstance(x, float) and math.isinf(x):
+        return "inf" if x > 0 else "-inf"
     if x == 0 or 1e-2 <= abs(x) < 1e5:
         return f"{x:.{digits}g}"
     mantissa, exp = f"{x:.{digits - 2}e}".split("e")
