@@ -12,6 +12,7 @@ from ..model.config import ConfigError
 from ..results.plot_attention_scale import plot_attention_scale
 from ..results.tables import error_style, fmt, pct, summary_table
 from . import app
+from .common import positive_int_list
 from .options import SHARED, SharedOptions, shared_options
 from .runner import Outputs, configs_or_exit, execute
 
@@ -21,22 +22,6 @@ NOT_APPLICABLE = (
     "layers", "d_model", "d_ff", "ffn", "untie", "bias", "no_attn_scale", "init", "pre_norm", "post_norm",
     "branch", "branch_var", "stream", "embed_std",
 )  # fmt: skip
-
-
-def positive_int_list(value: str | list[int], option: str) -> list[int]:
-    """A comma list of whole numbers >= 1, for ``option``; a BadParameter otherwise."""
-    if isinstance(value, list):
-        return value
-    parts = [p.strip() for p in str(value).split(",")]
-    try:
-        out = [int(p) for p in parts]
-    except ValueError:
-        out = []
-    if not out or any(v < 1 for v in out):
-        raise typer.BadParameter(
-            f"{value!r}: give a comma list of whole numbers >= 1", param_hint=f"'{option}'"
-        )
-    return out
 
 
 def attention_scale_table(frame: pd.DataFrame, title: str = "") -> Table:
@@ -116,7 +101,9 @@ def attention_scale(
     execute(
         "attention-scale",
         opts,
-        lambda progress: run_attention_scale(model, init, run, dims, progress),
+        lambda progress, on_partial=None: run_attention_scale(
+            model, init, run, dims, progress, on_partial=on_partial
+        ),
         Outputs(
             figures=lambda r: {"attention_scale": plot_attention_scale(r["attention_scale"], title)},
             tables=lambda r: [

@@ -8,12 +8,13 @@ from rich.text import Text
 
 from ..experiments.attention_scale import check_head_dims
 from ..experiments.check import run_check
+from ..experiments.grad_norms import require_gradients
 from ..results.plot_attention_scale import plot_attention_scale
 from ..results.plot_grad_norms import plot_stream_grads
 from ..results.plot_params import plot_params
 from ..results.report_check import check_table, plot_check_variance, verdict, write_check_md
 from . import app
-from .attention_scale import positive_int_list
+from .common import positive_int_list
 from .options import SharedOptions, shared_options
 from .runner import Outputs, configs_or_exit, execute
 
@@ -85,6 +86,7 @@ def check(
     dims = positive_int_list(head_dims, "--head-dims")
     model, init, run = configs_or_exit(lambda: (opts.model_config(), opts.init_config(), opts.run_config()))
     configs_or_exit(lambda: check_head_dims(dims, model.positions))  # before the run folder exists
+    configs_or_exit(lambda: require_gradients(model, run))
     description = (
         (f"{opts.preset}: " if opts.preset else "")
         + f"L={model.n_layers} and {deep_layers}, d={model.d_model}, heads={model.n_heads}, "
@@ -94,7 +96,9 @@ def check(
     result = execute(
         "check",
         opts,
-        lambda progress: run_check(model, init, run, deep_layers, dims, alpha, progress),
+        lambda progress, on_partial=None: run_check(
+            model, init, run, deep_layers, dims, alpha, progress, on_partial
+        ),
         Outputs(
             figures=lambda r: {
                 "check_variance": plot_check_variance(r["variance"], alpha, description),

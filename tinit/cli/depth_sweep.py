@@ -5,11 +5,12 @@ from typing import Annotated
 import typer
 
 from ..experiments.depth_sweep import parse_layers, run_depth_sweep
+from ..experiments.grad_norms import require_gradients
 from ..results.plot_depth_sweep import depth_sweep_table, plot_depth_sweep
 from . import app
+from .common import describe
 from .options import MODEL, SharedOptions, shared_options
 from .runner import Outputs, configs_or_exit, execute
-from .variance import describe
 
 SWEEP = "Sweep"
 DEFAULT_LAYERS = "1,2,4,8,12,24,48,80"
@@ -69,13 +70,16 @@ def depth_sweep(
             opts.run_config(layers=layers, depths=depths, seeds=seeds, grads=not no_grads),
         )
     )
+    if not no_grads:
+        configs_or_exit(lambda: require_gradients(model, run))  # before the run folder exists
     title = describe(opts, model).replace(f"L={model.n_layers}", f"L={_depths(depths)}")
     title += f", {seeds} seed{'s' if seeds > 1 else ''}"
     execute(
         "depth-sweep",
         opts,
-        lambda progress: run_depth_sweep(
-            model, init, run, depths, seeds, opts.inits, opts.norm_positions, not no_grads, progress
+        lambda progress, on_partial=None: run_depth_sweep(
+            model, init, run, depths, seeds, opts.inits, opts.norm_positions, not no_grads, progress,
+            on_partial,
         ),
         Outputs(
             figures=lambda r: {

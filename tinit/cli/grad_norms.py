@@ -4,12 +4,12 @@ from typing import Annotated, Literal
 
 import typer
 
-from ..experiments.grad_norms import run_grad_norms
+from ..experiments.grad_norms import require_gradients, run_grad_norms
 from ..results.plot_grad_norms import grad_norms_table, plot_grad_norms, plot_stream_grads
 from . import app
+from .common import describe
 from .options import SharedOptions, shared_options
 from .runner import Outputs, configs_or_exit, execute
-from .variance import describe
 
 GRADIENTS = "Gradients"
 
@@ -50,11 +50,14 @@ def grad_norms(
     model, init, run = configs_or_exit(
         lambda: (opts.model_config(), opts.init_config(), opts.run_config(batches=batches, tensor=tensor))
     )
+    configs_or_exit(lambda: require_gradients(model, run))  # before the run folder exists
     title = describe(opts, model) + (f", {batches} batches" if batches > 1 else "")
     execute(
         "grad-norms",
         opts,
-        lambda progress: run_grad_norms(model, init, run, opts.inits, opts.norm_positions, batches, progress),
+        lambda progress, on_partial=None: run_grad_norms(
+            model, init, run, opts.inits, opts.norm_positions, batches, progress, on_partial
+        ),
         Outputs(
             figures=lambda r: {
                 "grad_norms": plot_grad_norms(r["grad_norms"], tensor, title),

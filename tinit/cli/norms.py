@@ -11,7 +11,7 @@ from ..experiments.norms import run_norms
 from ..results.plot_norms import plot_norms
 from ..results.tables import fmt, summary_table
 from . import app
-from .attention_scale import positive_int_list
+from .common import positive_int_list
 from .options import SHARED, SharedOptions, shared_options
 from .runner import Outputs, execute
 
@@ -128,7 +128,7 @@ def norms(
     execute(
         "norms",
         opts,
-        lambda progress: run_norms(
+        lambda progress, on_partial=None: run_norms(
             opts.run_config(),
             rows_list,
             d_list,
@@ -138,6 +138,7 @@ def norms(
             warmup=warmup,
             compile=compile,
             threads=threads,
+            on_partial=on_partial,
         ),  # fmt: skip
         Outputs(
             figures=lambda r: {"norms": plot_norms(r["norms_timing"], r["norms_ratio"], title(r))},

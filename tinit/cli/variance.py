@@ -1,21 +1,12 @@
 """``tinit variance``: residual-stream variance at every addition vs the law."""
 
 from ..experiments.variance import run_variance
-from ..model.config import ModelConfig
 from ..results.plots import plot_variance
 from ..results.tables import variance_table
 from . import app
+from .common import describe
 from .options import SharedOptions, shared_options
 from .runner import Outputs, configs_or_exit, execute
-
-
-def describe(opts: SharedOptions, model: ModelConfig) -> str:
-    return (
-        f"L={model.n_layers}, d={model.d_model}, heads={model.n_heads}, d_ff={model.d_ff}, "
-        f"{model.norm}, {model.ffn}, sigma={opts.sigma}, batch {opts.batch} x seq {opts.seq_len}, "
-        f"{opts.dtype}, seed {opts.seed}"
-        + (f", Gaussian branches S2={model.branch_var:g}" if model.branch == "gaussian" else "")
-    )
 
 
 @app.command(

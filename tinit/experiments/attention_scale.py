@@ -42,6 +42,7 @@ from .common import (
     ExperimentResult,
     IncompleteRun,
     Meter,
+    Partial,
     Progress,
     ProgressCounter,
     failure_reason,
@@ -61,16 +62,30 @@ COLUMNS = [
 ]  # fmt: skip
 
 
+def _unit(df: pd.DataFrame):
+    return df["input"] == "unit"
+
+
+#: Cells with no value by design (written empty): unit q, k have no model around them.
+NOT_APPLICABLE = {"attention_scale": {"d_model": _unit, "sigma": _unit, "input_ms": _unit}}
+
+
 def check_head_dims(head_dims: Sequence[int], positions: str = "rope") -> list[int]:
-    """The head sizes as a list of positive ints (even ones with RoPE), or a ConfigError."""
-    out = list(head_dims)
+    """The head sizes as a list of distinct positive ints (even ones with RoPE), or a
+    ConfigError (a repeated size would give duplicated rows)."""
+    try:
+        out = list(head_dims)
+    except TypeError:
+        raise ConfigError("head_dims", f"give a list of head sizes, got {head_dims!r}") from None
     if not out:
         raise ConfigError("head_dims", "give at least one head size")
-    for h in out:
+    for i, h in enumerate(out):
         if isinstance(h, bool) or not isinstance(h, int) or h < 1:
             raise ConfigError("head_dims", f"head sizes must be whole numbers >= 1, got {h!r}")
         if positions == "rope" and h % 2:
             raise ConfigError("head_dims", f"RoPE needs even head sizes, got {h}")
+        if h in out[:i]:
+            raise ConfigError("head_dims", f"{h} is given more than once; each head size must appear once")
     return out
 
 
@@ -166,6 +181,7 @@ def run_attention_scale(
     head_dims: Sequence[int] = (16, 32, 64, 128, 256),
     progress: Progress | None = None,
     inputs: Sequence[str] = INPUTS,
+    on_partial: Partial | None = None,
 ) -> ExperimentResult:
     """Logit variance, softmax entropy and largest weight at init for each head size,
     unscaled and scaled by 1/sqrt(d_h), for unit-variance q, k and for the model's own
@@ -174,6 +190,7 @@ def run_attention_scale(
     Returns frame ``attention_scale``: one row per (input, head_dim, scaled).
     ``logit_var_se`` is the standard error from the spread over independent units:
     (sequence, head) pairs for ``unit``, heads (independent rows of W_Q, W_K) for ``model``.
+    ``on_partial`` is called with the result so far after each (input, head size).
 
     >>> run = RunConfig(batch=2, seq_len=32)
     >>> res = run_attention_scale(ModelConfig(n_heads=4), run=run, head_dims=(8, 16))
@@ -201,7 +218,7 @@ def run_attention_scale(
     def result(complete: bool, error: str | None = None) -> ExperimentResult:
         meter.record(meta)
         frame = pd.DataFrame(rows, columns=COLUMNS)
-        return ExperimentResult({"attention_scale": frame}, meta, complete, error)
+        return ExperimentResult({"attention_scale": frame}, meta, complete, error, NOT_APPLICABLE)
 
     for name in inputs:
         for h in dims:
@@ -251,4 +268,6 @@ def run_attention_scale(
                 raise IncompleteRun(f"{name} input, d_h={h}: {what}", result(False, what)) from exc
             meter.stop(f"{name}/{h}")
             tick()
+            if on_partial is not None:
+                on_partial(result(False))
     return result(True)

@@ -36,12 +36,14 @@ import torch
 from ..model.config import InitConfig, ModelConfig, RunConfig
 from ..model.init import role_std
 from ..model.transformer import Transformer
+from .attention_scale import NOT_APPLICABLE as ATTENTION_NOT_APPLICABLE
 from .attention_scale import run_attention_scale
 from .common import (
     RUN_FAILURES,
     ExperimentResult,
     IncompleteRun,
     Meter,
+    Partial,
     Progress,
     ProgressCounter,
     configure,
@@ -54,6 +56,7 @@ from .common import (
     stat_dtype,
 )
 from .grad_norms import require_gradients, run_grad_norms
+from .params import NOT_APPLICABLE as PARAMS_NOT_APPLICABLE
 from .params import run_params
 from .probes import VarianceProbe
 from .variance import VARIANCE_COLUMNS, add_theory
@@ -483,6 +486,7 @@ def run_check(
     head_dims: Sequence[int] = (16, 64, 256),
     alpha: float = 0.01,
     progress: Progress | None = None,
+    on_partial: Partial | None = None,
 ) -> ExperimentResult:
     """Answer the five items; frame ``check`` has one row per claim (CHECK_COLUMNS).
 
@@ -491,16 +495,32 @@ def run_check(
     ``attention_scale`` (e). ``model.n_layers`` is the short depth, ``deep_layers`` the
     long one of (b). On the CPU, tiny shapes (under SMALL_WORK per layer) run on one
     thread (the numbers do not depend on it beyond float rounding).
+    ``on_partial`` is called with the result so far after each item's measurement.
     """
     model, init, run = model or ModelConfig(), init or InitConfig(), run or RunConfig()
     require_gradients(model, run)
     device = resolve_device(run.device)
     small = device.type == "cpu" and run.batch * run.seq_len * model.d_model**2 <= SMALL_WORK
     with cpu_threads(1 if small else None):
-        return _run_check(model, init, run, deep_layers, head_dims, alpha, progress)
+        return _run_check(model, init, run, deep_layers, head_dims, alpha, progress, on_partial)
 
 
-def _run_check(model, init, run, deep_layers, head_dims, alpha, progress) -> ExperimentResult:
+def _k0(df: pd.DataFrame):
+    return df["k"] == 0
+
+
+#: Cells with no value by design (written empty): the embedding has no branch; the
+#: check runs pre-norm only (no normalised stream); no relative error from a zero theory.
+NOT_APPLICABLE = {
+    "check": {"rel_err": lambda df: df["theory"] == 0},
+    "variance": {"branch_var": _k0, "cross_corr": _k0, "cov": _k0, "cov_se": _k0, "cov_z": _k0,
+                 "stream_var_normed": True},
+    "params_summary": PARAMS_NOT_APPLICABLE,
+    "attention_scale": ATTENTION_NOT_APPLICABLE["attention_scale"],
+}  # fmt: skip
+
+
+def _run_check(model, init, run, deep_layers, head_dims, alpha, progress, on_partial) -> ExperimentResult:
     device, dtype = resolve_device(run.device), resolve_dtype(run.dtype)
     short, long = model.n_layers, deep_layers
     model = dataclasses.replace(model, branch="model")
@@ -519,7 +539,11 @@ def _run_check(model, init, run, deep_layers, head_dims, alpha, progress) -> Exp
     def result(complete: bool, error: str | None = None) -> ExperimentResult:
         meter.record(meta)
         out = {"check": pd.DataFrame(rows, columns=CHECK_COLUMNS), **frames}
-        return ExperimentResult(out, meta, complete, error)
+        return ExperimentResult(out, meta, complete, error, NOT_APPLICABLE)
+
+    def partial() -> None:
+        if on_partial is not None:
+            on_partial(result(False))
 
     def failed(what: str, why: str) -> IncompleteRun:
         return IncompleteRun(f"{what}: {why}", result(False, why))
@@ -547,6 +571,7 @@ def _run_check(model, init, run, deep_layers, head_dims, alpha, progress) -> Exp
     meter.stop("variance")
     rows += law_rows(runs[("naive", short)], gauss, s2, tokens.numel() * model.d_model, alpha)
     rows += depth_rows(runs, short, long, alpha)
+    partial()
 
     meter.start()
     try:
@@ -559,11 +584,13 @@ def _run_check(model, init, run, deep_layers, head_dims, alpha, progress) -> Exp
     frames["stream_grads"] = grads["stream_grads"]
     frames["grad_summary"] = grads["summary"]
     rows += gradient_rows(grads["summary"], grads["stream_grads"], run.batch * run.seq_len, alpha)
+    partial()
 
     p_rows, p_frames = params_rows(model)
     rows += p_rows
     frames.update(p_frames)
     tick()
+    partial()
 
     meter.start()
     try:

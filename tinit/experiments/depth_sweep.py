@@ -28,7 +28,7 @@ import pandas as pd
 
 from .. import theory
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
-from .common import ExperimentResult, IncompleteRun, Meter, Progress, grid, resolve_device, run_meta
+from .common import ExperimentResult, IncompleteRun, Meter, Partial, Progress, grid, resolve_device, run_meta
 from .grad_norms import require_gradients, run_grad_norms
 from .variance import run_variance
 
@@ -58,6 +58,9 @@ FIT_COLUMNS = [
 
 #: The transfer criterion: |v(L_max) - v(L_min)| <= SPREAD_K * sqrt(se_max^2 + se_min^2).
 SPREAD_K = 2.0
+
+#: The most depths one sweep takes (a range giving more is refused before it is built).
+MAX_DEPTHS = 1000
 
 _INT = r"\s*(\d+)\s*"
 _RANGE = re.compile(rf"^{_INT}:{_INT}(?::\s*(x?)\s*(\d+)\s*)?$")
@@ -93,6 +96,11 @@ def parse_layers(spec: str | int | Sequence[int]) -> list[int]:
         if not item.strip():
             raise ConfigError("n_layers", f"{spec!r} has an empty item; {LAYERS_HELP}")
         out.extend(_parse_item(item.strip()))
+        if len(out) > MAX_DEPTHS:
+            raise ConfigError(
+                "n_layers",
+                f"{spec!r} gives more than {MAX_DEPTHS} depths (the most a sweep takes)"
+            )
     seen: set[int] = set()
     for v in out:
         if v in seen:
@@ -126,6 +134,9 @@ def _parse_item(item: str) -> list[int]:
         return values
     if step < 1:
         raise ConfigError("n_layers", f"{item!r}: the step must be a whole number >= 1")
+    count = (stop - start) // step + 1
+    if count > MAX_DEPTHS:  # refused before the list is built
+        raise ConfigError("n_layers", f"{item!r} gives {count} depths; a sweep takes at most {MAX_DEPTHS}")
     return list(range(start, stop + 1, step))
 
 
@@ -256,6 +267,7 @@ def run_depth_sweep(
     norm_positions: Sequence[str] = ("pre", "post"),
     grads: bool = True,
     progress: Progress | None = None,
+    on_partial: Partial | None = None,
 ) -> ExperimentResult:
     """Final stream variance (and W_down gradient ratio) against depth.
 
@@ -269,6 +281,7 @@ def run_depth_sweep(
     and L, with the theory line) and ``depth_sweep_fit`` (per configuration: the
     fit of v_final against L, the theory slope and the transfer check). Raises
     :class:`IncompleteRun`, holding the finished points, if a point fails.
+    ``on_partial`` is called with the result so far after each (L, seed) point.
 
     >>> res = run_depth_sweep(ModelConfig(d_model=64, n_heads=2), layers="1:8:x2", seeds=2,
     ...                       run=RunConfig(batch=2, seq_len=16), grads=False)
@@ -298,7 +311,8 @@ def run_depth_sweep(
     def result(complete: bool, error: str | None = None) -> ExperimentResult:
         meter.record(meta)
         meta["streamed"] = streamed
-        return ExperimentResult(assemble(records, configs, model), meta, complete, error)
+        na = not_applicable(grads and model.branch == "model")
+        return ExperimentResult(assemble(records, configs, model), meta, complete, error, na)
 
     for L in depths:
         cfg = dataclasses.replace(model, n_layers=L)
@@ -337,7 +351,37 @@ def run_depth_sweep(
                 records.append(row)
             if progress is not None:
                 progress(done, total)
+            if on_partial is not None:
+                on_partial(result(False))
     return result(True)
+
+
+def not_applicable(grad_ratio: bool) -> dict:
+    """The cells of the three frames that have no value by design (written empty):
+    the gradient ratio without gradients (--no-grads, Gaussian branches), standard
+    errors over one seed, OLS errors below three points, a fit over one depth."""
+
+    def one_seed(df):
+        return df["n_seeds"] < 2
+
+    def one_depth(df):
+        return df["layers_min"] == df["layers_max"]
+
+    def under_three(df):
+        return df["n_points"] < 3
+
+    summary = {f"{q}_se": one_seed for q in SUMMARY_QUANTITIES}
+    fit = {
+        "slope_se": under_three, "intercept_se": under_three, "slope_se_seeds": one_seed,
+        "slope_z": lambda df: one_depth(df) | (one_seed(df) & under_three(df)),
+        "v_final_min_se": one_seed, "v_final_max_se": one_seed, "ratio_max_min_se": one_seed,
+        "diff_se": one_seed, **dict.fromkeys(("slope", "intercept", "r2", "theory_slope",
+                                              "theory_intercept"), one_depth),
+    }  # fmt: skip
+    if not grad_ratio:
+        summary["grad_ratio_mean"] = summary["grad_ratio_se"] = True
+    sweep = {"grad_ratio": not grad_ratio}
+    return {"depth_sweep": sweep, "depth_sweep_summary": summary, "depth_sweep_fit": fit}
 
 
 def _span(progress: Progress | None, start: int, width: int, total: int) -> Progress | None:

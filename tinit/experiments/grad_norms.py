@@ -52,6 +52,7 @@ from .common import (
     ExperimentResult,
     IncompleteRun,
     Meter,
+    Partial,
     Progress,
     ProgressCounter,
     configure,
@@ -81,6 +82,10 @@ SUMMARY_COLUMNS = [
     "o_ratio_first_last", "o_max_min", "o_max_layer",
     "stream_grad_ratio", "pred_stream_grad_ratio", "stream_grad_ratio_err",
 ]  # fmt: skip
+#: The summary's W_down and W_O statistics (not applicable without those tensors).
+TENSOR_STAT_COLUMNS = [
+    f"{t}_{s}" for t in ("down", "o") for s in ("ratio_first_last", "max_min", "max_layer")
+]
 
 
 def batch_seeds(seed: int, batches: int) -> list[int]:
@@ -249,7 +254,10 @@ def _tensor_stats(grads: pd.DataFrame, tensor: str, prefix: str) -> dict:
         return {
             f"{prefix}_ratio_first_last": g[0] / g[-1],
             f"{prefix}_max_min": g.max() / g.min(),
-            f"{prefix}_max_layer": int(d["layer"].to_numpy()[int(np.argmax(g))]),
+            # the largest is undefined when a norm is NaN (argmax would say the first NaN's layer)
+            f"{prefix}_max_layer": (
+                int(d["layer"].to_numpy()[int(np.argmax(g))]) if not np.isnan(g).any() else math.nan
+            ),
         }
 
 
@@ -288,6 +296,7 @@ def run_grad_norms(
     norm_positions: Sequence[str] = ("pre", "post"),
     batches: int = 1,
     progress: Progress | None = None,
+    on_partial: Partial | None = None,
 ) -> ExperimentResult:
     """Gradient norms of every parameter and of the stream at every addition, at init.
 
@@ -296,6 +305,7 @@ def run_grad_norms(
     row per configuration). ``batches`` N averages the parameter gradients over N
     seeded batches before taking norms. Raises :class:`IncompleteRun`, holding what
     was measured, if a configuration fails part-way (e.g. out of memory).
+    ``on_partial`` is called with the result so far after each configuration.
 
     >>> cfg = ModelConfig(n_layers=4, d_model=64, n_heads=2)
     >>> res = run_grad_norms(cfg, run=RunConfig(batch=2, seq_len=16))
@@ -328,7 +338,9 @@ def run_grad_norms(
             "stream_grads": cat(stream_frames, STREAM_COLUMNS),
             "summary": pd.DataFrame(summaries, columns=SUMMARY_COLUMNS),
         }
-        return ExperimentResult(frames, meta, complete, error)
+        # Gaussian branches have no W_O or W_down: their statistics do not apply
+        na = {"summary": dict.fromkeys(TENSOR_STAT_COLUMNS, model.branch == "gaussian")}
+        return ExperimentResult(frames, meta, complete, error, na)
 
     for recipe, norm_position in configs:
         cfg, ini = configure(model, init, run, recipe, norm_position)
@@ -361,4 +373,6 @@ def run_grad_norms(
         grad_frames.append(grads.assign(**labels))
         stream_frames.append(streams.assign(**labels))
         summaries.append({**labels, "batches": batches, "loss": loss, **summarize(grads, streams)})
+        if on_partial is not None:
+            on_partial(result(False))
     return result(True)

@@ -43,10 +43,12 @@ from .common import (
     RUN_FAILURES,
     ExperimentResult,
     IncompleteRun,
+    Partial,
     Progress,
     ProgressCounter,
     device_name,
     failure_reason,
+    is_run_failure,
     resolve_device,
     resolve_dtype,
 )
@@ -68,6 +70,25 @@ RATIO_COLUMNS = [
     "impl", "pass", "rows", "d_model", "rmsnorm_ms", "layernorm_ms", "time_ratio", "time_ratio_min",
     "rmsnorm_saved_bytes_extra", "layernorm_saved_bytes_extra", "params_saved",
 ]  # fmt: skip
+
+def _forward(df: pd.DataFrame):
+    return df["pass"] == "forward"
+
+
+def _unavailable(df: pd.DataFrame):
+    return df["available"] != True  # noqa: E712 (a column of bools, or NaN)
+
+
+#: Cells with no value by design (written empty): nothing is saved for backward in a
+#: forward pass; an unavailable implementation has no times; an available one no error.
+NOT_APPLICABLE = {
+    "norms_timing": {
+        "saved_bytes": _forward, "saved_bytes_extra": _forward, "saved_tensors": _forward,
+        "time_ms": _unavailable, "time_ms_min": _unavailable, "time_ms_max": _unavailable,
+        "calls_per_sample": _unavailable, "error": lambda df: df["available"] == True,  # noqa: E712
+    },
+    "norms_ratio": {"rmsnorm_saved_bytes_extra": _forward, "layernorm_saved_bytes_extra": _forward},
+}  # fmt: skip
 
 #: Behaviour-check constants: a scale that is not a power of two (so it rounds), a shift
 #: of the order of the input's spread, and an input mean that makes centring matter.
@@ -339,6 +360,7 @@ def run_norms(
     threads: int | None = 1,
     min_sample_s: float | None = None,
     behaviour_shape: tuple[int, int] = (64, 256),
+    on_partial: Partial | None = None,
 ) -> ExperimentResult:
     """Behaviour and cost of RMSNorm vs LayerNorm on ``run.device`` in ``run.dtype``.
 
@@ -351,7 +373,8 @@ def run_norms(
     Returns frames ``norms_behaviour`` (one row per check and implementation),
     ``norms_timing`` (one row per norm, impl, pass, rows, d_model) and ``norms_ratio``
     (LayerNorm / RMSNorm per impl, pass and size). Raises :class:`IncompleteRun` on
-    out-of-memory or interrupt, holding what was measured.
+    out-of-memory or interrupt, holding what was measured. ``on_partial`` is called
+    with the result so far after each size.
 
     >>> res = run_norms(RunConfig(device="cpu"), rows=(64,), d_models=(128,), repeats=3)
     >>> res["norms_ratio"][["impl", "pass", "time_ratio"]]  # doctest: +SKIP
@@ -395,7 +418,12 @@ def run_norms(
             "norms_timing": t,
             "norms_ratio": ratio_frame(t) if len(t) else pd.DataFrame(columns=RATIO_COLUMNS),
         }
-        return ExperimentResult(frames, meta, complete, error)
+        def gone(df: pd.DataFrame):
+            return df["impl"].isin(list(broken))
+
+        times = dict.fromkeys(("rmsnorm_ms", "layernorm_ms", "time_ratio", "time_ratio_min"), gone)
+        na = {**NOT_APPLICABLE, "norms_ratio": {**NOT_APPLICABLE["norms_ratio"], **times}}
+        return ExperimentResult(frames, meta, complete, error, na)
 
     def record(norm: str, impl: str, r: int, d: int, values: dict[str, dict]) -> None:
         base = {
@@ -416,10 +444,8 @@ def run_norms(
                                 {norm: impls[(norm, impl)] for norm in NORMS}, r, d, device, dtype, seed,
                                 eps, timer, repeats, warmup, min_sample_s,
                             )  # fmt: skip
-                        except RUN_FAILURES:
-                            raise
                         except Exception as exc:  # a compile failure: unavailable, not fatal
-                            if impl != "compiled":
+                            if impl != "compiled" or is_run_failure(exc):
                                 raise
                             first = (str(exc).strip().splitlines() or [""])[0][:200]
                             broken[impl] = f"{type(exc).__name__}: {first}"
@@ -434,6 +460,8 @@ def run_norms(
                             )
                         else:
                             record(norm, impl, r, d, values[norm])
+                if on_partial is not None:
+                    on_partial(result(False))
             available = {k: f for k, f in impls.items() if k[1] not in broken}
             behaviour.extend(behaviour_checks(available, *behaviour_shape, device, dtype, seed))
             tick()

@@ -78,6 +78,14 @@ def ffn_rows(model: ModelConfig) -> list[dict]:
     ]
 
 
+def _no_reference(df: pd.DataFrame):
+    return df["reference_total"].isna()
+
+
+#: Cells with no value by design (written empty): no --reference-total, no fraction of it.
+NOT_APPLICABLE = {"reference_total": True, "saved_frac_reference": _no_reference}
+
+
 def run_params(
     model: ModelConfig | None = None,
     init: InitConfig | None = None,
@@ -133,4 +141,4 @@ def run_params(
     }
     if progress is not None:
         progress(1, 1)
-    return ExperimentResult(frames, meta)
+    return ExperimentResult(frames, meta, not_applicable={"summary": NOT_APPLICABLE})

@@ -1,0 +1,32 @@
+"""Helpers more than one command uses (command modules never import each other)."""
+
+import typer
+
+from ..model.config import ModelConfig
+from .options import SharedOptions
+
+
+def describe(opts: SharedOptions, model: ModelConfig) -> str:
+    """The one-line description of a model run that titles its table and plot."""
+    return (
+        f"L={model.n_layers}, d={model.d_model}, heads={model.n_heads}, d_ff={model.d_ff}, "
+        f"{model.norm}, {model.ffn}, sigma={opts.sigma}, batch {opts.batch} x seq {opts.seq_len}, "
+        f"{opts.dtype}, seed {opts.seed}"
+        + (f", Gaussian branches S2={model.branch_var:g}" if model.branch == "gaussian" else "")
+    )
+
+
+def positive_int_list(value: str | list[int], option: str) -> list[int]:
+    """A comma list of whole numbers >= 1, for ``option``; a BadParameter otherwise."""
+    if isinstance(value, list):
+        return value
+    parts = [p.strip() for p in str(value).split(",")]
+    try:
+        out = [int(p) for p in parts]
+    except ValueError:
+        out = []
+    if not out or any(v < 1 for v in out):
+        raise typer.BadParameter(
+            f"{value!r}: give a comma list of whole numbers >= 1", param_hint=f"'{option}'"
+        )
+    return out
