@@ -28,6 +28,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import pandas as pd
 import torch
 from torch import nn
@@ -60,6 +61,12 @@ COLUMNS = [
     "logit_var", "logit_var_se", "pred_logit_var", "rel_err", "pred_logit_var_ms", "rel_err_ms",
     "entropy_rel", "max_weight", "max_weight_uniform",
 ]  # fmt: skip
+
+
+def _ratio(a: float, b: float) -> float:
+    """a / b in IEEE arithmetic: inf or nan (flagged in the CSV) where b is 0."""
+    with np.errstate(all="ignore"):
+        return float(np.float64(a) / np.float64(b))
 
 
 def _unit(df: pd.DataFrame):
@@ -257,8 +264,8 @@ def run_attention_scale(
                         "sigma": sigma if name == "model" else math.nan, "seed": seed,
                         "q_var": q_var, "k_var": k_var, "pred_qk_var": pred_qk, "input_ms": input_ms,
                         "logit_var": logit_var, "logit_var_se": se, "pred_logit_var": pred,
-                        "rel_err": logit_var / pred - 1.0,
-                        "pred_logit_var_ms": pred * ms2, "rel_err_ms": logit_var / (pred * ms2) - 1.0,
+                        "rel_err": _ratio(logit_var, pred) - 1.0,
+                        "pred_logit_var_ms": pred * ms2, "rel_err_ms": _ratio(logit_var, pred * ms2) - 1.0,
                         "entropy_rel": float(s["entropy_rel"]), "max_weight": float(s["max_weight"]),
                         "max_weight_uniform": float(s["max_weight_uniform"]),
                     })  # fmt: skip

@@ -199,7 +199,8 @@ def theory_branch_var(rows: pd.DataFrame, depth_scaled: bool) -> float:
     s2 = rows["branch_var_mean"].to_numpy(dtype=np.float64)
     if depth_scaled:
         s2 = s2 * 2 * rows["n_layers"].to_numpy(dtype=np.float64)
-    return float(np.nanmean(s2))
+    s2 = s2[~np.isnan(s2)]
+    return float(s2.mean()) if len(s2) else math.nan
 
 
 def summarize_points(sweep: pd.DataFrame, theory_lines: dict) -> pd.DataFrame:
@@ -414,10 +415,9 @@ def assemble(
     theory_lines = {}
     for (recipe, pos), d in sweep.groupby(["init", "norm_position"], sort=False):
         scaled = is_depth_scaled(recipe, model)
-        theory_lines[(recipe, pos)] = (float(d["v0"].mean()), scaled, theory_branch_var(d, scaled))
-    summary = summarize_points(sweep, theory_lines)
-    return {
-        "depth_sweep": sweep,
-        "depth_sweep_summary": summary,
-        "depth_sweep_fit": fit_configs(sweep, summary, theory_lines),
-    }
+        # float64: a vanished v0 gives inf / nan (flagged), not ZeroDivisionError
+        theory_lines[(recipe, pos)] = (np.float64(d["v0"].mean()), scaled, theory_branch_var(d, scaled))
+    with np.errstate(all="ignore"):
+        summary = summarize_points(sweep, theory_lines)
+        fit = fit_configs(sweep, summary, theory_lines)
+    return {"depth_sweep": sweep, "depth_sweep_summary": summary, "depth_sweep_fit": fit}

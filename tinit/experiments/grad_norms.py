@@ -226,6 +226,8 @@ def stream_frame(sq: np.ndarray, count: int, stream_var: np.ndarray, norm_positi
     n_add = len(sq) - 1
     k = np.arange(n_add + 1)
     rms = np.sqrt(sq / count)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a vanished gradient: nan, flagged
+        rel = rms / rms[-1]
     if norm_position == "pre":
         gain = theory.identity_gain_pre(n_add)
     else:
@@ -236,12 +238,18 @@ def stream_frame(sq: np.ndarray, count: int, stream_var: np.ndarray, norm_positi
             "layer": np.where(k == 0, -1, (k - 1) // 2),
             "sublayer": np.where(k == 0, "embed", np.where(k % 2 == 1, "attn", "ffn")),
             "stream_grad_rms": rms,
-            "stream_grad_rel": rms / rms[-1],
+            "stream_grad_rel": rel,
             "pred_identity_gain": gain,
             "pred_stream_grad_rms": rms[-1] * gain,
             "stream_var": stream_var,
         }
     )
+
+
+def _ratio(a: float, b: float) -> float:
+    """a / b in IEEE arithmetic: inf or nan (flagged in the CSV) where b is 0."""
+    with np.errstate(all="ignore"):
+        return float(np.float64(a) / np.float64(b))
 
 
 def _tensor_stats(grads: pd.DataFrame, tensor: str, prefix: str) -> dict:
@@ -263,14 +271,14 @@ def _tensor_stats(grads: pd.DataFrame, tensor: str, prefix: str) -> dict:
 
 def summarize(grads: pd.DataFrame, streams: pd.DataFrame) -> dict:
     """One summary row from one configuration's grad_norms and stream_grads rows."""
-    rel0 = float(streams["stream_grad_rel"].iloc[0])
-    pred0 = float(streams["pred_identity_gain"].iloc[0])
+    rel0 = np.float64(streams["stream_grad_rel"].iloc[0])
+    pred0 = np.float64(streams["pred_identity_gain"].iloc[0])
     return {
         **_tensor_stats(grads, "down", "down"),
         **_tensor_stats(grads, "o", "o"),
-        "stream_grad_ratio": rel0,
-        "pred_stream_grad_ratio": pred0,
-        "stream_grad_ratio_err": rel0 / pred0 - 1.0,
+        "stream_grad_ratio": float(rel0),
+        "pred_stream_grad_ratio": float(pred0),
+        "stream_grad_ratio_err": _ratio(rel0, pred0) - 1.0,
     }
 
 

@@ -103,21 +103,24 @@ def summarize(df: pd.DataFrame) -> dict:
     """One summary row from one configuration's rows (with theory)."""
     first, last = df.iloc[0], df.iloc[-1]
     adds = df[df["k"] > 0]
-    v0, v_final = float(first["stream_var"]), float(last["stream_var"])
-    mean_s2 = float(adds["branch_var"].mean())
-    return {
-        "v0": v0,
-        "v_final": v_final,
-        "v_final_rel": v_final / v0,
-        "branch_var_mean": mean_s2,
-        "sigma2_rel": mean_s2 / v0,
-        "pred_closed_final": float(last["pred_closed"]),
-        "pred_cumulative_final": float(last["pred_cumulative"]),
-        "rel_err_closed": v_final / float(last["pred_closed"]) - 1.0,
-        "rel_err_cumulative": v_final / float(last["pred_cumulative"]) - 1.0,
-        "max_abs_cross_corr": float(adds["cross_corr"].abs().max()),
-        "v_final_normed": float(last["stream_var_normed"]),
-    }
+    # float64 scalars: a vanished v0 or law gives inf / nan (flagged), not ZeroDivisionError
+    v0, v_final = np.float64(first["stream_var"]), np.float64(last["stream_var"])
+    mean_s2 = np.float64(adds["branch_var"].mean())
+    closed, cumulative = np.float64(last["pred_closed"]), np.float64(last["pred_cumulative"])
+    with np.errstate(all="ignore"):
+        return {
+            "v0": float(v0),
+            "v_final": float(v_final),
+            "v_final_rel": float(v_final / v0),
+            "branch_var_mean": float(mean_s2),
+            "sigma2_rel": float(mean_s2 / v0),
+            "pred_closed_final": float(closed),
+            "pred_cumulative_final": float(cumulative),
+            "rel_err_closed": float(v_final / closed - 1.0),
+            "rel_err_cumulative": float(v_final / cumulative - 1.0),
+            "max_abs_cross_corr": float(adds["cross_corr"].abs().max()),
+            "v_final_normed": float(last["stream_var_normed"]),
+        }
 
 
 def run_variance(

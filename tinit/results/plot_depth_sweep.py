@@ -86,7 +86,8 @@ def plot_depth_sweep(summary: pd.DataFrame, fit: pd.DataFrame, title: str = "") 
             if len(row):
                 v0 = float(d["v0_mean"].mean())
                 x, curve = _theory_curve(row.iloc[0], v0, depths[0], depths[-1], logx)
-                curve = curve / v0 if rel else curve
+                with np.errstate(all="ignore"):  # v0 = 0 (vanished): no theory line to draw
+                    curve = curve / v0 if rel else curve
                 ax.plot(x, curve, color=config_color(init, p, i), lw=1.3, ls="--", alpha=0.9)
                 values.append(pd.Series(curve))
         _depth_axis(ax, depths, logx, "layers L (2L residual additions)")
