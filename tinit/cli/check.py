@@ -7,7 +7,14 @@ import typer
 from rich.text import Text
 
 from ..experiments.attention_scale import check_head_dims
-from ..experiments.check import run_check
+from ..experiments.check import (
+    CHECK_ALPHA,
+    CHECK_DEEP_LAYERS,
+    CHECK_HEAD_DIMS,
+    CHECK_MODEL,
+    CHECK_RUN,
+    run_check,
+)
 from ..experiments.grad_norms import require_gradients
 from ..results.plot_attention_scale import plot_attention_scale
 from ..results.plot_grad_norms import plot_stream_grads
@@ -24,10 +31,11 @@ CHECK = "Check"
 #: Gaussian branches, each where its item needs them.
 CHOSEN_BY_CHECK = ("init", "pre_norm", "post_norm", "branch", "branch_var")
 
-#: Small enough that the whole check runs in well under a minute on a 2-core CPU:
-#: 5 forward passes (12 + 12 + 12 + 80 + 80 layers) of 4 x 64 tokens at d = 64, two
-#: 12-layer backward passes and a few unit-q,k draws.
-CHECK_DEFAULTS = {"layers": 12, "d_model": 64, "heads": 4, "batch": 4, "seq_len": 64}
+#: The library's check defaults (experiments.check.CHECK_MODEL, CHECK_RUN) as options,
+#: so ``tinit check`` and ``run_check()`` measure the same thing.
+_OPTION_OF = {"n_layers": "layers", "d_model": "d_model", "n_heads": "heads", "batch": "batch",
+              "seq_len": "seq_len"}  # fmt: skip
+CHECK_DEFAULTS = {_OPTION_OF[k]: v for k, v in {**CHECK_MODEL, **CHECK_RUN}.items()}
 
 
 def _alpha(value: float) -> float:
@@ -51,7 +59,7 @@ def check(
             min=1,
             rich_help_panel=CHECK,
         ),  # fmt: skip
-    ] = 80,
+    ] = CHECK_DEEP_LAYERS,
     head_dims: Annotated[
         str,
         typer.Option(
@@ -60,7 +68,7 @@ def check(
             metavar="16,64,...",
             rich_help_panel=CHECK,
         ),  # fmt: skip
-    ] = "16,64,256",
+    ] = ",".join(map(str, CHECK_HEAD_DIMS)),
     alpha: Annotated[
         float,
         typer.Option(
@@ -69,7 +77,7 @@ def check(
             callback=_alpha,
             rich_help_panel=CHECK,
         ),  # fmt: skip
-    ] = 0.01,
+    ] = CHECK_ALPHA,
 ) -> None:
     """Answer the background's five "check yourself" items with measurements:
     (a) v_2L = 1 + 2L sigma^2 and the independence of stream and branch; (b) depth-scaled

@@ -28,16 +28,17 @@ import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 
-from ..model.config import InitConfig, ModelConfig, RunConfig
+from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ..model.init import role_std
 from ..model.transformer import Transformer
 from .attention_scale import NOT_APPLICABLE as ATTENTION_NOT_APPLICABLE
-from .attention_scale import run_attention_scale
+from .attention_scale import check_head_dims, run_attention_scale
 from .common import (
     RUN_FAILURES,
     ExperimentResult,
@@ -489,13 +490,35 @@ def cpu_threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(old)
 
 
+#: The check's default sizes, for the library and ``tinit check`` alike: small enough
+#: that the whole check runs in well under a minute on a 2-core CPU (5 forward passes of
+#: 12 + 12 + 12 + 80 + 80 layers of 4 x 64 tokens at d = 64, two 12-layer backward
+#: passes and a few unit-q,k draws). Everything else is ModelConfig's, InitConfig's and
+#: RunConfig's default.
+CHECK_MODEL = {"n_layers": 12, "d_model": 64, "n_heads": 4}
+CHECK_RUN = {"batch": 4, "seq_len": 64}
+#: The long depth of (b), the head sizes of (e) and the level of every test.
+CHECK_DEEP_LAYERS, CHECK_HEAD_DIMS, CHECK_ALPHA = 80, (16, 64, 256), 0.01
+
+
+def check_check_args(deep_layers: Any, head_dims: Any, alpha: Any, model: ModelConfig) -> None:
+    """ConfigError unless ``deep_layers`` is a whole number >= 1, ``head_dims`` valid
+    head sizes and ``alpha`` a level strictly between 0 and 1."""
+    if isinstance(deep_layers, bool) or not isinstance(deep_layers, int) or deep_layers < 1:
+        raise ConfigError("deep_layers", f"must be a whole number >= 1, got {deep_layers!r}")
+    check_head_dims(head_dims, model.positions)
+    ok = isinstance(alpha, int | float) and not isinstance(alpha, bool) and 0 < alpha < 1
+    if not ok:
+        raise ConfigError("alpha", f"must be a level strictly between 0 and 1, got {alpha!r}")
+
+
 def run_check(
     model: ModelConfig | None = None,
     init: InitConfig | None = None,
     run: RunConfig | None = None,
-    deep_layers: int = 80,
-    head_dims: Sequence[int] = (16, 64, 256),
-    alpha: float = 0.01,
+    deep_layers: int = CHECK_DEEP_LAYERS,
+    head_dims: Sequence[int] = CHECK_HEAD_DIMS,
+    alpha: float = CHECK_ALPHA,
     progress: Progress | None = None,
     on_partial: Partial | None = None,
 ) -> ExperimentResult:
@@ -508,7 +531,9 @@ def run_check(
     thread (the numbers do not depend on it beyond float rounding).
     ``on_partial`` is called with the result so far after each item's measurement.
     """
-    model, init, run = model or ModelConfig(), init or InitConfig(), run or RunConfig()
+    model = model or ModelConfig(**CHECK_MODEL)
+    init, run = init or InitConfig(), run or RunConfig(**CHECK_RUN)
+    check_check_args(deep_layers, head_dims, alpha, model)
     require_gradients(model, run)
     device = resolve_device(run.device)
     small = device.type == "cpu" and run.batch * run.seq_len * model.d_model**2 <= SMALL_WORK

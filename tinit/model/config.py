@@ -36,6 +36,25 @@ def _check_choice(name: str, value: Any, literal: Any) -> None:
         raise ConfigError(name, f"{value!r} is not one of {', '.join(map(repr, allowed))}")
 
 
+def _is_real(value: Any) -> bool:
+    """A real number (int or float), not a bool (True is an int to Python)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_real(name: str, value: Any, low: float, strict: bool) -> None:
+    """A finite real number above ``low`` (``strict``) or at least ``low``."""
+    ok = _is_real(value) and math.isfinite(value) and (value > low if strict else value >= low)
+    if not ok:
+        bound = f"> {low:g}" if strict else f">= {low:g}"
+        raise ConfigError(name, f"must be a finite number {bound}, got {value!r}")
+
+
+def _check_bool(name: str, value: Any, optional: bool = False) -> None:
+    if not (isinstance(value, bool) or (optional and value is None)):
+        allowed = "True, False or None" if optional else "True or False"
+        raise ConfigError(name, f"must be {allowed}, got {value!r}")
+
+
 def _check_positive_int(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(name, f"must be a whole number >= 1, got {value!r}")
@@ -73,6 +92,9 @@ class ModelConfig:
     def __post_init__(self) -> None:
         for name in ("n_layers", "d_model", "n_heads", "vocab_size", "max_seq_len"):
             _check_positive_int(name, getattr(self, name))
+        for name in ("norm", "norm_position", "ffn", "positions", "attention", "branch"):
+            if not isinstance(getattr(self, name), str):
+                raise ConfigError(name, f"must be a string, got {getattr(self, name)!r}")
         if self.d_model % self.n_heads:
             raise ConfigError("n_heads", f"{self.n_heads} does not divide d_model {self.d_model}")
         _check_choice("norm", self.norm, NormKind)
@@ -87,10 +109,12 @@ class ModelConfig:
             d_ff = swiglu_hidden(self.d_model) if self.ffn == "swiglu" else 4 * self.d_model
             object.__setattr__(self, "d_ff", d_ff)
         _check_positive_int("d_ff", self.d_ff)
-        if not (self.norm_eps >= 0 and math.isfinite(self.norm_eps)):
-            raise ConfigError("norm_eps", f"must be a finite number >= 0, got {self.norm_eps!r}")
-        if not (self.branch_var >= 0 and math.isfinite(self.branch_var)):
-            raise ConfigError("branch_var", f"must be a finite number >= 0, got {self.branch_var!r}")
+        _check_real("norm_eps", self.norm_eps, 0, strict=False)
+        _check_real("branch_var", self.branch_var, 0, strict=False)
+        # RoPE's angles are position * base^(-2i/d_h): base 0 makes them inf (NaN logits)
+        _check_real("rope_base", self.rope_base, 0, strict=True)
+        for name in ("attn_scale", "tie_embeddings", "bias"):
+            _check_bool(name, getattr(self, name))
 
     @property
     def head_dim(self) -> int:
@@ -115,13 +139,15 @@ class InitConfig:
 
     def __post_init__(self) -> None:
         _check_choice("recipe", self.recipe, RecipeName)
+        if not isinstance(self.recipe, str):
+            raise ConfigError("recipe", f"must be a string, got {self.recipe!r}")
         if isinstance(self.sigma, str):
             if self.sigma != "inv-sqrt-d":
                 raise ConfigError("sigma", f"must be a positive number or 'inv-sqrt-d', got {self.sigma!r}")
-        elif not (math.isfinite(self.sigma) and self.sigma > 0):
+        elif not (_is_real(self.sigma) and math.isfinite(self.sigma) and self.sigma > 0):
             raise ConfigError("sigma", f"must be a positive number or 'inv-sqrt-d', got {self.sigma!r}")
-        if self.embed_std is not None and not (math.isfinite(self.embed_std) and self.embed_std > 0):
-            raise ConfigError("embed_std", f"must be a positive number, got {self.embed_std!r}")
+        if self.embed_std is not None:
+            _check_real("embed_std", self.embed_std, 0, strict=True)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError("seed", f"must be a whole number >= 0, got {self.seed!r}")
 
@@ -148,9 +174,21 @@ class RunConfig:
     def __post_init__(self) -> None:
         _check_positive_int("batch", self.batch)
         _check_positive_int("seq_len", self.seq_len)
+        if not isinstance(self.dtype, str):
+            raise ConfigError("dtype", f"must be a string, got {self.dtype!r}")
         _check_choice("dtype", self.dtype, DTypeName)
-        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise ConfigError("device", f"{self.device!r} is not one of 'auto', 'cpu', 'cuda'")
+        if not isinstance(self.device, str) or (
+            self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:")
+        ):
+            raise ConfigError("device", f"{self.device!r} is not one of 'auto', 'cpu', 'cuda', 'cuda:N'")
+        _check_bool("stream", self.stream, optional=True)
+        _check_bool("tf32", self.tf32)
+        if self.data_seed is not None and (
+            isinstance(self.data_seed, bool) or not isinstance(self.data_seed, int) or self.data_seed < 0
+        ):
+            raise ConfigError("data_seed", f"must be a whole number >= 0 or None, got {self.data_seed!r}")
+        if not isinstance(self.extra, dict):
+            raise ConfigError("extra", f"must be a dict, got {self.extra!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
