@@ -191,6 +191,10 @@ def execute(
                 folder.abandon()
             raise bad_option(exc) from None
         except OutputError as exc:
+            try:  # say why in config.json, if the folder still takes it
+                writer.config(writer.last or ExperimentResult({}), False, str(exc))
+            except OutputError:
+                pass
             _fail(f"run incomplete, {exc}", run_dir)
             typer.echo(str(run_dir))
             raise typer.Exit(1) from None

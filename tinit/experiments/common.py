@@ -226,12 +226,16 @@ def _read_int(path: str) -> int | None:
     return int(text) if text.isdigit() else None  # "max" (no limit) and junk: None
 
 
+#: Where the process's cgroups are listed and where the cgroup file systems are mounted.
+PROC_CGROUP, CGROUP_MOUNT = "/proc/self/cgroup", "/sys/fs/cgroup"
+
+
 def _cgroup_headroom() -> int | None:
     """Bytes this process's memory cgroup may still grow (limit - usage), or None
     when no limit applies. cgroup v2 (memory.max) and v1 (memory.limit_in_bytes); the
     process's own cgroup folder first, then the mount's root (what a container sees)."""
     try:
-        with open("/proc/self/cgroup") as f:
+        with open(PROC_CGROUP) as f:
             lines = f.read().splitlines()
     except OSError:
         return None
@@ -241,9 +245,9 @@ def _cgroup_headroom() -> int | None:
             continue
         _, controllers, rel = parts
         if controllers == "":
-            mount, limit_file, usage_file = "/sys/fs/cgroup", "memory.max", "memory.current"
+            mount, limit_file, usage_file = CGROUP_MOUNT, "memory.max", "memory.current"
         elif "memory" in controllers.split(","):
-            mount = "/sys/fs/cgroup/memory"
+            mount = f"{CGROUP_MOUNT}/memory"
             limit_file, usage_file = "memory.limit_in_bytes", "memory.usage_in_bytes"
         else:
             continue

@@ -28,7 +28,17 @@ import pandas as pd
 
 from .. import theory
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
-from .common import ExperimentResult, IncompleteRun, Meter, Partial, Progress, grid, resolve_device, run_meta
+from .common import (
+    ExperimentResult,
+    IncompleteRun,
+    Meter,
+    Partial,
+    Progress,
+    failure_reason,
+    grid,
+    resolve_device,
+    run_meta,
+)
 from .grad_norms import require_gradients, run_grad_norms
 from .variance import run_variance
 
@@ -337,10 +347,9 @@ def run_depth_sweep(
                     done += 2 * len(configs) * L
             except IncompleteRun as exc:
                 raise IncompleteRun(f"L={L}, seed {ini.seed}: {exc}", result(False, str(exc))) from exc
-            except KeyboardInterrupt as exc:
-                raise IncompleteRun(
-                    f"L={L}, seed {ini.seed}: interrupted", result(False, "interrupted")
-                ) from exc
+            except KeyboardInterrupt as exc:  # between the two measurements
+                what = failure_reason(exc)
+                raise IncompleteRun(f"L={L}, seed {ini.seed}: {what}", result(False, what)) from exc
             meter.stop(f"L={L}/seed={ini.seed}", [var.meta] + ([grad.meta] if grad is not None else []))
             streamed[L] = bool(var.meta.get("streamed"))
             ratios = {}
