@@ -14,6 +14,7 @@ was measured but is not finite is written ``nan``, ``inf`` or ``-inf``.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import math
 import os
@@ -158,8 +159,10 @@ def new_run_dir(command: str, out: Path | str | None = None, root: Path | str = 
     return claim_run_dir(command, out, root).path
 
 
+@functools.cache
 def git_commit() -> str | None:
-    """The commit of the tinit source tree, when it is a git checkout."""
+    """The commit of the tinit source tree, when it is a git checkout (asked once per
+    process: config.json is rewritten after every configuration)."""
     here = Path(__file__).resolve().parent
     try:
         out = subprocess.run(
