@@ -21,3 +21,39 @@ def assert_one_line_error(res, option: str, out: Path | None = None) -> None:
     assert "Traceback" not in res.output
     if out is not None:
         assert not out.exists()
+
+
+class FirstStep(Exception):
+    """Raised by :func:`validation_only`'s progress callback at a run's first step."""
+
+
+def validation_only(monkeypatch) -> None:
+    """Make every command stop at the first measured step: parsing, validation, config
+    building, device resolution, the run folder's claim and the experiment's own checks
+    all run as usual, then the command exits 0. For fuzzing input handling at the cost
+    of a single block (the full runs are fuzzed separately, with valid input)."""
+    import sys
+
+    import typer
+
+    from tinit.cli import runner
+
+    real = runner.execute
+
+    def execute(command, opts, experiment, outputs):
+        def first_step(progress=None, on_partial=None):
+            def stop(done, total):
+                raise FirstStep
+
+            takes = runner._accepts(experiment, "on_partial")
+            experiment(progress=stop, **({"on_partial": on_partial} if takes else {}))
+            raise FirstStep  # an experiment with no step to report
+
+        try:
+            real(command, opts, first_step, outputs)
+        except FirstStep:
+            raise typer.Exit(0) from None
+
+    for name, module in list(sys.modules.items()):
+        if name.startswith("tinit.cli.") and getattr(module, "execute", None) is real:
+            monkeypatch.setattr(module, "execute", execute)

@@ -1,9 +1,18 @@
 """Drives `tinit variance` with random option values, valid and invalid, and
 asserts that no call ends in a traceback: either exit 0 with the files written, or
-a non-zero exit with a one-line message."""
+a non-zero exit with a one-line message.
+
+Two tests, so that neither spends its time where it learns nothing: the input fuzz
+stops every accepted call at its first measured step (parsing, validation, configs,
+the run folder's claim and the experiment's own checks all run; helpers.validation_only),
+and the run fuzz draws only valid values, so each of its examples is a whole run with
+CSVs, plot and config.json."""
 
 import itertools
+import json
 
+import pytest
+from helpers import validation_only
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -39,13 +48,18 @@ OPTIONS = {
 FLAGS = ["--untie", "--bias", "--no-attn-scale", "--pre-norm", "--post-norm", "--stream", "--no-stream"]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.fixture
+def stop_at_first_step(monkeypatch):
+    validation_only(monkeypatch)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     chosen=st.dictionaries(st.sampled_from(sorted(OPTIONS)), st.just(None), max_size=6),
     values=st.data(),
     flags=st.lists(st.sampled_from(FLAGS), max_size=3, unique=True),
 )
-def test_no_call_ends_in_a_traceback(tmp_path, chosen, values, flags):
+def test_no_call_ends_in_a_traceback(tmp_path, stop_at_first_step, chosen, values, flags):
     # small defaults keep valid calls fast; the drawn options override them
     args = {
         "--layers": "1",
@@ -63,9 +77,52 @@ def test_no_call_ends_in_a_traceback(tmp_path, chosen, values, flags):
     assert "Traceback" not in res.output
     assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
     if res.exit_code == 0:
-        assert (out / "variance.csv").is_file() and (out / "config.json").is_file()
-        assert any(out.glob("variance.*g")) or (out / "variance.pdf").is_file()
+        assert (out / "config.json").is_file()  # accepted: the folder was claimed
     else:
         assert res.exit_code in (1, 2)
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("Error:"), (argv, res.stderr)
+
+
+#: Valid values only: every example of the run fuzz is a whole run. The extremes
+#: (sigma 1e30, a bfloat16 overflow) give non-finite numbers, which must be flagged.
+VALID = {
+    "--layers": st.sampled_from(["1", "2", "3"]),
+    "--d-ff": st.sampled_from(["1", "24"]),
+    "--sigma": st.sampled_from(["0.02", "1", "inv-sqrt-d", "1e30"]),
+    "--embed-std": st.sampled_from(["1", "1e-30"]),
+    "--norm": st.sampled_from(["rmsnorm", "layernorm"]),
+    "--ffn": st.sampled_from(["swiglu", "gelu"]),
+    "--positions": st.sampled_from(["rope", "none", "learned"]),
+    "--attention": st.sampled_from(["causal", "bidirectional"]),
+    "--init": st.sampled_from(["naive", "scaled", "both"]),
+    "--dtype": st.sampled_from(["float32", "float64", "bfloat16"]),
+    "--branch": st.sampled_from(["model", "gaussian"]),
+    "--branch-var": st.sampled_from(["0", "0.5"]),
+    "--format": st.sampled_from(["png", "svg", "png,pdf"]),
+}
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    chosen=st.lists(st.sampled_from(sorted(VALID)), min_size=2, max_size=6, unique=True),
+    values=st.data(),
+    flags=st.lists(st.sampled_from(["--untie", "--bias", "--no-attn-scale", "--pre-norm", "--stream"]),
+                   max_size=2, unique=True),
+)  # fmt: skip
+def test_valid_calls_run_end_to_end(tmp_path, chosen, values, flags):
+    args = {"--layers": "1", "--d-model": "16", "--heads": "2", "--seq-len": "4", "--batch": "1",
+            "--vocab": "16"}  # fmt: skip
+    for opt in chosen:
+        args[opt] = values.draw(VALID[opt], label=opt)
+    out = tmp_path / f"run{next(_counter)}"
+    argv = ["variance", *itertools.chain.from_iterable(args.items()), *flags, "--out", str(out), "-q"]
+    res = runner.invoke(app, argv)
+    assert res.exit_code == 0, (argv, res.output, repr(res.exception))
+    assert (out / "variance.csv").is_file() and (out / "summary.csv").is_file()
+    for fmt in args["--format"].split(",") if "--format" in args else ["png"]:
+        assert (out / f"variance.{fmt}").stat().st_size > 0, fmt
+    doc = json.loads((out / "config.json").read_text())
+    assert doc["complete"] is True
+    warned = [line for line in res.stderr.splitlines() if line.startswith("Warning:")]
+    assert len(warned) == (1 if doc["non_finite_total"] else 0), res.stderr  # flagged, in one line

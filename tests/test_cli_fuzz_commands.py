@@ -2,11 +2,17 @@
 depth) with random option values, valid and invalid, and asserts that no call
 ends in a traceback: exit 0 with config.json written (or, for `check`, exit 1
 after writing check.csv when a claim fails), or a non-zero exit with a one-line
-message."""
+message.
+
+As in test_cli_fuzz.py: the input fuzz stops each accepted call at its first measured
+step (helpers.validation_only), and a run fuzz with valid values only runs each
+command whole, writing every file."""
 
 import itertools
+import json
 
 import pytest
+from helpers import validation_only
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -55,14 +61,19 @@ OPTIONS = {
 FLAGS = ["--untie", "--bias", "--pre-norm", "--post-norm", "--stream", "--no-grads", "--tf32"]
 
 
+@pytest.fixture
+def stop_at_first_step(monkeypatch):
+    validation_only(monkeypatch)
+
+
 @pytest.mark.parametrize("command", list(COMMANDS))
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     chosen=st.lists(st.sampled_from(sorted(OPTIONS)), max_size=4, unique=True),
     values=st.data(),
     flags=st.lists(st.sampled_from(FLAGS), max_size=2, unique=True),
 )
-def test_no_command_ends_in_a_traceback(tmp_path, command, chosen, values, flags):
+def test_no_command_ends_in_a_traceback(tmp_path, stop_at_first_step, command, chosen, values, flags):
     args = dict(COMMANDS[command])
     for opt in chosen:
         args[opt] = values.draw(OPTIONS[opt], label=opt)
@@ -71,9 +82,57 @@ def test_no_command_ends_in_a_traceback(tmp_path, command, chosen, values, flags
     res = runner.invoke(app, argv)
     assert "Traceback" not in res.output
     assert res.exception is None or isinstance(res.exception, SystemExit), (argv, repr(res.exception))
-    if res.exit_code == 0 or (command == "check" and res.exit_code == 1 and (out / "check.csv").is_file()):
-        assert (out / "config.json").is_file(), argv
+    if res.exit_code == 0:
+        assert (out / "config.json").is_file(), argv  # accepted: the folder was claimed
     else:
         assert res.exit_code in (1, 2), argv
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("Error:"), (argv, res.stderr)
+
+
+#: Valid values only, per command where it takes them: every run-fuzz example is a whole run.
+VALID = {
+    "--sigma": ["0.02", "inv-sqrt-d", "1e30"],
+    "--norm": ["rmsnorm", "layernorm"],
+    "--ffn": ["swiglu", "gelu"],
+    "--positions": ["rope", "none", "learned"],
+    "--init": ["naive", "scaled"],
+    "--dtype": ["float32", "float64", "bfloat16"],
+    "--format": ["png", "svg"],
+    "--batches": ["2"],
+    "--tensor": ["down", "o"],
+    "--seeds": ["2"],
+    "--rows": ["4,8"],
+    "--reference-total": ["1e6"],
+}
+RUNS = {"grad-norms": 2, "depth-sweep": 2, "attention-scale": 2, "params": 2, "norms": 1, "check": 1}
+
+
+def _takes(command: str) -> list[str]:
+    import typer.main
+
+    params = typer.main.get_command(app).commands[command].params
+    names = {o for p in params for o in p.opts}
+    return sorted(o for o in VALID if o in names)
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_valid_calls_run_end_to_end(tmp_path, command):
+    takes = _takes(command)
+
+    @settings(max_examples=RUNS[command], deadline=None, database=None)
+    @given(chosen=st.lists(st.sampled_from(takes), max_size=3, unique=True), values=st.data())
+    def run(chosen, values):
+        args = dict(COMMANDS[command])
+        for opt in chosen:
+            args[opt] = values.draw(st.sampled_from(VALID[opt]), label=opt)
+        out = tmp_path / f"run{next(_counter)}"
+        argv = [command, *itertools.chain.from_iterable(args.items()), "--out", str(out), "-q"]
+        res = runner.invoke(app, argv)
+        # check exits 1 when a claim fails (e.g. at sigma 1e30), after writing everything
+        assert res.exit_code == 0 or (command == "check" and res.exit_code == 1), (argv, res.output)
+        doc = json.loads((out / "config.json").read_text())
+        assert doc["complete"] is True, argv
+        assert list(out.glob("*.csv")) and list(out.glob("*.png")) + list(out.glob("*.svg")), argv
+
+    run()
