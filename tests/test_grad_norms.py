@@ -25,7 +25,6 @@ from tinit.experiments.grad_norms import (
     STREAM_COLUMNS,
     SUMMARY_COLUMNS,
     batch_seeds,
-    next_token_loss,
     param_key,
     run_grad_norms,
 )
@@ -41,6 +40,16 @@ VARIANTS = {  # (tied, extra model settings): cover the head, learned positions 
 }
 
 
+def _loss(net: Transformer, x: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy written here with plain torch (not the experiment's
+    next_token_loss): the head's logits at t score token t+1, averaged over every
+    (sequence, position) pair that has a next token."""
+    logits = net.logits(x).double()
+    logp = torch.log_softmax(logits[:, :-1], dim=-1)
+    picked = logp.gather(-1, tokens[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return -picked.mean()
+
+
 def reference(cfg: ModelConfig, init: InitConfig, run: RunConfig, batches: int = 1):
     """Plain autograd on a fully built model, written independently of the experiment:
     parameter-gradient norms of the mean loss over the batches, and the pooled RMS of
@@ -54,7 +63,7 @@ def reference(cfg: ModelConfig, init: InitConfig, run: RunConfig, batches: int =
         def keep(k, layer, sub, x_in, f, out, normed=None, streams=streams):
             streams[k] = out if normed is None else normed
 
-        loss = next_token_loss(net, net.forward_stream(tokens, keep), tokens, torch.float64)
+        loss = _loss(net, net.forward_stream(tokens, keep), tokens)
         ks = sorted(streams)
         grads = torch.autograd.grad(loss, [streams[k] for k in ks], retain_graph=True)
         sq += np.array([g.square().sum().item() for g in grads])
@@ -94,9 +103,9 @@ def test_tied_embedding_gets_head_and_lookup_gradients():
     measured = res["grad_norms"].set_index("param").loc["embed.weight", "grad_norm"]
     net = Transformer(cfg, init, "cpu", torch.float64)
     tokens = make_tokens(cfg, RUN64, init.seed, torch.device("cpu"))
-    loss = next_token_loss(net, net.forward_stream(tokens), tokens, torch.float64)
+    loss = _loss(net, net.forward_stream(tokens), tokens)
     # the head's use alone: the stream is a constant
-    head_loss = next_token_loss(net, net.forward_stream(tokens).detach(), tokens, torch.float64)
+    head_loss = _loss(net, net.forward_stream(tokens).detach(), tokens)
     head_only = torch.autograd.grad(head_loss, net.embed.weight)[0]
     total = torch.autograd.grad(loss, net.embed.weight)[0]
     assert measured == pytest.approx(total.norm().item(), rel=1e-10)
@@ -155,7 +164,7 @@ def test_batches_average_before_the_norm(stream):
     per_batch = []
     for s in batch_seeds(init.seed, n):
         tokens = make_tokens(cfg, run, s, torch.device("cpu"))
-        loss = next_token_loss(net, net.forward_stream(tokens), tokens, torch.float64)
+        loss = _loss(net, net.forward_stream(tokens), tokens)
         per_batch.append(torch.autograd.grad(loss, [params[n] for n in names]))
     measured = res["grad_norms"].set_index("param")["grad_norm"]
     for j, name in enumerate(names):
