@@ -26,7 +26,7 @@ from tinit.experiments.check import (
 )
 from tinit.experiments.common import configure, make_tokens
 from tinit.experiments.variance import run_variance
-from tinit.model.config import InitConfig, ModelConfig, RunConfig
+from tinit.model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 
 runner = CliRunner()
 TINY = ["--layers", "2", "--deep-layers", "4", "--d-model", "32", "--heads", "2", "--batch", "2",
@@ -231,3 +231,40 @@ def test_background_shape_is_fresh():
     _, frames = params_rows(ModelConfig(d_model=64, n_heads=4))
     ffn = frames["ffn"].set_index("variant")
     assert ffn.loc["this model's FFN", "d_ff"] == 5504  # 8 * 2048 / 3 rounded up to 64
+
+
+def test_cli_and_library_check_the_same_defaults(monkeypatch):
+    """`tinit check` with no options calls run_check with exactly the library's defaults
+    (one place: CHECK_MODEL, CHECK_RUN, ...), so both give the same verdicts."""
+    import inspect
+
+    import tinit.cli.check as cli_check
+    from tinit.experiments.check import CHECK_MODEL, CHECK_RUN
+
+    seen = {}
+
+    def fake(model, init, run, deep_layers, head_dims, alpha, progress=None, on_partial=None):
+        seen.update(model=model, init=init, run=run, deep_layers=deep_layers, head_dims=head_dims,
+                    alpha=alpha)  # fmt: skip
+        raise ConfigError("seed", "stop here")
+
+    monkeypatch.setattr(cli_check, "run_check", fake)
+    CliRunner().invoke(app, ["check", "--device", "cpu"])
+    defaults = {k: p.default for k, p in inspect.signature(run_check).parameters.items()}
+    assert seen["model"] == ModelConfig(**CHECK_MODEL) and seen["init"] == InitConfig()
+    assert (seen["run"].batch, seen["run"].seq_len) == (CHECK_RUN["batch"], CHECK_RUN["seq_len"])
+    assert seen["deep_layers"] == defaults["deep_layers"] and seen["alpha"] == defaults["alpha"]
+    assert tuple(seen["head_dims"]) == tuple(defaults["head_dims"])
+
+
+def test_every_claim_passes_at_the_shipped_defaults():
+    """run_check() at its defaults (seed 0): every claim passes. The naive row of (b)
+    is the known drift (README): its error is positive, the attention branch growing with
+    depth, but within tolerance at this seed."""
+    from tinit.experiments.check import CHECK_RUN
+
+    res = run_check(run=RunConfig(device="cpu", **CHECK_RUN))
+    check = res["check"]
+    assert check["passed"].all(), check.loc[~check["passed"], ["item", "claim", "detail"]].to_string()
+    naive_b = check[(check["item"] == "b") & check["claim"].str.startswith("naive")]
+    assert len(naive_b) == 1 and naive_b["rel_err"].item() > 0

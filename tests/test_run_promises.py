@@ -410,3 +410,23 @@ def test_a_bad_input_found_during_the_run_removes_the_claimed_folders(tmp_path, 
     with pytest.raises(typer.BadParameter):
         execute("fake", options(None), experiment, Outputs())
     assert not (tmp_path / "results").exists()
+
+
+def test_layers_import_only_downwards():
+    """tinit.results never imports tinit.experiments, and no command module imports
+    another command module (shared pieces live in cli/common.py, cli/runner.py)."""
+    import ast
+
+    commands = {p.stem for p in (ROOT / "tinit" / "cli").glob("*.py")} - {
+        "__init__", "common", "runner", "options", "clickcompat", "__main__"}  # fmt: skip
+
+    def imports(path: Path) -> set[str]:
+        tree = ast.parse(path.read_text())
+        return {(n.module or "") for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
+            a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}  # fmt: skip
+
+    for path in (ROOT / "tinit" / "results").glob("*.py"):
+        assert not [m for m in imports(path) if "experiments" in m], path.name
+    for name in commands:
+        found = imports(ROOT / "tinit" / "cli" / f"{name}.py")
+        assert not [m for m in found if m.lstrip(".") in commands], name

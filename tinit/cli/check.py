@@ -35,7 +35,7 @@ CHOSEN_BY_CHECK = ("init", "pre_norm", "post_norm", "branch", "branch_var")
 #: so ``tinit check`` and ``run_check()`` measure the same thing.
 _OPTION_OF = {"n_layers": "layers", "d_model": "d_model", "n_heads": "heads", "batch": "batch",
               "seq_len": "seq_len"}  # fmt: skip
-CHECK_DEFAULTS = {_OPTION_OF[k]: v for k, v in {**CHECK_MODEL, **CHECK_RUN}.items()}
+CHECK_DEFAULTS = {_OPTION_OF[k]: v for k, v in {**CHECK_MODEL, **CHECK_RUN}.items() if k in _OPTION_OF}
 
 
 def _alpha(value: float) -> float:

@@ -27,13 +27,13 @@ import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 
+from ..criteria import ITEMS, z_quantile  # noqa: F401 (ITEMS: re-exported for callers)
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ..model.init import role_std
 from ..model.transformer import Transformer
@@ -67,70 +67,6 @@ CHECK_VARIANCE_COLUMNS = ["branch", *VARIANCE_COLUMNS, "cov", "cov_se", "cov_z"]
 
 #: The background's numbers for item (d).
 BACKGROUND_VOCAB, BACKGROUND_D, BACKGROUND_TOTAL = 128000, 2048, 1.5e9
-
-#: Item -> (title, the one-paragraph explanation check.md prints).
-ITEMS: dict[str, tuple[str, str]] = {
-    "a": (
-        "v_2L = 1 + 2L sigma^2, and the independence assumption behind it",
-        "A pre-norm block adds its branch output F_k to the stream x_{k-1}. Pooled variances add "
-        "exactly up to the cross term: var(x + F) = var x + var F + 2 Cov(x, F). The law v_2L = v0 + "
-        "sum_k s_k^2 (in units of v0, 1 + 2L sigma^2) is therefore precisely the claim that the 2L "
-        "covariances vanish. They do in expectation, because the last matrix of every branch is drawn "
-        "independently of the stream; in one draw each covariance is a Gaussian with a standard error "
-        "the run computes exactly (module docstring). The check measures the relative error of v_2L "
-        "against the law and the largest stream/branch correlation, and tests both against those "
-        "standard errors. The Gaussian-branch run replaces every branch by independent N(0, S2) noise, "
-        "the background's exact model, where v_2L = v0 + 2L S2 must hold to sampling precision: it "
-        "checks the measuring code itself.",
-    ),
-    "b": (
-        "Depth-scaled init makes v_2L independent of L",
-        "Multiplying the init std of W_O and W_down by 1/sqrt(2L) divides every branch variance by "
-        "2L, so v_2L = v0 + s^2 at any depth, while the naive init gives v0 + 2L s^2. The check runs "
-        "the same stack (shared draws) at a short and a long depth, both recipes, and predicts the long "
-        "run from the short run's measured branch variances. The tolerance treats the per-layer branch "
-        "variances as exchangeable draws (the background's equal-branch assumption, with the observed "
-        "layer-to-layer spread as noise, separately for attention and FFN) plus the covariance terms "
-        "of (a); a systematic drift of the branch variance with depth is *not* noise and fails the check.",
-    ),
-    "c": (
-        "Pre-norm keeps an unattenuated gradient path; post-norm does not",
-        "In pre-norm, d x_out / d x = I + dF/dx: along the identity the gradient leaving the last "
-        "addition reaches every earlier stream unchanged, and the branch paths only add to it (their "
-        "cross term with the identity path has mean zero), so the stream-gradient RMS relative to the "
-        "top must not fall below 1 beyond sampling noise (tolerance 1 - z^2/T from the T tokens, "
-        "Bonferroni over the 2L additions). In post-norm every addition is followed by a norm whose "
-        "Jacobian multiplies the backward signal by about 1/sqrt(var(s)), s the sum before the norm; "
-        "the identity-path gain is the product of these factors, not 1. The check asks whether the "
-        "measured post-norm ratio (embedding vs top) is closer, in log scale, to that product than to "
-        "the unattenuated value 1. The branch paths are left out of the prediction: where they dominate "
-        "(large branches, e.g. sigma = 1/sqrt(d)) the measurement can leave it, and the check says so.",
-    ),
-    "d": (
-        "Tying the head to the embedding saves V*d parameters",
-        "A tied head computes its logits with the embedding matrix E (V x d) instead of its own, so the "
-        "untied model has exactly V*d more parameters (plus the head's V biases when linear layers have "
-        "biases). The counts are exact (tinit.model.params, tested against the built modules); for the "
-        "background's V = 128000, d = 2048 the saving is 262,144,000, and the claim 'about 17.5% of a "
-        "1.5B model' is checked to the precision it is stated in (0.1 percentage point).",
-    ),
-    "e": (
-        "The 1/sqrt(d_h) factor keeps the attention logits at unit variance",
-        "A dot product q.k of two d_h-dimensional vectors with independent unit-variance components has "
-        "variance d_h; dividing by sqrt(d_h) brings it to 1, so the softmax neither saturates (large "
-        "d_h, no scale) nor depends on the head size. The check draws unit q, k for several head sizes "
-        "(tinit.experiments.attention_scale), measures the logit variance with and without the scale, "
-        "and tests each against d_h and 1 with the standard error from the spread over independent "
-        "(sequence, head) units (Student t with units - 1 degrees of freedom).",
-    ),
-}
-
-
-def z_quantile(alpha: float, m: int = 1, two_sided: bool = True) -> float:
-    """Normal quantile of a test at level alpha, Bonferroni-corrected over m tests."""
-    tail = alpha / m / (2 if two_sided else 1)
-    return NormalDist().inv_cdf(1.0 - tail)
-
 
 def t_quantile(alpha: float, df: int, m: int = 1) -> float:
     """Two-sided Student-t quantile at level alpha (Bonferroni over m): the x with
@@ -495,7 +431,7 @@ def cpu_threads(n: int | None) -> Iterator[None]:
 #: 12 + 12 + 12 + 80 + 80 layers of 4 x 64 tokens at d = 64, two 12-layer backward
 #: passes and a few unit-q,k draws). Everything else is ModelConfig's, InitConfig's and
 #: RunConfig's default.
-CHECK_MODEL = {"n_layers": 12, "d_model": 64, "n_heads": 4}
+CHECK_MODEL = {"n_layers": 12, "d_model": 64, "n_heads": 4, "max_seq_len": 64}
 CHECK_RUN = {"batch": 4, "seq_len": 64}
 #: The long depth of (b), the head sizes of (e) and the level of every test.
 CHECK_DEEP_LAYERS, CHECK_HEAD_DIMS, CHECK_ALPHA = 80, (16, 64, 256), 0.01

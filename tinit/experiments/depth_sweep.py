@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from .. import theory
+from ..criteria import SPREAD_K
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from .common import (
     ExperimentResult,
@@ -66,8 +67,6 @@ FIT_COLUMNS = [
     "ratio_max_min", "ratio_max_min_se", "diff_max_min", "diff_se", "within_spread",
 ]  # fmt: skip
 
-#: The transfer criterion: |v(L_max) - v(L_min)| <= SPREAD_K * sqrt(se_max^2 + se_min^2).
-SPREAD_K = 2.0
 
 #: The most depths one sweep takes (a range giving more is refused before it is built).
 MAX_DEPTHS = 1000

@@ -14,7 +14,7 @@ from matplotlib.ticker import NullFormatter, ScalarFormatter
 from rich.table import Table
 
 from .. import theory
-from ..experiments.depth_sweep import SPREAD_K
+from ..criteria import SPREAD_K
 from .plots import config_color, config_label, new_figure, wants_log
 from .tables import fmt, summary_table
 

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from rich.table import Table
 
-from ..experiments.check import ITEMS, z_quantile
+from ..criteria import ITEMS, z_quantile
 from .plots import config_color, new_figure
 from .rundir import atomic_write_text
 from .tables import fmt, pct, summary_table
