@@ -153,6 +153,19 @@ class RunWriter:
         write_config(self.path, self.command, meta, complete=complete, error=error, **extra)
 
 
+def release_memory() -> None:
+    """After an out-of-memory stop: collect what the failed configuration left and, on
+    glibc, hand freed heap pages back to the system (else RLIMIT_AS stays exhausted)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _fail(message: str, run_dir: Path) -> None:
     typer.echo(f"Error: {message}; what was measured is in {run_dir}", err=True)
 
@@ -204,6 +217,8 @@ def execute(
             failure = failure_reason(exc)
             result = writer.last or ExperimentResult({}, {}, False, failure)
             result.complete, result.error = False, failure
+        if failure and "out of memory" in failure:
+            release_memory()  # the writing (plots) needs some
         signals.defer()  # from here a signal stops the writing between two files
         return _finish(command, opts, outputs, writer, result, failure, signals)
 
@@ -237,18 +252,23 @@ def _finish(
             expected += step()
     except OutputError as exc:
         write_error = str(exc)
+    except Exception as exc:  # a plot that cannot be drawn (e.g. no memory left): the CSVs are saved
+        if failure is None:
+            raise
+        write_error = f"cannot draw the plots: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     stopped_writing = bool(signals.caught) and failure is None
     if signals.caught and failure is None:
         failure = f"stopped by {signals.caught[0]} while writing"
     missing = [p.name for p in expected if p.name != CONFIG and not p.exists()]
     complete = bool(result.complete and failure is None and write_error is None and not missing)
-    error = failure or write_error or (f"missing {', '.join(missing)}" if missing else None) or result.error
+    reasons = [r for r in (failure, write_error, f"missing {', '.join(missing)}" if missing else None) if r]
+    error = "; ".join(reasons) or result.error
     try:
         writer.config(result, complete, error, non_finite=counts, non_finite_total=n_bad)
     except OutputError as exc:
         write_error = write_error or str(exc)
     if write_error:
-        _fail(f"run incomplete, {write_error}", run_dir)
+        _fail(f"run incomplete{f' ({failure})' if failure else ''}, {write_error}", run_dir)
         typer.echo(str(run_dir))
         raise typer.Exit(1)
     console = Console()
