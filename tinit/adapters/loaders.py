@@ -94,7 +94,7 @@ def hf_config(spec: str, sets: dict[str, Any]):
     kw = dict(doc)
     for key, value in sets.items():
         real = amap.get(key, key)
-        if not hasattr(default, real) and real not in doc:
+        if not hasattr(default, real) and real not in doc and _stored_as_unknown(cls, real, value):
             raise ConfigError("--set", f"{model_type} config has no field {key!r}")
         kw[real] = value
     kw.pop("transformers_version", None)
@@ -102,6 +102,15 @@ def hf_config(spec: str, sets: dict[str, Any]):
         return cls(**kw)
     except (ValueError, TypeError) as exc:
         raise ConfigError("--set", f"invalid {model_type} config: {' '.join(str(exc).split())}") from None
+
+
+def _stored_as_unknown(cls, key: str, value: Any) -> bool:
+    """A config keeps a kwarg it does not know as a plain attribute (a typo would pass
+    silently); one it consumes (a legacy name such as ``rope_theta``) disappears."""
+    try:
+        return hasattr(cls(**{key: value}), key)
+    except (ValueError, TypeError):
+        return False
 
 
 def load_hf(spec: str, sets: dict[str, Any], device: torch.device, dtype: torch.dtype) -> nn.Module:

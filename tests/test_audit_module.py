@@ -1,0 +1,134 @@
+"""Guards `tinit audit --module`: tinit's own Transformer audited as a user module gives
+exactly `tinit variance`'s numbers (pre- and post-norm), the generic finder on a model
+with no known layout, the verdicts pytorch-default and zero on exactly the broken
+parameters with exit code 3, exit 0 on a clean model, and bad input as one line, exit 2."""
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from audit_models import TinyLM, broken_model, good_model
+from helpers import assert_one_line_error
+from typer.testing import CliRunner
+
+from tinit.adapters.roles import classify_roles
+from tinit.adapters.sites import find_sites
+from tinit.cli import app
+from tinit.experiments.audit import DEVIATING, Expectation, audit_weights
+from tinit.results import report_audit
+
+runner = CliRunner()
+HERE = Path(__file__).resolve().parent
+MODELS = str(HERE / "audit_models.py")
+TINY = ["--seq-len", "8", "--batch", "2"]
+NUMERIC = ["k", "layer", "stream_var", "branch_var", "cross_corr", "stream_var_rel", "pred_cumulative",
+           "pred_closed", "stream_var_normed"]  # fmt: skip
+
+
+def audit(*args):
+    return runner.invoke(app, ["audit", *TINY, *args])
+
+
+@pytest.mark.parametrize(
+    ("factory", "variance_args"),
+    [("tinit_model", ["--init", "naive", "--pre-norm"]), ("tinit_post_model", ["--init", "scaled", "--post-norm"])],
+)
+def test_tinit_model_as_module_gives_tinit_variance_numbers(tmp_path, factory, variance_args):
+    shape = ["--layers", "2", "--d-model", "16", "--heads", "2", "--vocab", "32"]
+    ref = runner.invoke(app, ["variance", *TINY, *shape, *variance_args, "-q", "-o", str(tmp_path / "v")])
+    assert ref.exit_code == 0, ref.output
+    res = audit("--module", f"{MODELS}:{factory}", "--no-grads", "-q", "-o", str(tmp_path / "a"))
+    assert res.exit_code == 0, res.output  # the model declares its recipe and matches it
+    want = pd.read_csv(tmp_path / "v" / "variance.csv")
+    got = pd.read_csv(tmp_path / "a" / "variance.csv")
+    assert (got["init"] == "as-built").all()
+    assert list(got["norm_position"].unique()) == list(want["norm_position"].unique())
+    pd.testing.assert_frame_equal(got[NUMERIC], want[NUMERIC], check_exact=True)
+    w = pd.read_csv(tmp_path / "a" / "weights.csv")
+    assert set(w["verdict"]) == {"ok"} and "unknown" not in set(w["role"])
+
+
+def test_generic_finder_on_unknown_layout():
+    model = good_model()
+    tokens = torch.randint(48, (2, 8), generator=torch.Generator().manual_seed(0))
+    sites, tr = find_sites(model, tokens[:1, :4])
+    assert sites.family == "generic" and sites.n_layers == 3
+    assert [b.attn for b in sites.blocks] == [f"layers.{i}.attn" for i in range(3)]
+    assert [b.ffn for b in sites.blocks] == [f"layers.{i}.mlp" for i in range(3)]
+    roles = {r.name: r.role for r in classify_roles(model, sites, tr, 48)}
+    assert roles["layers.2.attn.out.weight"] == "o" and roles["layers.2.mlp.2.weight"] == "down"
+    assert roles["layers.0.attn.qkv.weight"] == "qkv" and roles["layers.0.mlp.0.weight"] == "up"
+    assert roles["wte.weight"] == "embed" and roles["head.weight"] == "head"
+    assert roles["layers.1.ln2.bias"] == "bias" and roles["norm.weight"] == "norm"
+
+
+def test_broken_model_verdicts_exactly_on_the_broken_parameters():
+    model = broken_model()
+    tokens = torch.randint(48, (1, 4), generator=torch.Generator().manual_seed(0))
+    sites, tr = find_sites(model, tokens)
+    roles = classify_roles(model, sites, tr, 48)
+    w = audit_weights(model, roles, Expectation("naive", 0.02, 0.02, "test"), sites).set_index("param")
+    bad = w[w["verdict"] != "ok"]["verdict"].to_dict()
+    assert bad == {"layers.1.mlp.0.weight": "pytorch-default", "layers.0.attn.out.weight": "zero"}
+    # the independent fact behind the verdict: kaiming-uniform with bound 1/sqrt(16)
+    default = model.layers[1].mlp[0].weight.detach().double()
+    assert default.abs().max() <= 0.25 and default.std().item() == pytest.approx(0.25 / math.sqrt(3), rel=0.05)
+
+
+def test_cli_exit_codes_and_report(tmp_path):
+    bad = audit("--module", f"{MODELS}:broken_model", "--no-grads", "-o", str(tmp_path / "b"))
+    assert bad.exit_code == 3, bad.output
+    assert "pytorch-default" in bad.stdout and "zero" in bad.stdout and "FAIL" in bad.stdout
+    md = (tmp_path / "b" / "audit.md").read_text()
+    assert md.splitlines()[2].startswith("**FAIL: 2 of")
+    good = audit("--module", f"{MODELS}:good_model", "-q", "-o", str(tmp_path / "g"))
+    assert good.exit_code == 0, good.output
+    for name in ("weights.csv", "variance.csv", "summary.csv", "grad_norms.csv", "stream_grads.csv",
+                 "audit.md", "variance.png", "weights.png", "config.json"):  # fmt: skip
+        assert (tmp_path / "g" / name).is_file(), name
+    g = pd.read_csv(tmp_path / "g" / "grad_norms.csv")
+    assert {"o", "down"} <= set(g["tensor"]) and (g["grad_norm"] > 0).all()
+
+
+def test_module_dtype_kept_unless_given():
+    assert isinstance(TinyLM(), torch.nn.Module)  # the contract: factory() -> nn.Module
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        ([], "--hf"),
+        (["--hf", "llama", "--module", "x:y"], "--hf"),
+        (["--module", "no_colon"], "--module"),
+        (["--module", "missing_file.py:f"], "--module"),
+        (["--module", f"{MODELS}:nothing"], "--module"),
+        (["--module", f"{MODELS}:TINIT_SHAPE"], "--module"),
+        (["--module", f"{MODELS}:good_model", "--set", "a=1"], "--set"),
+        (["--module", f"{MODELS}:good_model", "--expect", "xavier"], "--expect"),
+        (["--module", f"{MODELS}:good_model", "--sites", "layers:attn"], "--sites"),
+        (["--module", f"{MODELS}:good_model", "--sites", "layers:nope:mlp"], "--sites"),
+        (["--module", f"{MODELS}:tinit_model", "--seq-len", "64"], "--seq-len"),
+        (["--hf", "org/model"], "--hf"),
+        (["--hf", "no_such_type"], "--hf"),
+        (["--hf", "llama", "--set", "num_hiden_layers=2"], "--set"),
+    ],
+)
+def test_bad_input_one_line(tmp_path, args, option):
+    out = tmp_path / "run"
+    assert_one_line_error(runner.invoke(app, ["audit", *args, "-o", str(out)]), option, out)
+
+
+def test_without_transformers_hf_says_how_to_install(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else real(name, *a))
+    res = runner.invoke(app, ["audit", "--hf", "llama", "-o", str(tmp_path / "r")])
+    assert_one_line_error(res, "--hf", tmp_path / "r")
+    assert "pip install -e '.[hf]'" in res.stderr
+
+
+def test_deviating_lists_agree():
+    assert set(DEVIATING) == set(report_audit.DEVIATING)
