@@ -99,7 +99,9 @@ def test_gpt2_is_depth_scaled_and_passes_expect_gpt2(built):
     # transformers 5.x GPT2PreTrainedModel._init_weights re-draws c_proj at 0.02/sqrt(2 n_layer)
     # (the 4.x bug of issue 47458, scaling skipped, does not reproduce here): measured directly
     target = 0.02 / math.sqrt(24)
-    c_proj = torch.cat([p.detach().flatten() for n, p in model.named_parameters() if n.endswith("c_proj.weight")])
+    c_proj = torch.cat(
+        [p.detach().flatten() for n, p in model.named_parameters() if n.endswith("c_proj.weight")]
+    )
     assert c_proj.std().item() == pytest.approx(target, rel=0.02)
     w = audit_weights(model, roles, Expectation("scaled", 0.02, 0.02, "gpt2"), sites)
     assert set(w["verdict"]) == {"ok"}
@@ -114,7 +116,9 @@ def test_llama_fails_gpt2_on_exactly_o_and_down_and_passes_naive(built):
     assert sorted(bad["param"]) == sorted(n for n, _ in model.named_parameters()
                                           if n.endswith(("o_proj.weight", "down_proj.weight")))  # fmt: skip
     assert set(bad["verdict"]) == {"off-recipe"}
-    assert set(audit_weights(model, roles, Expectation("naive", 0.02, 0.02, "naive"), sites)["verdict"]) == {"ok"}
+    assert set(audit_weights(model, roles, Expectation("naive", 0.02, 0.02, "naive"), sites)["verdict"]) == {
+        "ok"
+    }
 
 
 def test_recipe_beside_as_built(built):
@@ -139,7 +143,8 @@ def _tinit_in_hf_llama():
     net = Transformer(cfg, InitConfig(recipe="naive"), dtype=torch.float64)
     hf = load_hf("llama", {"hidden_size": 32, "intermediate_size": cfg.d_ff, "num_hidden_layers": 2,
                            "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": V,
-                           "max_position_embeddings": 16, "rms_norm_eps": cfg.norm_eps, "rope_theta": cfg.rope_base,
+                           "max_position_embeddings": 16, "rms_norm_eps": cfg.norm_eps,
+                           "rope_theta": cfg.rope_base,
                            "tie_word_embeddings": True, "attention_bias": False, "mlp_bias": False,
                            "hidden_act": "silu"}, CPU, torch.float64)  # fmt: skip
     names = {"embed.weight": "model.embed_tokens.weight", "final_norm.weight": "model.norm.weight"}
@@ -167,7 +172,9 @@ VAR_COLS = ["stream_var", "branch_var", "stream_var_rel", "pred_cumulative", "pr
 
 def test_tinit_weights_in_hf_llama_give_tinit_variance():
     ref, got = _tinit_in_hf_llama()
-    np.testing.assert_allclose(got[VAR_COLS].to_numpy(float), ref[VAR_COLS].to_numpy(float), rtol=1e-6, atol=0)
+    np.testing.assert_allclose(
+        got[VAR_COLS].to_numpy(float), ref[VAR_COLS].to_numpy(float), rtol=1e-6, atol=0
+    )
     # HF Llama computes RMSNorm and the RoPE tables in float32 even in a float64 model
     # (~1e-7 per element): a correlation near 0 then agrees in absolute, not relative, terms
     np.testing.assert_allclose(got["cross_corr"], ref["cross_corr"], rtol=0, atol=1e-7)

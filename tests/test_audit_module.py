@@ -33,7 +33,10 @@ def audit(*args):
 
 @pytest.mark.parametrize(
     ("factory", "variance_args"),
-    [("tinit_model", ["--init", "naive", "--pre-norm"]), ("tinit_post_model", ["--init", "scaled", "--post-norm"])],
+    [
+        ("tinit_model", ["--init", "naive", "--pre-norm"]),
+        ("tinit_post_model", ["--init", "scaled", "--post-norm"]),
+    ],
 )
 def test_tinit_model_as_module_gives_tinit_variance_numbers(tmp_path, factory, variance_args):
     shape = ["--layers", "2", "--d-model", "16", "--heads", "2", "--vocab", "32"]
@@ -74,7 +77,9 @@ def test_broken_model_verdicts_exactly_on_the_broken_parameters():
     assert bad == {"layers.1.mlp.0.weight": "pytorch-default", "layers.0.attn.out.weight": "zero"}
     # the independent fact behind the verdict: kaiming-uniform with bound 1/sqrt(16)
     default = model.layers[1].mlp[0].weight.detach().double()
-    assert default.abs().max() <= 0.25 and default.std().item() == pytest.approx(0.25 / math.sqrt(3), rel=0.05)
+    assert default.abs().max() <= 0.25 and default.std().item() == pytest.approx(
+        0.25 / math.sqrt(3), rel=0.05
+    )
 
 
 def test_cli_exit_codes_and_report(tmp_path):
@@ -124,7 +129,9 @@ def test_without_transformers_hf_says_how_to_install(tmp_path, monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else real(name, *a)
+    )
     res = runner.invoke(app, ["audit", "--hf", "llama", "-o", str(tmp_path / "r")])
     assert_one_line_error(res, "--hf", tmp_path / "r")
     assert "pip install -e '.[hf]'" in res.stderr

@@ -76,18 +76,28 @@ def hf_config(spec: str, sets: dict[str, Any]):
         if not isinstance(doc, dict) or "model_type" not in doc:
             raise ConfigError("--hf", f"{spec} has no model_type: not a transformers config.json")
         if doc.get("auto_map"):
-            raise ConfigError("--hf", f"{spec} needs custom model code from the hub (auto_map); tinit never downloads")
+            raise ConfigError(
+                "--hf", f"{spec} needs custom model code from the hub (auto_map); tinit never downloads"
+            )
         model_type = doc.pop("model_type")
     else:
         if "/" in spec:
             raise ConfigError(
-                "--hf", f"{spec!r} looks like a hub id; tinit never downloads: pass a config.json file or MODEL_TYPE"
+                "--hf",
+                f"{spec!r} looks like a hub id; tinit never downloads: pass a config.json file or MODEL_TYPE",
             )
         doc, model_type = {}, spec
     if model_type not in CONFIG_MAPPING:
-        known = ", ".join(sorted(k for k in CONFIG_MAPPING if k in ("llama", "gpt2", "qwen2", "mistral",
-                                                                 "olmo2", "gemma2", "gemma3_text", "gpt_neox")))
-        raise ConfigError("--hf", f"unknown model type {model_type!r} for transformers {tf.__version__} (e.g. {known})")
+        known = ", ".join(
+            sorted(
+                k
+                for k in CONFIG_MAPPING
+                if k in ("llama", "gpt2", "qwen2", "mistral", "olmo2", "gemma2", "gemma3_text", "gpt_neox")
+            )
+        )
+        raise ConfigError(
+            "--hf", f"unknown model type {model_type!r} for transformers {tf.__version__} (e.g. {known})"
+        )
     cls = CONFIG_MAPPING[model_type]
     amap = getattr(cls, "attribute_map", {}) or {}
     default = cls()
@@ -123,9 +133,13 @@ def load_hf(spec: str, sets: dict[str, Any], device: torch.device, dtype: torch.
         with torch.device(device):
             model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     except ValueError as exc:
-        raise ConfigError("--hf", f"cannot build a causal LM from {spec}: {' '.join(str(exc).split())[:200]}") from None
+        raise ConfigError(
+            "--hf", f"cannot build a causal LM from {spec}: {' '.join(str(exc).split())[:200]}"
+        ) from None
     except OSError as exc:  # a config that would need a file from the hub
-        raise ConfigError("--hf", f"{spec} needs a download, which tinit never does: {str(exc).splitlines()[0]}") from None
+        raise ConfigError(
+            "--hf", f"{spec} needs a download, which tinit never does: {str(exc).splitlines()[0]}"
+        ) from None
     return model.eval()
 
 

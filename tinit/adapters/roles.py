@@ -26,7 +26,22 @@ from torch import nn
 from .sites import Sites, Trace, is_linear_like
 
 #: Roles in display order; ``qkv`` is a fused (or unnamed) attention input.
-AUDIT_ROLES = ("embed", "pos", "q", "k", "v", "qkv", "o", "gate", "up", "down", "norm", "bias", "head", "unknown")
+AUDIT_ROLES = (
+    "embed",
+    "pos",
+    "q",
+    "k",
+    "v",
+    "qkv",
+    "o",
+    "gate",
+    "up",
+    "down",
+    "norm",
+    "bias",
+    "head",
+    "unknown",
+)
 
 
 @dataclass(frozen=True)
@@ -87,10 +102,12 @@ def classify_roles(model: nn.Module, sites: Sites, tr: Trace, vocab: int) -> lis
     writer = writers(model, sites, tr, d_model)
     L = sites.n_layers
     out = []
-    for name, p in model.named_parameters():
+    for name, _p in model.named_parameters():
         owner_path, _, leaf = name.rpartition(".")
         owner = model.get_submodule(owner_path) if owner_path else model
-        block = next((b for b in sites.blocks if owner_path == b.block or owner_path.startswith(b.block + ".")), None)
+        block = next(
+            (b for b in sites.blocks if owner_path == b.block or owner_path.startswith(b.block + ".")), None
+        )
         layer = block.layer if block is not None else None
         kind, fan_in, role = "other", None, "unknown"
         if is_linear_like(owner):

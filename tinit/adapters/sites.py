@@ -86,7 +86,11 @@ class Sites:
             f"  MLP branch:       {branch(b0.ffn, b0.ffn_added, b0.ffn_stream)}",
             "  residual: "
             + ("parallel (both branches read the block input)" if self.parallel else "sequential")
-            + (", post-norm (stream renormalised after each addition)" if self.norm_position == "post" else ""),
+            + (
+                ", post-norm (stream renormalised after each addition)"
+                if self.norm_position == "post"
+                else ""
+            ),
         ]
         return lines + [f"  note: {n}" for n in self.notes]
 
@@ -101,15 +105,21 @@ FAMILIES: dict[str, dict] = {
     "gemma": {"blocks": "model.layers", "attn": "self_attn", "ffn": "mlp", "norm_offset": 1.0},
     **{
         t: {
-            "blocks": "model.layers", "attn": "self_attn", "ffn": "mlp",
-            "attn_added": "post_attention_layernorm", "ffn_added": "post_feedforward_layernorm",
+            "blocks": "model.layers",
+            "attn": "self_attn",
+            "ffn": "mlp",
+            "attn_added": "post_attention_layernorm",
+            "ffn_added": "post_feedforward_layernorm",
             "norm_offset": 1.0,
         }
         for t in ("gemma2", "gemma3_text")
     },  # fmt: skip
     "olmo2": {
-        "blocks": "model.layers", "attn": "self_attn", "ffn": "mlp",
-        "attn_added": "post_attention_layernorm", "ffn_added": "post_feedforward_layernorm",
+        "blocks": "model.layers",
+        "attn": "self_attn",
+        "ffn": "mlp",
+        "attn_added": "post_attention_layernorm",
+        "ffn_added": "post_feedforward_layernorm",
     },  # fmt: skip
     # GPT-2's own _init_weights scales c_proj by 1/sqrt(2 n_layer): tinit's "scaled"
     "gpt2": {"blocks": "transformer.h", "attn": "attn", "ffn": "mlp", "declared": "scaled"},
@@ -124,7 +134,9 @@ def parse_sites_spec(spec: str) -> dict:
     of each block, shell patterns allowed (``*attn*``)."""
     parts = spec.split(":")
     if len(parts) != 3 or not all(parts):
-        raise SiteError(f"{spec!r}: expected BLOCKS:ATTN[>ADDED]:FFN[>ADDED], e.g. model.layers:self_attn:mlp")
+        raise SiteError(
+            f"{spec!r}: expected BLOCKS:ATTN[>ADDED]:FFN[>ADDED], e.g. model.layers:self_attn:mlp"
+        )
     out = {"blocks": parts[0]}
     for key, part in (("attn", parts[1]), ("ffn", parts[2])):
         name, _, added = part.partition(">")
@@ -214,7 +226,9 @@ def _match_child(model: nn.Module, block: str, pattern: str, what: str) -> str:
     hits = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
     if len(hits) != 1:
         found = "no child" if not hits else f"{len(hits)} children ({', '.join(hits)})"
-        raise SiteError(f"{what} pattern {pattern!r} matches {found} of {block} (its children: {', '.join(names)})")
+        raise SiteError(
+            f"{what} pattern {pattern!r} matches {found} of {block} (its children: {', '.join(names)})"
+        )
     return hits[0]
 
 
@@ -278,7 +292,9 @@ def find_sites(model: nn.Module, tokens: torch.Tensor, spec: str | None = None) 
         layout, family = parse_sites_spec(spec), "--sites"
     elif isinstance(model, Transformer):
         if model.streamed:
-            raise SiteError("a streamed tinit Transformer holds no blocks to hook; build it with stream=False")
+            raise SiteError(
+                "a streamed tinit Transformer holds no blocks to hook; build it with stream=False"
+            )
         family = "tinit"
         layout = {"blocks": "blocks", "attn": "attn", "ffn": "ffn"}
         if model.cfg.norm_position == "post":
@@ -326,6 +342,15 @@ def find_sites(model: nn.Module, tokens: torch.Tensor, spec: str | None = None) 
         sites.notes.append(
             "parallel residual: x + Attn(LN1(x)) + MLP(LN2(x)) is recorded as two additions, attention "
             "first; the MLP's stream_in (x + Attn) is a sum the model never forms"
+        )
+    tables = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    modules = model.named_modules(remove_duplicate=False)
+    tied = [n for n, m in modules if is_linear_like(m) and id(m.weight) in tables]
+    if tied:
+        sites.notes.append(f"{tied[0]} shares the embedding's weight (tied head): audited once, as embed")
+    if sites.norm_offset:
+        sites.notes.append(
+            f"norms scale by ({sites.norm_offset:g} + w): a gain of 1 is w = {1 - sites.norm_offset:g}"
         )
     if family == "generic":
         sites.notes.append("found by the generic finder; if it guessed wrong, name the sites with --sites")

@@ -48,49 +48,124 @@ def _declared(model, sites, sigma: float | None) -> Expectation:
         d = model.cfg.d_model
         s = model.init.resolved_sigma(d) if sigma is None else sigma
         e = model.init.resolved_embed_std(d) if sigma is None else sigma
-        return Expectation(model.init.recipe, s, e, f"the model's declared init (tinit {model.init.recipe}, sigma {s:g})")
+        return Expectation(
+            model.init.recipe, s, e, f"the model's declared init (tinit {model.init.recipe}, sigma {s:g})"
+        )
     config = getattr(model, "config", None)
     rng = getattr(config, "initializer_range", None)
-    if isinstance(rng, int | float) and sigma is None:
+    if isinstance(rng, int | float):
         scheme = sites.declared_recipe or "naive"
         rule = " with GPT-2's c_proj / sqrt(2 n_layer)" if scheme == "scaled" else ""
-        return Expectation(scheme, float(rng), float(rng), f"the model's declared init (initializer_range {rng:g}{rule})")
+        s = float(rng) if sigma is None else sigma
+        what = f"initializer_range {rng:g}" if sigma is None else f"--sigma {s:g}"
+        return Expectation(scheme, s, s, f"the model's declared init ({what}{rule})")
     s = 0.02 if sigma is None else sigma
     return Expectation("naive", s, s, f"naive at sigma {s:g} (the model declares no init)")
 
 
-@app.command("audit", short_help="Measure the init of a model tinit did not build (HF config or your module).")
+@app.command(
+    "audit", short_help="Measure the init of a model tinit did not build (HF config or your module)."
+)
 @shared_options(exclude=NOT_FOR_AUDIT, defaults={"batch": 8, "seq_len": 128})
 def audit(
     *,
     opts: SharedOptions,
-    hf: Annotated[str | None, typer.Option("--hf", help="A transformers config.json file, or a MODEL_TYPE "
-        "(llama, gpt2, ...) with --set; built offline with AutoModelForCausalLM.from_config.",
-        rich_help_panel=AUDIT, metavar="CONFIG.json|MODEL_TYPE")] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a config field, KEY=VALUE "
-        "(repeatable), e.g. --set num_hidden_layers=4.", rich_help_panel=AUDIT, metavar="KEY=VALUE")] = None,
-    module: Annotated[str | None, typer.Option("--module", help="pkg.module:factory or path/file.py:factory: "
-        "factory() returns an nn.Module mapping token ids (batch, seq) to logits.", rich_help_panel=AUDIT,
-        metavar="SPEC")] = None,
-    sites: Annotated[str | None, typer.Option("--sites", help="Name the additions: BLOCKS:ATTN[>ADDED]:FFN[>ADDED], "
-        "e.g. model.layers:self_attn:mlp (child names may be shell patterns).", rich_help_panel=AUDIT,
-        metavar="SPEC")] = None,
-    expect: Annotated[str, typer.Option("--expect", help="Scheme the weights are checked against: declared (what "
-        "the model says: initializer_range plus the family's rules), naive, scaled or gpt2 (= scaled).",
-        rich_help_panel=AUDIT)] = "declared",
-    init: Annotated[str, typer.Option("--init", help="Also measure the same model re-initialised by this tinit "
-        "recipe (naive, scaled, gpt2) on the same tokens, beside 'as-built'; none: only as built.",
-        rich_help_panel=AUDIT)] = "none",
-    sigma: Annotated[float | None, typer.Option("--sigma", help="Base std for --expect/--init (default: the "
-        "model's initializer_range, else 0.02).", rich_help_panel=AUDIT, show_default=False)] = None,
-    vocab: Annotated[int | None, typer.Option("--vocab", help="Vocabulary size of the random tokens (default: "
-        "the model's).", min=2, rich_help_panel=AUDIT, show_default=False)] = None,
-    z_max: Annotated[float, typer.Option("--z-max", help="A std is ok when |z| <= this (or within --rtol).",
-        rich_help_panel=AUDIT)] = 5.0,
-    rtol: Annotated[float, typer.Option("--rtol", help="...or when within this relative distance of the "
-        "expected std.", rich_help_panel=AUDIT)] = 0.01,
-    grads: Annotated[bool, typer.Option("--grads/--no-grads", help="Also measure gradient norms (one backward).",
-        rich_help_panel=AUDIT)] = True,
+    hf: Annotated[
+        str | None,
+        typer.Option(
+            "--hf",
+            help="A transformers config.json file, or a MODEL_TYPE "
+            "(llama, gpt2, ...) with --set; built offline with AutoModelForCausalLM.from_config.",
+            rich_help_panel=AUDIT,
+            metavar="CONFIG.json|MODEL_TYPE",
+        ),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="Override a config field, KEY=VALUE (repeatable), e.g. --set num_hidden_layers=4.",
+            rich_help_panel=AUDIT,
+            metavar="KEY=VALUE",
+        ),
+    ] = None,
+    module: Annotated[
+        str | None,
+        typer.Option(
+            "--module",
+            help="pkg.module:factory or path/file.py:factory: "
+            "factory() returns an nn.Module mapping token ids (batch, seq) to logits.",
+            rich_help_panel=AUDIT,
+            metavar="SPEC",
+        ),
+    ] = None,
+    sites: Annotated[
+        str | None,
+        typer.Option(
+            "--sites",
+            help="Name the additions: BLOCKS:ATTN[>ADDED]:FFN[>ADDED], "
+            "e.g. model.layers:self_attn:mlp (child names may be shell patterns).",
+            rich_help_panel=AUDIT,
+            metavar="SPEC",
+        ),
+    ] = None,
+    expect: Annotated[
+        str,
+        typer.Option(
+            "--expect",
+            help="Scheme the weights are checked against: declared (what "
+            "the model says: initializer_range plus the family's rules), naive, scaled or gpt2 (= scaled).",
+            rich_help_panel=AUDIT,
+        ),
+    ] = "declared",
+    init: Annotated[
+        str,
+        typer.Option(
+            "--init",
+            help="Also measure the same model re-initialised by this tinit "
+            "recipe (naive, scaled, gpt2) on the same tokens, beside 'as-built'; none: only as built.",
+            rich_help_panel=AUDIT,
+        ),
+    ] = "none",
+    sigma: Annotated[
+        float | None,
+        typer.Option(
+            "--sigma",
+            help="Base std for --expect/--init (default: the model's initializer_range, else 0.02).",
+            rich_help_panel=AUDIT,
+            show_default=False,
+        ),
+    ] = None,
+    vocab: Annotated[
+        int | None,
+        typer.Option(
+            "--vocab",
+            help="Vocabulary size of the random tokens (default: the model's).",
+            min=2,
+            rich_help_panel=AUDIT,
+            show_default=False,
+        ),
+    ] = None,
+    z_max: Annotated[
+        float,
+        typer.Option(
+            "--z-max", help="A std is ok when |z| <= this (or within --rtol).", rich_help_panel=AUDIT
+        ),
+    ] = 5.0,
+    rtol: Annotated[
+        float,
+        typer.Option(
+            "--rtol",
+            help="...or when within this relative distance of the expected std.",
+            rich_help_panel=AUDIT,
+        ),
+    ] = 0.01,
+    grads: Annotated[
+        bool,
+        typer.Option(
+            "--grads/--no-grads", help="Also measure gradient norms (one backward).", rich_help_panel=AUDIT
+        ),
+    ] = True,
 ) -> None:
     """Audit the init of a model tinit did not build: every weight's std against a
     scheme (weights.csv), the residual-stream variance at each of the 2L additions
@@ -120,11 +195,16 @@ def audit(
             model = load_hf(hf, parse_set(sets), device, dtype)
         else:
             model = load_module(module)
-            given = ctx is not None and ctx.get_parameter_source("dtype") not in (None, ParameterSource.DEFAULT)
+            given = ctx is not None and ctx.get_parameter_source("dtype") not in (
+                None,
+                ParameterSource.DEFAULT,
+            )
             model = model.to(device=device, dtype=dtype if given else None)
         v = vocab or infer_vocab(model)
         if v is None:
-            raise ConfigError("--vocab", "cannot infer the vocabulary (the model has no nn.Embedding); give --vocab")
+            raise ConfigError(
+                "--vocab", "cannot infer the vocabulary (the model has no nn.Embedding); give --vocab"
+            )
         limit = max_positions(model)
         if limit is not None and opts.seq_len > limit:
             raise ConfigError("--seq-len", f"{opts.seq_len} exceeds the model's {limit} positions")
@@ -164,7 +244,10 @@ def audit(
     figs = ["weights", "variance"] + (["grad_norms", "stream_grads"] if grads else [])
 
     def figures(r):
-        out = {"weights": plot_weight_stds(r["weights"], title), "variance": plot_variance(r["variance"], title)}
+        out = {
+            "weights": plot_weight_stds(r["weights"], title),
+            "variance": plot_variance(r["variance"], title),
+        }
         if grads:
             out["grad_norms"] = plot_grad_norms(r["grad_norms"], "both", title)
             out["stream_grads"] = plot_stream_grads(r["stream_grads"], title)
@@ -173,7 +256,9 @@ def audit(
     result = execute(
         "audit",
         opts,
-        lambda progress: run_audit(model, found, roles, tokens, expectation, recipe, opts.seed, grads, progress, meta),
+        lambda progress: run_audit(
+            model, found, roles, tokens, expectation, recipe, opts.seed, grads, progress, meta
+        ),
         Outputs(
             figures=figures,
             tables=lambda r: [
@@ -185,4 +270,3 @@ def audit(
     )
     if result.meta.get("n_deviating", 0) > 0:
         raise typer.Exit(EXIT_DEVIATING)
-

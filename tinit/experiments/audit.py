@@ -45,7 +45,15 @@ from torch import nn
 from ..adapters.roles import ParamRole
 from ..adapters.sites import Sites, block_input, first_tensor
 from ..model.init import RECIPES, StdContext, generator
-from .common import RUN_FAILURES, ExperimentResult, IncompleteRun, Meter, Progress, ProgressCounter, failure_reason
+from .common import (
+    RUN_FAILURES,
+    ExperimentResult,
+    IncompleteRun,
+    Meter,
+    Progress,
+    ProgressCounter,
+    failure_reason,
+)
 from .grad_norms import stream_frame
 from .grad_norms import summarize as grad_summarize
 from .probes import VarianceProbe
@@ -60,7 +68,8 @@ GROUP_COLUMNS = [
     "max_abs_z",
 ]  # fmt: skip
 GRAD_COLUMNS = [
-    "init", "norm_position", "n_layers", "seed", "layer", "tensor", "param", "role", "grad_norm", "param_norm",
+    "init", "norm_position", "n_layers", "seed", "layer", "tensor", "param", "role", "grad_norm",
+    "param_norm",
 ]  # fmt: skip
 STREAM_COLUMNS = [
     "init", "norm_position", "n_layers", "seed", "k", "layer", "sublayer", "stream_grad_rms",
@@ -108,7 +117,9 @@ def _close(measured: float, expected: float, se: float, z_max: float, rtol: floa
     return abs(z) <= z_max or abs(measured - expected) <= rtol * abs(expected), z
 
 
-def audit_weights(model: nn.Module, roles: list[ParamRole], expect: Expectation, sites: Sites) -> pd.DataFrame:
+def audit_weights(
+    model: nn.Module, roles: list[ParamRole], expect: Expectation, sites: Sites
+) -> pd.DataFrame:
     """One row per parameter (see the module docstring for the verdicts)."""
     params = dict(model.named_parameters())
     rows = []
@@ -146,9 +157,11 @@ def audit_weights(model: nn.Module, roles: list[ParamRole], expect: Expectation,
             else:
                 verdict = "off-recipe" if kind is not None else "unchecked"
         rows.append({
-            "param": r.name, "role": r.role, "layer": r.layer, "shape": "x".join(map(str, p.shape)) or "scalar",
+            "param": r.name, "role": r.role, "layer": r.layer,
+            "shape": "x".join(map(str, p.shape)) or "scalar",
             "numel": n, "mean": mean, "std": std, "max_abs": max_abs, "expected": exp,
-            "expected_kind": kind or "-", "z_std": z_std, "z_mean": z_mean, "rel_err": rel, "verdict": verdict,
+            "expected_kind": kind or "-", "z_std": z_std, "z_mean": z_mean, "rel_err": rel,
+            "verdict": verdict,
         })  # fmt: skip
     return pd.DataFrame(rows, columns=WEIGHT_COLUMNS)
 
@@ -160,7 +173,9 @@ def _pytorch_default(r: ParamRole, std: float, max_abs: float, n: int, expect: E
     if r.kind == "linear" and r.fan_in:
         bound = 1.0 / math.sqrt(r.fan_in)
         target = bound / math.sqrt(3.0)
-        return max_abs <= bound * (1 + 1e-6) and _close(std, target, target * se, expect.z_max, expect.rtol)[0]
+        return (
+            max_abs <= bound * (1 + 1e-6) and _close(std, target, target * se, expect.z_max, expect.rtol)[0]
+        )
     if r.kind == "embedding":
         return _close(std, 1.0, se, expect.z_max, expect.rtol)[0]
     return False
@@ -175,7 +190,7 @@ def block_pattern(name: str, sites: Sites) -> str:
 
 
 def _layer_span(layers) -> str:
-    ls = sorted(set(int(x) for x in layers))
+    ls = sorted({int(x) for x in layers})
     if len(ls) > 1 and ls == list(range(ls[0], ls[-1] + 1)):
         return f"{ls[0]}-{ls[-1]}"
     return ",".join(map(str, ls))
@@ -243,7 +258,9 @@ class StreamHooks:
                 ("attn", 2 * i + 1, b.attn, b.attn_added, b.attn_stream),
                 ("ffn", 2 * i + 2, b.ffn, b.ffn_added, b.ffn_stream),
             ):
-                self._handles.append(get(added or branch).register_forward_hook(self._branch(i, sub, k, stream)))
+                self._handles.append(
+                    get(added or branch).register_forward_hook(self._branch(i, sub, k, stream))
+                )
                 if stream:
                     self._handles.append(get(stream).register_forward_hook(self._stream(i, sub, k)))
         return self
@@ -293,7 +310,9 @@ class StreamHooks:
                 return
             with torch.no_grad():
                 d = torch.linalg.vector_norm((self._cur - y).to(torch.float64))
-                self.max_rel_err[i] = float(d / torch.linalg.vector_norm(y.to(torch.float64)).clamp_min(1e-300))
+                self.max_rel_err[i] = float(
+                    d / torch.linalg.vector_norm(y.to(torch.float64)).clamp_min(1e-300)
+                )
 
         return fn
 
@@ -353,7 +372,9 @@ def measure_grads(model: nn.Module, sites: Sites, tokens: torch.Tensor, roles: l
 
 
 @torch.no_grad()
-def reinit_(model: nn.Module, roles: list[ParamRole], expect: Expectation, sites: Sites, seed: int) -> list[str]:
+def reinit_(
+    model: nn.Module, roles: list[ParamRole], expect: Expectation, sites: Sites, seed: int
+) -> list[str]:
     """Re-initialise ``model`` in place by the recipe ``expect.scheme``: Gaussian roles
     N(0, std^2) drawn per (seed, layer, parameter name), norms and biases their
     constants. Returns the parameters it left as built (role unknown)."""
@@ -395,7 +416,8 @@ def run_audit(
     groups = group_weights(weights, sites)
     tick()
     meta.update(
-        sites=sites.describe(), family=sites.family, n_layers=L, expect=expect.scheme, expect_source=expect.source,
+        sites=sites.describe(), family=sites.family, n_layers=L, expect=expect.scheme,
+        expect_source=expect.source,
         sigma=expect.sigma, z_max=expect.z_max, rtol=expect.rtol, seed=seed,
         n_params=len(weights), n_deviating=int(weights["verdict"].isin(DEVIATING).sum()),
         n_unknown=int((weights["role"] == "unknown").sum()),
@@ -455,4 +477,3 @@ def run_audit(
             stream_frames.append(streams.assign(**labels))
             grad_summaries.append({**labels, "loss": loss, **grad_summarize(gdf, streams)})
     return result(True)
-

@@ -62,7 +62,9 @@ def weights_table(groups: pd.DataFrame, title: str) -> Table:
             _std_range(r.std_min, r.std_max), _std_range(r.expected_min, r.expected_max), fmt(r.max_abs_z, 3),
         )  # fmt: skip
     if bad.empty:
-        t.add_row("(every parameter is ok)", "", "[green]ok[/]", str(int(groups["count"].sum())), "", "", "", "")
+        t.add_row(
+            "(every parameter is ok)", "", "[green]ok[/]", str(int(groups["count"].sum())), "", "", "", ""
+        )
     return t
 
 
@@ -101,14 +103,20 @@ def _finding(r) -> str:
     where = f"`{r.pattern}` (role {r.role}, {r.count} tensor{'s' if r.count > 1 else ''}, layers {r.layers})"
     std, exp = _std_range(r.std_min, r.std_max), _std_range(r.expected_min, r.expected_max)
     text = {
-        "off-recipe": f"measured std {std} where the scheme expects {exp} (largest |z| {fmt(r.max_abs_z, 3)})."
-        + (" These matrices write into the residual stream: their std sets each branch's variance and so"
-           " the growth of the stream with depth." if r.role in ("o", "down") else ""),
+        "off-recipe": f"measured std {std} where the scheme expects {exp}"
+        f" (largest |z| {fmt(r.max_abs_z, 3)})."
+        + (
+            " These matrices write into the residual stream: their std sets each branch's variance and so"
+            " the growth of the stream with depth."
+            if r.role in ("o", "down")
+            else ""
+        ),
         "pytorch-default": f"std {std}, no element beyond 1/sqrt(fan_in): the kaiming-uniform default of an"
         f" nn.Linear (or N(0, 1) of an nn.Embedding) that no init function touched; expected {exp}.",
         "zero": f"every element is 0 (expected {exp}). A zero stream-writing matrix silences its branch;"
         " a zero reader makes the matrices after it receive no gradient.",
-        "constant": f"every element is the same non-zero value (expected {exp}): symmetric units stay symmetric.",
+        "constant": f"every element is the same non-zero value (expected {exp}):"
+        " symmetric units stay symmetric.",
         "non-finite": "contains NaN or inf: every measurement downstream is meaningless.",
         "unchecked": "its role could not be told from the structure, so it has no expectation; its values"
         f" (std {std}) are reported, not judged. Name the sites with --sites if this is a branch weight.",
@@ -135,7 +143,9 @@ def write_audit_md(frames: dict[str, pd.DataFrame], meta: dict, run_dir: Path, f
     else:
         shown = bad.assign(
             std=[_std_range(a, b) for a, b in zip(bad["std_min"], bad["std_max"], strict=True)],
-            expected=[_std_range(a, b) for a, b in zip(bad["expected_min"], bad["expected_max"], strict=True)],
+            expected=[
+                _std_range(a, b) for a, b in zip(bad["expected_min"], bad["expected_max"], strict=True)
+            ],
         )[["pattern", "role", "verdict", "count", "layers", "std", "expected", "max_abs_z"]]
         lines.append(_md_table(shown))
     lines += ["", "## What was found", "", "```", *meta.get("sites", []), "```", ""]
@@ -144,13 +154,17 @@ def write_audit_md(frames: dict[str, pd.DataFrame], meta: dict, run_dir: Path, f
         if err is None:
             lines.append(f"- {label}: the block outputs could not be compared with stream_in + branch.")
         elif chk.get("agrees"):
-            lines.append(f"- {label}: stream_in + branch equals every block's output (largest relative"
-                         f" difference {err:.2g} <= {chk['tolerance']:g}): the sites describe the residual.")
+            lines.append(
+                f"- {label}: stream_in + branch equals every block's output (largest relative"
+                f" difference {err:.2g} <= {chk['tolerance']:g}): the sites describe the residual."
+            )
         else:
-            lines.append(f"- {label}: **stream_in + branch disagrees with block {chk['worst_layer']}'s output**"
-                         f" (relative difference {err:.3g} > {chk['tolerance']:g}): the additions as found do"
-                         " not sum to the stream (scaled residual, post-norm, wrong --sites); the variance"
-                         " rows follow the reconstruction, not the model.")
+            lines.append(
+                f"- {label}: **stream_in + branch disagrees with block {chk['worst_layer']}'s output**"
+                f" (relative difference {err:.3g} > {chk['tolerance']:g}): the additions as found do"
+                " not sum to the stream (scaled residual, post-norm, wrong --sites); the variance"
+                " rows follow the reconstruction, not the model."
+            )
     lines += ["", "## Figures", ""] + [f"![{f}]({f}.png)" for f in figures]
     lines += ["", "## Findings", ""]
     for r in bad.itertuples(index=False):
@@ -159,7 +173,8 @@ def write_audit_md(frames: dict[str, pd.DataFrame], meta: dict, run_dir: Path, f
     if summ is not None and len(summ):
         for r in summ.itertuples(index=False):
             lines.append(
-                f"- **stream ({r.init})**: v_0 = {fmt(r.v0)}, v_2L = {fmt(r.v_final)} ({fmt(r.v_final_rel, 3)} x v_0);"
+                f"- **stream ({r.init})**: v_0 = {fmt(r.v0)}, v_2L = {fmt(r.v_final)}"
+                f" ({fmt(r.v_final_rel, 3)} x v_0);"
                 f" mean branch variance {fmt(r.branch_var_mean, 3)}; the law v_0 + sum s_k^2 predicts"
                 f" {fmt(r.pred_cumulative_final)} ({100 * r.rel_err_cumulative:+.1f}%: the gap is the"
                 f" stream-branch cross terms, largest |corr| {fmt(r.max_abs_cross_corr, 2)})."
@@ -168,9 +183,11 @@ def write_audit_md(frames: dict[str, pd.DataFrame], meta: dict, run_dir: Path, f
     if gs is not None and len(gs):
         for r in gs.itertuples(index=False):
             lines.append(
-                f"- **gradients ({r.init})**: initial loss {r.loss:.4g} (ln V = {meta.get('ln_vocab', math.nan):.4g}"
-                f" for uniform predictions); stream-gradient RMS at k=0 / at k=2L = {fmt(r.stream_grad_ratio, 3)}"
-                f" (identity path predicts {fmt(r.pred_stream_grad_ratio, 3)}); W_down gradient norm first/last"
+                f"- **gradients ({r.init})**: initial loss {r.loss:.4g}"
+                f" (ln V = {meta.get('ln_vocab', math.nan):.4g}"
+                f" for uniform predictions); stream-gradient RMS at k=0 / at k=2L ="
+                f" {fmt(r.stream_grad_ratio, 3)} (identity path predicts {fmt(r.pred_stream_grad_ratio, 3)});"
+                " W_down gradient norm first/last"
                 f" layer {fmt(r.down_ratio_first_last, 3)}, W_O {fmt(r.o_ratio_first_last, 3)}."
             )
     unknown = meta.get("n_unknown", 0)
