@@ -8,6 +8,7 @@ loaded into LlamaForCausalLM giving tinit's variance.csv to 1e-6 in float64."""
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -199,3 +200,31 @@ def test_tinit_weights_in_hf_llama_all_columns_once_hf_computes_in_float64(monke
     ref, got = _tinit_in_hf_llama()
     cols = [*VAR_COLS, "cross_corr"]
     np.testing.assert_allclose(got[cols].to_numpy(float), ref[cols].to_numpy(float), rtol=1e-6, atol=0)
+
+
+def test_readme_gpt2_example_through_the_cli(tmp_path):
+    """The README's worked example config, through the command: exit 0 against gpt2
+    (and declared), exit 3 against naive with exactly the 24 c_proj matrices deviating."""
+    import json
+    import re
+
+    from helpers import readme_section
+    from typer.testing import CliRunner
+
+    from tinit.cli import app
+
+    section = readme_section("`tinit audit`")
+    doc = json.loads(re.search(r"```json\n(.*?)```", section, flags=re.S).group(1))
+    config = tmp_path / "gpt2-tiny.json"
+    config.write_text(json.dumps(doc))
+    runner = CliRunner()
+    base = ["audit", "--hf", str(config), "--seq-len", "8", "--batch", "2", "--no-grads"]
+    ok = runner.invoke(app, [*base, "--expect", "gpt2", "-o", str(tmp_path / "ok")])
+    assert ok.exit_code == 0, ok.output
+    assert "PASS: all 148 parameters" in ok.stdout
+    bad = runner.invoke(app, [*base, "--expect", "naive", "-q", "-o", str(tmp_path / "bad")])
+    assert bad.exit_code == 3, bad.output
+    w = pd.read_csv(tmp_path / "bad" / "weights.csv")
+    deviating = w[w["verdict"] != "ok"]
+    assert len(deviating) == 24 and deviating["param"].str.endswith("c_proj.weight").all()
+    assert deviating["std"].to_numpy() == pytest.approx(0.02 / math.sqrt(24), rel=0.05)

@@ -53,7 +53,8 @@ def weights_table(groups: pd.DataFrame, title: str) -> Table:
     """Every group of parameters that is not ``ok``: pattern, role, verdict, measured vs expected."""
     t = summary_table(title, "z: (std - expected) / (expected sqrt(1/2n)); layers: block indices")
     for col in ("parameters", "role", "verdict", "n", "layers", "std", "expected", "max|z|"):
-        t.add_column(col, justify="left" if col in ("parameters", "role", "verdict") else "right")
+        left = col in ("parameters", "role", "verdict")
+        t.add_column(col, justify="left" if left else "right", overflow="fold" if left else "ellipsis")
     bad = deviating_groups(groups)
     for r in bad.itertuples(index=False):
         style = "yellow" if r.verdict == "unchecked" else "red"
