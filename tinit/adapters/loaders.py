@@ -125,12 +125,30 @@ def _stored_as_unknown(cls, key: str, value: Any) -> bool:
         return False
 
 
+def _check_fits(auto, config, spec: str, device: torch.device, dtype: torch.dtype) -> None:
+    """Refuse, before allocating, a model whose weights and gradients would take more
+    than the free memory (transformers' default configs are full-size: llama is 7B)."""
+    from ..experiments.common import available_memory
+
+    with torch.device("meta"):
+        n = sum(p.numel() for p in auto.from_config(config, dtype=dtype).parameters())
+    need = 2 * n * torch.empty((), dtype=dtype).element_size()
+    free = available_memory(device)
+    if need > free:
+        raise ConfigError(
+            "--hf",
+            f"{spec}: {n / 1e9:.2f}B parameters need ~{need / 2**30:.1f} GiB with gradients, "
+            f"{free / 2**30:.1f} GiB free on {device}; audit a smaller copy with --set num_hidden_layers=N",
+        )
+
+
 def load_hf(spec: str, sets: dict[str, Any], device: torch.device, dtype: torch.dtype) -> nn.Module:
     """Build the causal LM of ``spec`` with its own init, on ``device`` in ``dtype``."""
     config = hf_config(spec, sets)
     from transformers import AutoModelForCausalLM
 
     config.use_cache = False
+    _check_fits(AutoModelForCausalLM, config, spec, device, dtype)
     try:
         with torch.device(device):
             model = AutoModelForCausalLM.from_config(config, dtype=dtype)

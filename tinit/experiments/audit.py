@@ -203,7 +203,8 @@ def group_weights(weights: pd.DataFrame, sites: Sites) -> pd.DataFrame:
     for (pattern, role, verdict), g in df.groupby(["pattern", "role", "verdict"], sort=False):
         z = pd.concat([g["z_std"].abs(), g["z_mean"].abs()]).dropna()
         rows.append({
-            "pattern": pattern, "role": role, "verdict": verdict, "count": len(g),
+            "pattern": pattern if len(g) > 1 else g["param"].iloc[0], "role": role, "verdict": verdict,
+            "count": len(g),
             "layers": _layer_span(g["layer"]), "std_min": g["std"].min(), "std_max": g["std"].max(),
             "expected_min": g["expected"].min(), "expected_max": g["expected"].max(),
             "max_abs_z": float(z.max()) if len(z) else math.nan,

@@ -11,7 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from rich.table import Table
 
-from .plots import new_figure
+from .plots import new_figure, wants_log
 from .tables import fmt, summary_table
 
 #: Verdicts that fail the audit (kept in step with tinit.experiments.audit.DEVIATING).
@@ -70,20 +70,32 @@ def weights_table(groups: pd.DataFrame, title: str) -> Table:
 
 
 def plot_weight_stds(weights: pd.DataFrame, title: str = "") -> Figure:
-    """Measured std / expected std per layer for each Gaussian role (1 = as expected)."""
+    """Measured std / expected std per layer for each Gaussian role (1 = as expected);
+    parameters whose verdict is not ok ringed in red. Log scale when the ratios span
+    more than 30x; a zero matrix (ratio 0) is then drawn on the bottom edge."""
+    from matplotlib.ticker import MaxNLocator
+
     fig, (ax,) = new_figure(width=7.0)
     d = weights[(weights["expected_kind"] == "std") & (weights["expected"] > 0)]
+    d = d.assign(ratio=d["std"] / d["expected"])
+    log = wants_log(d["ratio"], ratio=30)
+    floor = 0.5 * d.loc[d["ratio"] > 0, "ratio"].min() if log and (d["ratio"] > 0).any() else 0.0
+    d = d.assign(y=d["ratio"].where(d["ratio"] > 0, floor))
     for i, (role, g) in enumerate(d.groupby("role", sort=False)):
         g = g.sort_values("layer")
-        ratio = g["std"] / g["expected"]
-        ax.plot(g["layer"], ratio, marker="os^vD<>ph*"[i % 10], ls="-" if len(g) > 1 else "none",
+        ax.plot(g["layer"], g["y"], marker="os^vD<>ph*"[i % 10], ls="-" if len(g) > 1 else "none",
                 lw=1.2, ms=5, label=role, color=f"C{i % 10}")  # fmt: skip
+    bad = d[d["verdict"] != "ok"]
+    if len(bad):
+        ax.plot(bad["layer"], bad["y"], ls="none", marker="o", ms=13, mfc="none", mec="red", mew=1.5,
+                label="verdict not ok")  # fmt: skip
     ax.axhline(1.0, color="0.3", lw=1.0, ls="--", label="expected")
     ax.set_xlabel("layer (-1: embeddings, L: head)")
-    ax.set_ylabel("measured std / expected std")
+    ax.set_ylabel("measured std / expected std" + (" (0 drawn at the bottom)" if floor else ""))
     ax.set_title("Weight std against the expected init, per role")
-    if len(d) and (d["std"] / d["expected"]).max() / max((d["std"] / d["expected"]).min(), 1e-12) > 30:
+    if log:
         ax.set_yscale("log")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="best", ncol=2)
     if title:
@@ -173,12 +185,17 @@ def write_audit_md(frames: dict[str, pd.DataFrame], meta: dict, run_dir: Path, f
     summ = frames.get("summary")
     if summ is not None and len(summ):
         for r in summ.itertuples(index=False):
+            why = (
+                "the gap is the stream-branch cross terms 2 cov(x, F)"
+                if r.norm_position == "pre"
+                else "post-norm: the law uses each addition's measured input variance"
+            )
             lines.append(
                 f"- **stream ({r.init})**: v_0 = {fmt(r.v0)}, v_2L = {fmt(r.v_final)}"
                 f" ({fmt(r.v_final_rel, 3)} x v_0);"
                 f" mean branch variance {fmt(r.branch_var_mean, 3)}; the law v_0 + sum s_k^2 predicts"
-                f" {fmt(r.pred_cumulative_final)} ({100 * r.rel_err_cumulative:+.1f}%: the gap is the"
-                f" stream-branch cross terms, largest |corr| {fmt(r.max_abs_cross_corr, 2)})."
+                f" {fmt(r.pred_cumulative_final)} ({100 * r.rel_err_cumulative:+.1f}%; {why};"
+                f" largest |corr| {fmt(r.max_abs_cross_corr, 2)})."
             )
     gs = frames.get("grad_summary")
     if gs is not None and len(gs):
