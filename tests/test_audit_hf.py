@@ -228,3 +228,34 @@ def test_readme_gpt2_example_through_the_cli(tmp_path):
     deviating = w[w["verdict"] != "ok"]
     assert len(deviating) == 24 and deviating["param"].str.endswith("c_proj.weight").all()
     assert deviating["std"].to_numpy() == pytest.approx(0.02 / math.sqrt(24), rel=0.05)
+
+
+def test_generic_finder_follows_the_normed_branch_of_olmo2(built, monkeypatch):
+    """With OLMo 2 unknown to the family table, the generic finder must find, by data
+    flow alone, that the block adds post_attention_layernorm(attn) and
+    post_feedforward_layernorm(mlp), and the reconstruction must then match the model."""
+    from tinit.adapters import sites as sites_mod
+
+    model, _sites, _tr, _roles, tokens = built["olmo2"]
+    monkeypatch.delitem(sites_mod.FAMILIES, "olmo2")
+    found, _ = find_sites(model, tokens[:1, :4])
+    b = found.blocks[1]
+    assert found.family == "generic"
+    assert (b.attn, b.ffn) == ("model.layers.1.self_attn", "model.layers.1.mlp")
+    assert (b.attn_added, b.ffn_added) == (
+        "model.layers.1.post_attention_layernorm",
+        "model.layers.1.post_feedforward_layernorm",
+    )
+    _raw, rel = measure_stream(model, found, tokens)
+    assert max(rel) <= 1e-5
+
+
+def test_wrong_sites_are_reported_by_the_stream_check(built):
+    """Naming OLMo 2's raw branch outputs as the additions (forgetting the norm) cannot
+    reproduce the block outputs: the check says so instead of passing silently."""
+    model, _sites, _tr, roles, tokens = built["olmo2"]
+    wrong, _ = find_sites(model, tokens[:1, :4], "model.layers:self_attn:mlp")
+    _raw, rel = measure_stream(model, wrong, tokens)
+    assert min(rel) > 0.1
+    res = run_audit(model, wrong, roles, tokens, Expectation("naive", 0.02, 0.02, "n"), grads=False)
+    assert res.meta["stream_check"]["as-built"]["agrees"] is False

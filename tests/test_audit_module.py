@@ -147,3 +147,26 @@ def test_without_transformers_hf_says_how_to_install(tmp_path, monkeypatch):
 
 def test_deviating_lists_agree():
     assert set(DEVIATING) == set(report_audit.DEVIATING)
+
+
+def test_scheme_free_verdicts_and_unknown_roles():
+    """non-finite, constant, and a parameter of no known role: reported as `unknown`
+    (verdict unchecked, not a failure), never dropped."""
+    model = good_model()
+    model.layers[0].alpha = torch.nn.Parameter(torch.tensor([0.5, -0.1, 0.3]))  # a 1-D extra on a block
+    model.layers[0].gain = torch.nn.Parameter(torch.ones(2, 2) * 3)  # 2-D, not a layer
+    with torch.no_grad():
+        model.layers[2].attn.qkv.weight[0, 0] = float("nan")
+        model.layers[2].mlp[2].weight.fill_(0.01)
+    tokens = torch.randint(48, (1, 4), generator=torch.Generator().manual_seed(0))
+    sites, tr = find_sites(model, tokens)
+    roles = classify_roles(model, sites, tr, 48)
+    w = audit_weights(model, roles, Expectation("naive", 0.02, 0.02, "t"), sites).set_index("param")
+    assert len(w) == len(list(model.parameters()))
+    bad = w[w["verdict"] != "ok"][["role", "verdict"]].to_dict("index")
+    assert bad == {
+        "layers.0.alpha": {"role": "unknown", "verdict": "unchecked"},
+        "layers.0.gain": {"role": "unknown", "verdict": "constant"},
+        "layers.2.attn.qkv.weight": {"role": "qkv", "verdict": "non-finite"},
+        "layers.2.mlp.2.weight": {"role": "down", "verdict": "constant"},
+    }
