@@ -3,6 +3,7 @@ exactly `tinit variance`'s numbers (pre- and post-norm), the generic finder on a
 with no known layout, the verdicts pytorch-default and zero on exactly the broken
 parameters with exit code 3, exit 0 on a clean model, and bad input as one line, exit 2."""
 
+import importlib.util
 import math
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from tinit.model.config import InitConfig, RunConfig
 from tinit.results import report_audit
 
 runner = CliRunner()
+NEEDS_HF = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
 HERE = Path(__file__).resolve().parent
 MODELS = str(HERE / "audit_models.py")
 TINY = ["--seq-len", "8", "--batch", "2"]
@@ -123,9 +125,9 @@ def test_cli_exit_codes_and_report(tmp_path):
         (["--module", f"{MODELS}:good_model", "--sites", "layers:attn"], "--sites"),
         (["--module", f"{MODELS}:good_model", "--sites", "layers:nope:mlp"], "--sites"),
         (["--module", f"{MODELS}:tinit_model", "--seq-len", "64"], "--seq-len"),
-        (["--hf", "org/model"], "--hf"),
-        (["--hf", "no_such_type"], "--hf"),
-        (["--hf", "llama", "--set", "num_hiden_layers=2"], "--set"),
+        pytest.param(["--hf", "org/model"], "--hf", marks=NEEDS_HF),
+        pytest.param(["--hf", "no_such_type"], "--hf", marks=NEEDS_HF),
+        pytest.param(["--hf", "llama", "--set", "num_hiden_layers=2"], "--set", marks=NEEDS_HF),
     ],
 )
 def test_bad_input_one_line(tmp_path, args, option):
@@ -134,8 +136,6 @@ def test_bad_input_one_line(tmp_path, args, option):
 
 
 def test_without_transformers_hf_says_how_to_install(tmp_path, monkeypatch):
-    import importlib.util
-
     real = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else real(name, *a)
