@@ -127,6 +127,7 @@ def test_recipe_beside_as_built(built):
     res = run_audit(model, sites, roles, tokens, Expectation("naive", 0.02, 0.02, "n"),
                     recipe=Expectation("scaled", 0.02, 0.02, "s"))  # fmt: skip
     assert list(res["summary"]["init"]) == ["as-built", "scaled"]
+    assert res.meta["recipe_weights_deviating"] == 0 and res.meta["recipe_kept_as_built"] == []
     s = res["summary"].set_index("init")["branch_var_mean"]
     assert s["scaled"] < s["as-built"]  # o and down at 1/sqrt(2L) of the std: smaller branches
     assert set(res["grad_norms"]["init"]) == {"as-built", "scaled"}

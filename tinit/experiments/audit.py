@@ -429,6 +429,9 @@ def run_audit(
         twin = copy.deepcopy(model)
         meta["recipe"] = recipe.scheme
         meta["recipe_kept_as_built"] = reinit_(twin, roles, recipe, sites, seed)
+        # self-check: the re-initialised twin must pass its own recipe
+        check = audit_weights(twin, roles, recipe, sites)["verdict"]
+        meta["recipe_weights_deviating"] = int(check.isin(DEVIATING).sum())
         configs.append((recipe.scheme, twin))
     tol = check_tolerance(model)
     frames = {"weights": weights, "weight_groups": groups}

@@ -178,6 +178,14 @@ def write_audit_md(frames: dict[str, pd.DataFrame], meta: dict, run_dir: Path, f
                 " not sum to the stream (scaled residual, post-norm, wrong --sites); the variance"
                 " rows follow the reconstruction, not the model."
             )
+    if "recipe" in meta:
+        kept = meta.get("recipe_kept_as_built") or []
+        lines.append(
+            f"- recipe `{meta['recipe']}`: the same model re-initialised by tinit's recipe;"
+            f" {meta.get('recipe_weights_deviating')} of its parameters deviate from that recipe"
+            + (f"; {len(kept)} of unknown role kept as built" if kept else "")
+            + "."
+        )
     lines += ["", "## Figures", ""] + [f"![{f}]({f}.png)" for f in figures]
     lines += ["", "## Findings", ""]
     for r in bad.itertuples(index=False):
