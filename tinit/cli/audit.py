@@ -93,8 +93,8 @@ def audit(
         str | None,
         typer.Option(
             "--module",
-            help="pkg.module:factory or path/file.py:factory: "
-            "factory() returns an nn.Module mapping token ids (batch, seq) to logits.",
+            help="pkg.module:FACTORY or path/file.py:FACTORY, where FACTORY() returns an nn.Module "
+            "mapping token ids (batch, seq) to logits (the model keeps its dtype unless --dtype is given).",
             rich_help_panel=AUDIT,
             metavar="SPEC",
         ),
