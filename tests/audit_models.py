@@ -89,3 +89,13 @@ def broken_model() -> TinyLM:
     with torch.no_grad():
         model.layers[0].attn.out.weight.zero_()
     return model
+
+
+class _Broken(TinyLM):
+    def forward(self, tokens):
+        raise RuntimeError("shape mismatch in my model")
+
+
+def bad_forward() -> TinyLM:
+    """A module whose forward raises: the audit must say so in one line."""
+    return _Broken()

@@ -170,3 +170,11 @@ def test_scheme_free_verdicts_and_unknown_roles():
         "layers.2.attn.qkv.weight": {"role": "qkv", "verdict": "non-finite"},
         "layers.2.mlp.2.weight": {"role": "down", "verdict": "constant"},
     }
+
+
+def test_vocab_beyond_the_model_and_a_failing_forward(tmp_path):
+    res = audit("--module", f"{MODELS}:good_model", "--vocab", "100", "-o", str(tmp_path / "a"))
+    assert_one_line_error(res, "--vocab", tmp_path / "a")
+    res = audit("--module", f"{MODELS}:bad_forward", "-o", str(tmp_path / "b"))
+    assert_one_line_error(res, "--module", tmp_path / "b")
+    assert "forward failed" in res.stderr

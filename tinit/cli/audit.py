@@ -200,7 +200,10 @@ def audit(
                 ParameterSource.DEFAULT,
             )
             model = model.to(device=device, dtype=dtype if given else None)
-        v = vocab or infer_vocab(model)
+        inferred = infer_vocab(model)
+        if vocab is not None and inferred is not None and vocab > inferred:
+            raise ConfigError("--vocab", f"{vocab} exceeds the model's {inferred} token ids")
+        v = vocab or inferred
         if v is None:
             raise ConfigError(
                 "--vocab", "cannot infer the vocabulary (the model has no nn.Embedding); give --vocab"
@@ -212,7 +215,14 @@ def audit(
             raise ConfigError("--seq-len", "must be >= 2 to measure gradients (or give --no-grads)")
         tokens = make_tokens(ModelConfig(vocab_size=v), RunConfig(batch=opts.batch, seq_len=opts.seq_len),
                              opts.seed, device)  # fmt: skip
-        found, tr = find_sites(model, tokens[:1, : min(4, opts.seq_len)], sites)
+        try:
+            found, tr = find_sites(model, tokens[:1, : min(4, opts.seq_len)], sites)
+        except (RuntimeError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            if isinstance(exc, ConfigError):
+                raise
+            what = " ".join(str(exc).split())[:200]
+            option = "--hf" if hf else "--module"
+            raise ConfigError(option, f"the model's forward failed: {type(exc).__name__}: {what}") from None
         roles = classify_roles(model, found, tr, v)
         if exp_scheme == "declared":
             expectation = _declared(model, found, sigma)
