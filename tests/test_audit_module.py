@@ -7,6 +7,7 @@ import importlib.util
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -17,7 +18,7 @@ from typer.testing import CliRunner
 from tinit.adapters.roles import classify_roles
 from tinit.adapters.sites import find_sites
 from tinit.cli import app
-from tinit.experiments.audit import DEVIATING, Expectation, audit_weights, measure_stream
+from tinit.experiments.audit import DEVIATING, Expectation, audit_weights, measure_stream, run_audit
 from tinit.experiments.common import make_tokens
 from tinit.experiments.variance import add_theory, run_variance
 from tinit.model.config import InitConfig, RunConfig
@@ -178,3 +179,30 @@ def test_vocab_beyond_the_model_and_a_failing_forward(tmp_path):
     res = audit("--module", f"{MODELS}:bad_forward", "-o", str(tmp_path / "b"))
     assert_one_line_error(res, "--module", tmp_path / "b")
     assert "forward failed" in res.stderr
+
+
+@pytest.mark.parametrize("factory", ["tinit_model", "tinit_post_model"])
+def test_tinit_model_gradients_match_tinit_grad_norms(factory):
+    """The audit's gradient pass on tinit's own model reproduces `tinit grad-norms`: every
+    parameter's gradient norm, the loss, and the stream-gradient RMS at every addition."""
+    import audit_models
+
+    from tinit.experiments.grad_norms import run_grad_norms
+
+    model = getattr(audit_models, factory)()
+    cfg, run = model.cfg, RunConfig(batch=2, seq_len=8, device="cpu")
+    inits, positions = (model.init.recipe,), (cfg.norm_position,)
+    ref = run_grad_norms(cfg, InitConfig(), run, inits=inits, norm_positions=positions)
+    tokens = make_tokens(cfg, run, 0, torch.device("cpu"))
+    sites, tr = find_sites(model, tokens[:1, :4])
+    roles = classify_roles(model, sites, tr, cfg.vocab_size)
+    exp = Expectation(model.init.recipe, 0.02, 0.02, "declared")
+    res = run_audit(model, sites, roles, tokens, exp, grads=True)
+    got = res["grad_norms"].set_index("param")["grad_norm"]
+    want = ref["grad_norms"].set_index("param")["grad_norm"]
+    assert sorted(got.index) == sorted(want.index)
+    np.testing.assert_allclose(got[want.index].to_numpy(), want.to_numpy(), rtol=1e-5)
+    assert res["grad_summary"]["loss"].iloc[0] == pytest.approx(ref["summary"]["loss"].iloc[0], rel=1e-6)
+    g, w = res["stream_grads"], ref["stream_grads"]
+    np.testing.assert_allclose(g["stream_grad_rms"], w["stream_grad_rms"], rtol=1e-5)
+    np.testing.assert_allclose(g["pred_stream_grad_rms"], w["pred_stream_grad_rms"], rtol=1e-5)
