@@ -1,0 +1,215 @@
+"""The models ``tinit audit`` can load: a Hugging Face config (offline, built with
+``AutoModelForCausalLM.from_config`` so the model's own ``_init_weights`` runs, which
+is what is audited), or a user's factory ``pkg.module:factory`` /
+``path/to/file.py:factory``.
+
+The user-module contract: ``factory()`` takes no arguments and returns an
+``nn.Module`` whose ``forward(tokens)`` maps token ids, a LongTensor of shape
+(batch, seq), to logits of shape (batch, seq, vocab) (or a tuple / an object with
+``.logits`` holding them). Its blocks must be held (not built on the fly) in a
+``ModuleList``. The vocabulary is taken from its largest ``nn.Embedding`` unless
+``--vocab`` says otherwise.
+
+transformers is imported only here and only when asked for, with the hub switched
+off first (HF_HUB_OFFLINE=1, TRANSFORMERS_OFFLINE=1): nothing is ever downloaded.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..model.config import ConfigError
+
+HF_INSTALL = "pip install -e '.[hf]' (or pip install 'transformers>=5')"
+
+
+def parse_set(items: list[str]) -> dict[str, Any]:
+    """``key=value`` pairs; a value is JSON when it parses (numbers, true/false/null,
+    lists), else a string."""
+    out = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError("--set", f"{item!r}: expected KEY=VALUE, e.g. num_hidden_layers=4")
+        low = raw.strip()
+        try:
+            value = json.loads(low)
+        except ValueError:
+            value = {"none": None, "true": True, "false": False}.get(low.lower(), low)
+        out[key.strip()] = value
+    return out
+
+
+def _transformers():
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    if importlib.util.find_spec("transformers") is None:
+        raise ConfigError("--hf", f"needs the optional dependency transformers: {HF_INSTALL}")
+    import transformers
+
+    # tiny audit shapes trip config warnings (bos/eos ids outside a small vocabulary): errors only
+    transformers.logging.set_verbosity_error()
+    return transformers
+
+
+def hf_config(spec: str, sets: dict[str, Any]):
+    """A transformers config from a config.json file or a model type, with ``sets``
+    applied at construction (so derived fields such as head_dim follow)."""
+    tf = _transformers()
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    path = Path(spec)
+    if spec.endswith(".json") or path.is_file():
+        if not path.is_file():
+            raise ConfigError("--hf", f"no such config file {spec!r}")
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError("--hf", f"cannot read {spec} as JSON: {exc}") from None
+        if not isinstance(doc, dict) or "model_type" not in doc:
+            raise ConfigError("--hf", f"{spec} has no model_type: not a transformers config.json")
+        if doc.get("auto_map"):
+            raise ConfigError(
+                "--hf", f"{spec} needs custom model code from the hub (auto_map); tinit never downloads"
+            )
+        model_type = doc.pop("model_type")
+    else:
+        if "/" in spec:
+            raise ConfigError(
+                "--hf",
+                f"{spec!r} looks like a hub id; tinit never downloads: pass a config.json file or MODEL_TYPE",
+            )
+        doc, model_type = {}, spec
+    if model_type not in CONFIG_MAPPING:
+        known = ", ".join(
+            sorted(
+                k
+                for k in CONFIG_MAPPING
+                if k in ("llama", "gpt2", "qwen2", "mistral", "olmo2", "gemma2", "gemma3_text", "gpt_neox")
+            )
+        )
+        raise ConfigError(
+            "--hf", f"unknown model type {model_type!r} for transformers {tf.__version__} (e.g. {known})"
+        )
+    cls = CONFIG_MAPPING[model_type]
+    amap = getattr(cls, "attribute_map", {}) or {}
+    default = cls()
+    kw = dict(doc)
+    for key, value in sets.items():
+        real = amap.get(key, key)
+        if not hasattr(default, real) and real not in doc and _stored_as_unknown(cls, real, value):
+            raise ConfigError("--set", f"{model_type} config has no field {key!r}")
+        kw[real] = value
+    kw.pop("transformers_version", None)
+    try:
+        return cls(**kw)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError("--set", f"invalid {model_type} config: {' '.join(str(exc).split())}") from None
+
+
+def _stored_as_unknown(cls, key: str, value: Any) -> bool:
+    """A config keeps a kwarg it does not know as a plain attribute (a typo would pass
+    silently); one it consumes (a legacy name such as ``rope_theta``) disappears."""
+    try:
+        return hasattr(cls(**{key: value}), key)
+    except (ValueError, TypeError):
+        return False
+
+
+def _check_fits(auto, config, spec: str, device: torch.device, dtype: torch.dtype) -> None:
+    """Refuse, before allocating, a model whose weights and gradients would take more
+    than the free memory (transformers' default configs are full-size: llama is 7B)."""
+    from ..experiments.common import available_memory
+
+    with torch.device("meta"):
+        n = sum(p.numel() for p in auto.from_config(config, dtype=dtype).parameters())
+    need = 2 * n * torch.empty((), dtype=dtype).element_size()
+    free = available_memory(device)
+    if need > free:
+        raise ConfigError(
+            "--hf",
+            f"{spec}: {n / 1e9:.2f}B parameters need ~{need / 2**30:.1f} GiB with gradients, "
+            f"{free / 2**30:.1f} GiB free on {device}; audit a smaller copy with --set num_hidden_layers=N",
+        )
+
+
+def load_hf(spec: str, sets: dict[str, Any], device: torch.device, dtype: torch.dtype) -> nn.Module:
+    """Build the causal LM of ``spec`` with its own init, on ``device`` in ``dtype``."""
+    config = hf_config(spec, sets)
+    from transformers import AutoModelForCausalLM
+
+    config.use_cache = False
+    _check_fits(AutoModelForCausalLM, config, spec, device, dtype)
+    try:
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    except ValueError as exc:
+        raise ConfigError(
+            "--hf", f"cannot build a causal LM from {spec}: {' '.join(str(exc).split())[:200]}"
+        ) from None
+    except OSError as exc:  # a config that would need a file from the hub
+        raise ConfigError(
+            "--hf", f"{spec} needs a download, which tinit never does: {str(exc).splitlines()[0]}"
+        ) from None
+    return model.eval()
+
+
+def load_module(spec: str) -> nn.Module:
+    """Call the factory named by ``pkg.module:factory`` or ``path/to/file.py:factory``."""
+    target, sep, attr = spec.rpartition(":")
+    if not sep or not target or not attr:
+        raise ConfigError("--module", f"{spec!r}: expected pkg.module:factory or path/to/file.py:factory")
+    try:
+        if target.endswith(".py"):
+            path = Path(target)
+            if not path.is_file():
+                raise ConfigError("--module", f"no such file {target!r}")
+            name = f"tinit_user_{path.stem}"
+            mod_spec = importlib.util.spec_from_file_location(name, path)
+            mod = importlib.util.module_from_spec(mod_spec)
+            sys.modules[name] = mod
+            mod_spec.loader.exec_module(mod)
+        else:
+            mod = importlib.import_module(target)
+    except ConfigError:
+        raise
+    except Exception as exc:  # a user's module may fail in any way: one line, not a traceback
+        raise ConfigError("--module", f"cannot import {target}: {type(exc).__name__}: {exc}") from None
+    factory = getattr(mod, attr, None)
+    if not callable(factory):
+        raise ConfigError("--module", f"{target} has no callable {attr!r}")
+    try:
+        model = factory()
+    except Exception as exc:
+        raise ConfigError("--module", f"{spec}() failed: {type(exc).__name__}: {exc}") from None
+    if not isinstance(model, nn.Module):
+        raise ConfigError("--module", f"{spec}() returned {type(model).__name__}, not a torch.nn.Module")
+    return model.eval()
+
+
+def infer_vocab(model: nn.Module) -> int | None:
+    """The rows of the largest embedding table (the token table), or the HF config's."""
+    v = getattr(getattr(model, "config", None), "vocab_size", None)
+    if isinstance(v, int):
+        return v
+    tables = [m.num_embeddings for m in model.modules() if isinstance(m, nn.Embedding)]
+    return max(tables) if tables else None
+
+
+def max_positions(model: nn.Module) -> int | None:
+    """The longest sequence the model declares (HF max_position_embeddings, tinit max_seq_len)."""
+    cfg = getattr(model, "config", None) or getattr(model, "cfg", None)
+    for key in ("max_position_embeddings", "n_positions", "max_seq_len"):
+        v = getattr(cfg, key, None)
+        if isinstance(v, int):
+            return v
+    return None

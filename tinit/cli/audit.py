@@ -1,0 +1,282 @@
+"""``tinit audit``: measure the init of a model tinit did not build (a Hugging Face
+config, or a user's module), against a scheme; exit 3 when any weight deviates."""
+
+import math
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from ..adapters.loaders import infer_vocab, load_hf, load_module, max_positions, parse_set
+from ..adapters.roles import classify_roles
+from ..adapters.sites import find_sites
+from ..experiments.audit import Expectation, run_audit
+from ..experiments.common import make_tokens, resolve_device, resolve_dtype
+from ..model.config import ConfigError, ModelConfig, RunConfig
+from ..model.init import RECIPES
+from ..model.transformer import Transformer
+from ..results.plot_grad_norms import plot_grad_norms, plot_stream_grads
+from ..results.plots import plot_variance
+from ..results.report_audit import EXIT_DEVIATING, plot_weight_stds, verdict, weights_table, write_audit_md
+from . import app
+from .clickcompat import ParameterSource, get_current_context
+from .options import SharedOptions, shared_options
+from .runner import Outputs, configs_or_exit, execute
+
+AUDIT = "Audit"
+#: Options of the shared set that describe tinit's own model: the audited model has its own.
+NOT_FOR_AUDIT = (
+    "preset", "layers", "d_model", "heads", "d_ff", "vocab", "norm", "ffn", "positions", "attention", "untie",
+    "bias", "no_attn_scale", "pre_norm", "post_norm", "branch", "branch_var", "init", "sigma", "embed_std",
+    "stream", "tf32",
+)  # fmt: skip
+ALIASES = {"gpt2": "scaled"}  # GPT-2's recipe is tinit's depth-scaled one
+
+
+def _scheme(value: str, option: str, extra: tuple[str, ...]) -> str:
+    allowed = (*extra, *RECIPES, *ALIASES)
+    if value not in allowed:
+        raise ConfigError(option, f"{value!r} is not one of {', '.join(allowed)}")
+    return ALIASES.get(value, value)
+
+
+def _declared(model, sites, sigma: float | None) -> Expectation:
+    """What the model says its init is: tinit's InitConfig, an HF config's
+    initializer_range plus the family's own rule, or (nothing declared) naive."""
+    if isinstance(model, Transformer):
+        d = model.cfg.d_model
+        s = model.init.resolved_sigma(d) if sigma is None else sigma
+        e = model.init.resolved_embed_std(d) if sigma is None else sigma
+        return Expectation(
+            model.init.recipe, s, e, f"the model's declared init (tinit {model.init.recipe}, sigma {s:g})"
+        )
+    config = getattr(model, "config", None)
+    rng = getattr(config, "initializer_range", None)
+    if isinstance(rng, int | float):
+        scheme = sites.declared_recipe or "naive"
+        rule = " with GPT-2's c_proj / sqrt(2 n_layer)" if scheme == "scaled" else ""
+        s = float(rng) if sigma is None else sigma
+        what = f"initializer_range {rng:g}" if sigma is None else f"--sigma {s:g}"
+        return Expectation(scheme, s, s, f"the model's declared init ({what}{rule})")
+    s = 0.02 if sigma is None else sigma
+    return Expectation("naive", s, s, f"naive at sigma {s:g} (the model declares no init)")
+
+
+@app.command(
+    "audit", short_help="Measure the init of a model tinit did not build (HF config or your module)."
+)
+@shared_options(exclude=NOT_FOR_AUDIT, defaults={"batch": 8, "seq_len": 128})
+def audit(
+    *,
+    opts: SharedOptions,
+    hf: Annotated[
+        str | None,
+        typer.Option(
+            "--hf",
+            help="A transformers config.json file, or a MODEL_TYPE "
+            "(llama, gpt2, ...) with --set; built offline with AutoModelForCausalLM.from_config.",
+            rich_help_panel=AUDIT,
+            metavar="CONFIG.json|MODEL_TYPE",
+        ),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="Override a config field, KEY=VALUE (repeatable), e.g. --set num_hidden_layers=4.",
+            rich_help_panel=AUDIT,
+            metavar="KEY=VALUE",
+        ),
+    ] = None,
+    module: Annotated[
+        str | None,
+        typer.Option(
+            "--module",
+            help="pkg.module:FACTORY or path/file.py:FACTORY, where FACTORY() returns an nn.Module "
+            "mapping token ids (batch, seq) to logits (the model keeps its dtype unless --dtype is given).",
+            rich_help_panel=AUDIT,
+            metavar="SPEC",
+        ),
+    ] = None,
+    sites: Annotated[
+        str | None,
+        typer.Option(
+            "--sites",
+            help="Name the additions: BLOCKS:ATTN[>ADDED]:FFN[>ADDED], "
+            "e.g. model.layers:self_attn:mlp (child names may be shell patterns).",
+            rich_help_panel=AUDIT,
+            metavar="SPEC",
+        ),
+    ] = None,
+    expect: Annotated[
+        str,
+        typer.Option(
+            "--expect",
+            help="Scheme the weights are checked against: declared (what "
+            "the model says: initializer_range plus the family's rules), naive, scaled or gpt2 (= scaled).",
+            rich_help_panel=AUDIT,
+        ),
+    ] = "declared",
+    init: Annotated[
+        str,
+        typer.Option(
+            "--init",
+            help="Also measure the same model re-initialised by this tinit "
+            "recipe (naive, scaled, gpt2) on the same tokens, beside 'as-built'; none: only as built.",
+            rich_help_panel=AUDIT,
+        ),
+    ] = "none",
+    sigma: Annotated[
+        float | None,
+        typer.Option(
+            "--sigma",
+            help="Base std for --expect/--init (default: the model's initializer_range, else 0.02).",
+            rich_help_panel=AUDIT,
+            show_default=False,
+        ),
+    ] = None,
+    vocab: Annotated[
+        int | None,
+        typer.Option(
+            "--vocab",
+            help="Vocabulary size of the random tokens (default: the model's).",
+            min=2,
+            rich_help_panel=AUDIT,
+            show_default=False,
+        ),
+    ] = None,
+    z_max: Annotated[
+        float,
+        typer.Option(
+            "--z-max", help="A std is ok when |z| <= this (or within --rtol).", rich_help_panel=AUDIT
+        ),
+    ] = 5.0,
+    rtol: Annotated[
+        float,
+        typer.Option(
+            "--rtol",
+            help="...or when within this relative distance of the expected std.",
+            rich_help_panel=AUDIT,
+        ),
+    ] = 0.01,
+    grads: Annotated[
+        bool,
+        typer.Option(
+            "--grads/--no-grads", help="Also measure gradient norms (one backward).", rich_help_panel=AUDIT
+        ),
+    ] = True,
+) -> None:
+    """Audit the init of a model tinit did not build: every weight's std against a
+    scheme (weights.csv), the residual-stream variance at each of the 2L additions
+    (variance.csv, summary.csv, as `tinit variance`) and gradient norms (grad_norms.csv,
+    as `tinit grad-norms`), with audit.md and plots.
+
+    Exit codes: 0 every weight ok; 3 some weight deviates (off-recipe, pytorch-default,
+    zero, constant, non-finite); 2 bad input; 1 the run failed part-way.
+    """
+    ctx = get_current_context(silent=True)
+    sets = set_ or []
+
+    def prepare():
+        if (hf is None) == (module is None):
+            raise ConfigError("--hf", "give exactly one of --hf CONFIG.json|MODEL_TYPE or --module SPEC")
+        if sets and hf is None:
+            raise ConfigError("--set", "only applies to --hf")
+        for name, value in (("--z-max", z_max), ("--rtol", rtol)):
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(name, f"must be a finite number >= 0, got {value}")
+        if sigma is not None and not (math.isfinite(sigma) and sigma > 0):
+            raise ConfigError("--sigma", f"must be a positive number, got {sigma}")
+        exp_scheme = _scheme(expect, "--expect", ("declared",))
+        rec_scheme = _scheme(init, "--init", ("none",))
+        device, dtype = resolve_device(opts.device), resolve_dtype(opts.dtype)
+        if hf is not None:
+            model = load_hf(hf, parse_set(sets), device, dtype)
+        else:
+            model = load_module(module)
+            given = ctx is not None and ctx.get_parameter_source("dtype") not in (
+                None,
+                ParameterSource.DEFAULT,
+            )
+            model = model.to(device=device, dtype=dtype if given else None)
+        inferred = infer_vocab(model)
+        if vocab is not None and inferred is not None and vocab > inferred:
+            raise ConfigError("--vocab", f"{vocab} exceeds the model's {inferred} token ids")
+        v = vocab or inferred
+        if v is None:
+            raise ConfigError(
+                "--vocab", "cannot infer the vocabulary (the model has no nn.Embedding); give --vocab"
+            )
+        limit = max_positions(model)
+        if limit is not None and opts.seq_len > limit:
+            raise ConfigError("--seq-len", f"{opts.seq_len} exceeds the model's {limit} positions")
+        if opts.seq_len < 2 and grads:
+            raise ConfigError("--seq-len", "must be >= 2 to measure gradients (or give --no-grads)")
+        tokens = make_tokens(ModelConfig(vocab_size=v), RunConfig(batch=opts.batch, seq_len=opts.seq_len),
+                             opts.seed, device)  # fmt: skip
+        try:
+            found, tr = find_sites(model, tokens[:1, : min(4, opts.seq_len)], sites)
+        except (RuntimeError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            if isinstance(exc, ConfigError):
+                raise
+            what = " ".join(str(exc).split())[:200]
+            option = "--hf" if hf else "--module"
+            raise ConfigError(option, f"the model's forward failed: {type(exc).__name__}: {what}") from None
+        roles = classify_roles(model, found, tr, v)
+        if exp_scheme == "declared":
+            expectation = _declared(model, found, sigma)
+        else:
+            s = 0.02 if sigma is None else sigma
+            rng = getattr(getattr(model, "config", None), "initializer_range", None)
+            if sigma is None and isinstance(rng, int | float):
+                s = float(rng)
+            expectation = Expectation(exp_scheme, s, s, f"--expect {expect} (sigma {s:g})")
+        expectation = Expectation(expectation.scheme, expectation.sigma, expectation.embed_std,
+                                  expectation.source, z_max, rtol)  # fmt: skip
+        recipe = None
+        if rec_scheme != "none":
+            recipe = Expectation(rec_scheme, expectation.sigma, expectation.embed_std, f"tinit {init}")
+        return model, found, roles, tokens, expectation, recipe, v
+
+    model, found, roles, tokens, expectation, recipe, v = configs_or_exit(prepare)
+    source = f"--hf {hf}" + "".join(f" --set {s}" for s in sets) if hf else f"--module {module}"
+    meta = {"source": source, "ln_vocab": math.log(v), "vocab": v}
+    if hf is not None:
+        import transformers
+
+        meta["transformers_version"] = transformers.__version__
+    console = Console()
+    if not opts.quiet:
+        for line in found.describe():
+            console.print(line, highlight=False)
+    title = f"{source}: L={found.n_layers}, batch {opts.batch} x seq {opts.seq_len}"
+    figs = ["weights", "variance"] + (["grad_norms", "stream_grads"] if grads else [])
+
+    def figures(r):
+        out = {
+            "weights": plot_weight_stds(r["weights"], title),
+            "variance": plot_variance(r["variance"], title),
+        }
+        if grads:
+            out["grad_norms"] = plot_grad_norms(r["grad_norms"], "both", title)
+            out["stream_grads"] = plot_stream_grads(r["stream_grads"], title)
+        return out
+
+    result = execute(
+        "audit",
+        opts,
+        lambda progress: run_audit(
+            model, found, roles, tokens, expectation, recipe, opts.seed, grads, progress, meta
+        ),
+        Outputs(
+            figures=figures,
+            tables=lambda r: [
+                weights_table(r["weight_groups"], f"Weights against {expectation.source}"),
+                Text(verdict(r.meta)[1], style="green" if verdict(r.meta)[0] else "bold red"),
+            ],
+            files=lambda r, d: [write_audit_md(r.frames, r.meta, d, figs)],
+        ),
+    )
+    if result.meta.get("n_deviating", 0) > 0:
+        raise typer.Exit(EXIT_DEVIATING)

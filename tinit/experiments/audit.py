@@ -1,0 +1,483 @@
+"""``tinit audit``: the init of a model tinit did not build, measured.
+
+Three measurements of one model, as built:
+
+1. **Weights** (one row per parameter): its role (told by structure,
+   :mod:`tinit.adapters.roles`), measured mean and std, the std (or constant) an init
+   scheme expects, the z-score of the measured std against it, and a verdict.
+   The z-score uses the sampling standard error of a Gaussian sample's std,
+   SE = std * sqrt(1 / (2n)) (n elements); the mean's z uses std / sqrt(n).
+   A Gaussian role is ``ok`` when |z_std| <= z_max (or |std/expected - 1| <= rtol,
+   so a huge matrix is not failed for a 0.1% difference) and likewise its mean.
+   Otherwise, in order: ``non-finite`` (any NaN/inf), ``zero`` (all elements 0),
+   ``constant`` (all equal, not 0), ``pytorch-default`` (an ``nn.Linear`` nobody
+   re-initialised: uniform with bound 1/sqrt(fan_in), so std 1/sqrt(3 fan_in) and
+   no |w| above the bound; an ``nn.Embedding`` left at N(0, 1)), ``off-recipe``.
+   Norm gains and biases are constants: ``ok`` when every element equals the value.
+   A parameter whose role cannot be told gets ``unchecked`` unless one of the
+   scheme-free verdicts (non-finite, zero, constant, pytorch-default) applies.
+2. **Stream**: the residual-stream variance at every one of the 2L additions through
+   the same :class:`~tinit.experiments.probes.VarianceProbe` and theory columns as
+   ``tinit variance``. Hooks give the block input (the stream entering the block) and
+   the branch outputs; stream_out = stream_in + branch, checked against the block's
+   own output (a disagreement means the sites do not describe the residual: parallel
+   residual sums in another order, a scaled residual, a wrong ``--sites``).
+3. **Gradients** of the mean next-token cross-entropy: every parameter's gradient
+   norm and the stream gradient at every addition, as ``tinit grad-norms``.
+
+With ``recipe`` the same model, re-initialised by tinit's recipe (per role, drawn per
+(seed, layer, parameter)), is measured on the same tokens beside it.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..adapters.roles import ParamRole
+from ..adapters.sites import Sites, block_input, first_tensor
+from ..model.init import RECIPES, StdContext, generator
+from .common import (
+    RUN_FAILURES,
+    ExperimentResult,
+    IncompleteRun,
+    Meter,
+    Progress,
+    ProgressCounter,
+    failure_reason,
+)
+from .grad_norms import stream_frame
+from .grad_norms import summarize as grad_summarize
+from .probes import VarianceProbe
+from .variance import SUMMARY_COLUMNS, VARIANCE_COLUMNS, add_theory, summarize
+
+WEIGHT_COLUMNS = [
+    "param", "role", "layer", "shape", "numel", "mean", "std", "max_abs", "expected", "expected_kind",
+    "z_std", "z_mean", "rel_err", "verdict",
+]  # fmt: skip
+GROUP_COLUMNS = [
+    "pattern", "role", "verdict", "count", "layers", "std_min", "std_max", "expected_min", "expected_max",
+    "max_abs_z",
+]  # fmt: skip
+GRAD_COLUMNS = [
+    "init", "norm_position", "n_layers", "seed", "layer", "tensor", "param", "role", "grad_norm",
+    "param_norm",
+]  # fmt: skip
+STREAM_COLUMNS = [
+    "init", "norm_position", "n_layers", "seed", "k", "layer", "sublayer", "stream_grad_rms",
+    "stream_grad_rel", "pred_identity_gain", "pred_stream_grad_rms", "stream_var",
+]  # fmt: skip
+GRAD_SUMMARY_COLUMNS = [
+    "init", "norm_position", "n_layers", "seed", "loss", "down_ratio_first_last", "down_max_min",
+    "down_max_layer", "o_ratio_first_last", "o_max_min", "o_max_layer", "stream_grad_ratio",
+    "pred_stream_grad_ratio", "stream_grad_ratio_err",
+]  # fmt: skip
+
+#: Verdicts that fail the audit (exit code 3); ``ok`` and ``unchecked`` do not.
+DEVIATING = ("off-recipe", "pytorch-default", "zero", "constant", "non-finite")
+GAUSSIAN = ("embed", "pos", "q", "k", "v", "qkv", "o", "gate", "up", "down", "head")
+#: audit role -> the recipe table's role
+RECIPE_ROLE = {"qkv": "q"}
+AS_BUILT = "as-built"
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What the weights are checked against: a recipe of :data:`tinit.model.init.RECIPES`
+    at a base std, and the tolerances of the verdict."""
+
+    scheme: str  # a RECIPES key ("naive", "scaled")
+    sigma: float
+    embed_std: float
+    source: str  # where it came from: "--expect scaled", "declared by the model: ..."
+    z_max: float = 5.0
+    rtol: float = 0.01
+
+    def expected(self, role: str, n_layers: int, norm_offset: float) -> tuple[str | None, float]:
+        """(kind, value): ("std", s) for Gaussian roles, ("value", c) for constants."""
+        if role not in GAUSSIAN and role not in ("norm", "bias"):
+            return None, math.nan
+        rule = RECIPES[self.scheme][RECIPE_ROLE.get(role, role)]
+        value = rule(StdContext(self.sigma, self.embed_std, n_layers))
+        if role == "norm":
+            return "value", value - norm_offset
+        return ("std", value) if role in GAUSSIAN else ("value", value)
+
+
+def _close(measured: float, expected: float, se: float, z_max: float, rtol: float) -> tuple[bool, float]:
+    z = (measured - expected) / se if se > 0 else (0.0 if measured == expected else math.inf)
+    return abs(z) <= z_max or abs(measured - expected) <= rtol * abs(expected), z
+
+
+def audit_weights(
+    model: nn.Module, roles: list[ParamRole], expect: Expectation, sites: Sites
+) -> pd.DataFrame:
+    """One row per parameter (see the module docstring for the verdicts)."""
+    params = dict(model.named_parameters())
+    rows = []
+    for r in roles:
+        p = params[r.name].detach()
+        w = p.to(torch.float64)
+        n = w.numel()
+        finite = bool(torch.isfinite(w).all())
+        mean = float(w.mean()) if finite else math.nan
+        std = float(w.std(unbiased=False)) if finite else math.nan
+        max_abs = float(w.abs().max()) if finite else math.nan
+        kind, exp = expect.expected(r.role, sites.n_layers, sites.norm_offset)
+        z_std = z_mean = rel = math.nan
+        verdict = None
+        if not finite:
+            verdict = "non-finite"
+        elif kind == "value":
+            rel = max_abs - exp if exp == 0 else float((w - exp).abs().max()) / abs(exp)
+            if bool((w == exp).all()):
+                verdict = "ok"
+        elif kind == "std":
+            rel = std / exp - 1.0
+            ok_std, z_std = _close(std, exp, exp * math.sqrt(1.0 / (2 * n)), expect.z_max, expect.rtol)
+            ok_mean, z_mean = _close(mean, 0.0, exp / math.sqrt(n), expect.z_max, expect.rtol)
+            ok_mean = ok_mean or abs(mean) <= expect.rtol * exp
+            if ok_std and ok_mean:
+                verdict = "ok"
+        if verdict is None:
+            if max_abs == 0:
+                verdict = "zero"
+            elif std == 0:
+                verdict = "constant"
+            elif _pytorch_default(r, std, max_abs, n, expect):
+                verdict = "pytorch-default"
+            else:
+                verdict = "off-recipe" if kind is not None else "unchecked"
+        rows.append({
+            "param": r.name, "role": r.role, "layer": r.layer,
+            "shape": "x".join(map(str, p.shape)) or "scalar",
+            "numel": n, "mean": mean, "std": std, "max_abs": max_abs, "expected": exp,
+            "expected_kind": kind or "-", "z_std": z_std, "z_mean": z_mean, "rel_err": rel,
+            "verdict": verdict,
+        })  # fmt: skip
+    return pd.DataFrame(rows, columns=WEIGHT_COLUMNS)
+
+
+def _pytorch_default(r: ParamRole, std: float, max_abs: float, n: int, expect: Expectation) -> bool:
+    """nn.Linear's reset_parameters: weight and bias uniform(-1/sqrt(fan_in), 1/sqrt(fan_in));
+    nn.Embedding's: N(0, 1)."""
+    se = math.sqrt(1.0 / (2 * n))
+    if r.kind == "linear" and r.fan_in:
+        bound = 1.0 / math.sqrt(r.fan_in)
+        target = bound / math.sqrt(3.0)
+        return (
+            max_abs <= bound * (1 + 1e-6) and _close(std, target, target * se, expect.z_max, expect.rtol)[0]
+        )
+    if r.kind == "embedding":
+        return _close(std, 1.0, se, expect.z_max, expect.rtol)[0]
+    return False
+
+
+def block_pattern(name: str, sites: Sites) -> str:
+    """``model.layers.3.mlp.down_proj.weight`` -> ``model.layers.*.mlp.down_proj.weight``."""
+    for b in sites.blocks:
+        if name.startswith(b.block + "."):
+            return re.sub(r"\.\d+$", ".*", b.block) + name[len(b.block) :]
+    return name
+
+
+def _layer_span(layers) -> str:
+    ls = sorted({int(x) for x in layers})
+    if len(ls) > 1 and ls == list(range(ls[0], ls[-1] + 1)):
+        return f"{ls[0]}-{ls[-1]}"
+    return ",".join(map(str, ls))
+
+
+def group_weights(weights: pd.DataFrame, sites: Sites) -> pd.DataFrame:
+    """Parameters of the same pattern, role and verdict together, in model order."""
+    df = weights.assign(pattern=[block_pattern(n, sites) for n in weights["param"]])
+    rows = []
+    for (pattern, role, verdict), g in df.groupby(["pattern", "role", "verdict"], sort=False):
+        z = pd.concat([g["z_std"].abs(), g["z_mean"].abs()]).dropna()
+        rows.append({
+            "pattern": pattern if len(g) > 1 else g["param"].iloc[0], "role": role, "verdict": verdict,
+            "count": len(g),
+            "layers": _layer_span(g["layer"]), "std_min": g["std"].min(), "std_max": g["std"].max(),
+            "expected_min": g["expected"].min(), "expected_max": g["expected"].max(),
+            "max_abs_z": float(z.max()) if len(z) else math.nan,
+        })  # fmt: skip
+    return pd.DataFrame(rows, columns=GROUP_COLUMNS)
+
+
+class StreamHooks:
+    """Hooks that turn a model's forward pass into tinit's 2L additions.
+
+    The block's forward-pre-hook gives the stream entering it; the branch (or its
+    ``added`` module) output is the branch; stream_out = stream_in + branch, or, with a
+    ``stream`` norm (post-norm), that norm's output. Each addition is passed to
+    ``probe`` as ``Block._add`` would; with ``grads`` each stream tensor's gradient is
+    summed (squared) per addition k into ``sq``. ``max_rel_err`` collects, per block,
+    ||reconstructed - block output|| / ||block output||.
+    """
+
+    def __init__(self, model: nn.Module, sites: Sites, probe=None, grads: bool = False):
+        self.model, self.sites, self.probe, self.grads = model, sites, probe, grads
+        L = sites.n_layers
+        self.sq = [None] * (2 * L + 1)
+        self.max_rel_err = [math.nan] * L
+        self._handles = []
+        self._cur = self._x_in = None
+        self.width = 0
+        self._pending: dict[int, tuple] = {}
+
+    def _tap(self, k: int, t: torch.Tensor) -> None:
+        if self.grads and t.requires_grad:
+
+            def acc(g, k=k):
+                s = g.detach().to(torch.float64 if g.dtype == torch.float64 else torch.float32).square().sum()
+                self.sq[k] = s if self.sq[k] is None else self.sq[k] + s
+
+            t.register_hook(acc)
+
+    def _record(self, k, layer, sub, stream_in, branch, s, normed=None) -> None:
+        if self.probe is not None:
+            with torch.no_grad():
+                self.probe(k, layer, sub, stream_in, branch, s, normed)
+        self._tap(k, branch if normed is None else normed)
+        self._cur = s if normed is None else normed
+
+    def __enter__(self):
+        get = self.model.get_submodule
+        for b in self.sites.blocks:
+            i = b.layer
+            self._handles.append(get(b.block).register_forward_pre_hook(self._pre(i), with_kwargs=True))
+            self._handles.append(get(b.block).register_forward_hook(self._post(i)))
+            for sub, k, branch, added, stream in (
+                ("attn", 2 * i + 1, b.attn, b.attn_added, b.attn_stream),
+                ("ffn", 2 * i + 2, b.ffn, b.ffn_added, b.ffn_stream),
+            ):
+                self._handles.append(
+                    get(added or branch).register_forward_hook(self._branch(i, sub, k, stream))
+                )
+                if stream:
+                    self._handles.append(get(stream).register_forward_hook(self._stream(i, sub, k)))
+        return self
+
+    def __exit__(self, *exc):
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    def _pre(self, i):
+        def fn(_m, args, kwargs):
+            x = block_input(args, kwargs)
+            self._cur = self._x_in = x
+            self.width = int(x.shape[-1])
+            if i == 0:
+                if self.probe is not None:
+                    with torch.no_grad():
+                        self.probe(0, -1, "embed", None, None, x)
+                self._tap(0, x)
+
+        return fn
+
+    def _branch(self, i, sub, k, stream):
+        def fn(_m, _args, output):
+            f = first_tensor(output)
+            stream_in = self._cur
+            s = stream_in + f
+            if stream:  # post-norm: wait for the norm's output
+                self._pending[k] = (stream_in, f, s)
+            else:
+                self._record(k, i, sub, stream_in, f, s)
+
+        return fn
+
+    def _stream(self, i, sub, k):
+        def fn(_m, _args, output):
+            if k in self._pending:
+                stream_in, f, s = self._pending.pop(k)
+                self._record(k, i, sub, stream_in, f, s, normed=first_tensor(output))
+
+        return fn
+
+    def _post(self, i):
+        def fn(_m, _args, output):
+            y = first_tensor(output)
+            if y is None or self._cur is None or y.shape != self._cur.shape:
+                return
+            with torch.no_grad():
+                d = torch.linalg.vector_norm((self._cur - y).to(torch.float64))
+                self.max_rel_err[i] = float(
+                    d / torch.linalg.vector_norm(y.to(torch.float64)).clamp_min(1e-300)
+                )
+
+        return fn
+
+
+def logits_of(output) -> torch.Tensor:
+    """Logits from what a model returns: a tensor, an object with ``.logits``, a tuple."""
+    if isinstance(output, torch.Tensor):
+        return output
+    if getattr(output, "logits", None) is not None:
+        return output.logits
+    if isinstance(output, tuple | list) and output and isinstance(output[0], torch.Tensor):
+        return output[0]
+    raise TypeError(f"cannot find logits in the model's output ({type(output).__name__})")
+
+
+def stats_dtype(model: nn.Module) -> torch.dtype:
+    p = next(model.parameters(), None)
+    return torch.float64 if p is not None and p.dtype == torch.float64 else torch.float32
+
+
+def measure_stream(model: nn.Module, sites: Sites, tokens: torch.Tensor) -> tuple[pd.DataFrame, list[float]]:
+    """The probe's rows for one forward pass (no gradients), and the stream check."""
+    probe = VarianceProbe(stats_dtype(model))
+    with StreamHooks(model, sites, probe) as hooks, torch.no_grad():
+        model(tokens)
+    return probe.frame(), hooks.max_rel_err
+
+
+def check_tolerance(model: nn.Module) -> float:
+    """How closely stream_in + branch must match a block's output: summation order
+    differs at most by rounding (bf16 has an 8-bit mantissa)."""
+    p = next(model.parameters())
+    return {torch.float64: 1e-9, torch.float32: 1e-4}.get(p.dtype, 3e-2)
+
+
+def measure_grads(model: nn.Module, sites: Sites, tokens: torch.Tensor, roles: list[ParamRole]):
+    """Gradient norms of every parameter, the summed squared stream gradient per
+    addition, and the loss, for one batch (mean next-token cross-entropy)."""
+    stats = stats_dtype(model)
+    model.zero_grad(set_to_none=True)
+    with StreamHooks(model, sites, grads=True) as hooks:
+        logits = logits_of(model(tokens))[:, :-1].to(stats)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+        loss.backward()
+    params = dict(model.named_parameters())
+    rows = []
+    for r in roles:
+        p = params[r.name]
+        g = 0.0 if p.grad is None else float(torch.linalg.vector_norm(p.grad, dtype=stats))
+        owner, _, leaf = r.name.rpartition(".")
+        tensor = r.role if leaf == "weight" and r.role in GAUSSIAN else f"{owner.rpartition('.')[2]}.{leaf}"
+        rows.append({"layer": r.layer, "tensor": tensor, "param": r.name, "role": r.role, "grad_norm": g,
+                     "param_norm": float(torch.linalg.vector_norm(p.detach(), dtype=stats))})  # fmt: skip
+    sq = np.array([math.nan if s is None else float(s) for s in hooks.sq])
+    model.zero_grad(set_to_none=True)
+    return pd.DataFrame(rows), sq, float(loss.detach()), hooks.width
+
+
+@torch.no_grad()
+def reinit_(
+    model: nn.Module, roles: list[ParamRole], expect: Expectation, sites: Sites, seed: int
+) -> list[str]:
+    """Re-initialise ``model`` in place by the recipe ``expect.scheme``: Gaussian roles
+    N(0, std^2) drawn per (seed, layer, parameter name), norms and biases their
+    constants. Returns the parameters it left as built (role unknown)."""
+    params = dict(model.named_parameters())
+    kept = []
+    for r in roles:
+        kind, value = expect.expected(r.role, sites.n_layers, sites.norm_offset)
+        p = params[r.name]
+        if kind == "std":
+            p.normal_(0.0, value, generator=generator(seed, r.layer, r.name, p.device))
+        elif kind == "value":
+            p.fill_(value)
+        else:
+            kept.append(r.name)
+    return kept
+
+
+def run_audit(
+    model: nn.Module,
+    sites: Sites,
+    roles: list[ParamRole],
+    tokens: torch.Tensor,
+    expect: Expectation,
+    recipe: Expectation | None = None,
+    seed: int = 0,
+    grads: bool = True,
+    progress: Progress | None = None,
+    meta: dict | None = None,
+) -> ExperimentResult:
+    """Weights, stream and gradients of ``model`` as built (and re-initialised by
+    ``recipe``, when given). Frames: weights, weight_groups, variance, summary,
+    grad_norms, stream_grads, grad_summary."""
+    meta = dict(meta or {})
+    L = sites.n_layers
+    device = tokens.device
+    configs = [(AS_BUILT, model)]
+    tick = ProgressCounter(progress, 1 + (2 if recipe else 1) * (2 if grads else 1))
+    weights = audit_weights(model, roles, expect, sites)
+    groups = group_weights(weights, sites)
+    tick()
+    meta.update(
+        sites=sites.describe(), family=sites.family, n_layers=L, expect=expect.scheme,
+        expect_source=expect.source,
+        sigma=expect.sigma, z_max=expect.z_max, rtol=expect.rtol, seed=seed,
+        n_params=len(weights), n_deviating=int(weights["verdict"].isin(DEVIATING).sum()),
+        n_unknown=int((weights["role"] == "unknown").sum()),
+        batch=int(tokens.shape[0]), seq_len=int(tokens.shape[1]), device=str(device),
+        dtype=str(next(model.parameters()).dtype).replace("torch.", ""), stream_check={},
+    )  # fmt: skip
+    if recipe is not None:
+        twin = copy.deepcopy(model)
+        meta["recipe"] = recipe.scheme
+        meta["recipe_kept_as_built"] = reinit_(twin, roles, recipe, sites, seed)
+        # self-check: the re-initialised twin must pass its own recipe
+        check = audit_weights(twin, roles, recipe, sites)["verdict"]
+        meta["recipe_weights_deviating"] = int(check.isin(DEVIATING).sum())
+        configs.append((recipe.scheme, twin))
+    tol = check_tolerance(model)
+    frames = {"weights": weights, "weight_groups": groups}
+    var_frames, summaries, grad_frames, stream_frames, grad_summaries = [], [], [], [], []
+    meter = Meter(device)
+
+    def result(complete: bool, error: str | None = None) -> ExperimentResult:
+        def cat(fs, cols):
+            return pd.concat(fs, ignore_index=True)[cols] if fs else pd.DataFrame(columns=cols)
+
+        out = dict(frames)
+        out["variance"] = cat(var_frames, VARIANCE_COLUMNS)
+        out["summary"] = pd.DataFrame(summaries, columns=SUMMARY_COLUMNS)
+        if grads:
+            out["grad_norms"] = cat(grad_frames, GRAD_COLUMNS)
+            out["stream_grads"] = cat(stream_frames, STREAM_COLUMNS)
+            out["grad_summary"] = pd.DataFrame(grad_summaries, columns=GRAD_SUMMARY_COLUMNS)
+        meter.record(meta)
+        return ExperimentResult(out, meta, complete, error)
+
+    for label, net in configs:
+        labels = {"init": label, "norm_position": sites.norm_position, "n_layers": L, "seed": seed}
+        meter.start()
+        try:
+            raw, rel = measure_stream(net, sites, tokens)
+            tick()
+            if grads:
+                gdf, sq, loss, width = measure_grads(net, sites, tokens, roles)
+                tick()
+        except RUN_FAILURES as exc:
+            what = failure_reason(exc)
+            raise IncompleteRun(f"{label}: {what}", result(False, what)) from exc
+        meter.stop(label)
+        worst = int(np.nanargmax(rel)) if not np.all(np.isnan(rel)) else -1
+        meta["stream_check"][label] = {
+            "max_rel_err": float(np.nanmax(rel)) if worst >= 0 else None, "worst_layer": worst,
+            "tolerance": tol, "agrees": bool(worst >= 0 and np.nanmax(rel) <= tol),
+        }  # fmt: skip
+        df = add_theory(raw, sites.norm_position)
+        var_frames.append(df.assign(**labels))
+        summaries.append({**labels, **summarize(df)})
+        if grads:
+            count = int(tokens.shape[0]) * int(tokens.shape[1]) * width
+            eps = getattr(getattr(net, "cfg", None), "norm_eps", 0.0)
+            streams = stream_frame(sq, count, df["stream_var"].to_numpy(), sites.norm_position, eps)
+            grad_frames.append(gdf.assign(**labels))
+            stream_frames.append(streams.assign(**labels))
+            grad_summaries.append({**labels, "loss": loss, **grad_summarize(gdf, streams)})
+    return result(True)
