@@ -23,6 +23,7 @@ from .style import (
     integer_axis,
     mark_clipped,
     markevery,
+    near,
     nested_marker_size,
     new_figure,
     styled,
@@ -83,7 +84,9 @@ def plot_stream_grads(stream_grads: pd.DataFrame, title: str = "") -> Figure:
                 label=config_label(init, pos), gid=f"measured:{init}/{pos}", **MEASURED_UNDER)  # fmt: skip
         ax.plot(df["k"], df["pred_stream_grad_rms"], color=st["color"], gid=f"theory:{init}/{pos}", **THEORY)
         series[f"{init}/{pos}"] = df["stream_grad_rms"].to_numpy()
-    lim = value_axis(ax, stream_grads["stream_grad_rms"], log_ratio=5, min_rel_span=0.2)
+    meas = stream_grads["stream_grad_rms"]
+    pred = near(meas, stream_grads["pred_stream_grad_rms"])
+    lim = value_axis(ax, meas, log_ratio=5, min_rel_span=0.2, include=pred)
     notes = []
     for (init, pos), df in groups:
         pred = df["pred_stream_grad_rms"].to_numpy()

@@ -28,6 +28,7 @@ from .style import (
     integer_axis,
     mark_clipped,
     markevery,
+    near,
     nested_marker_size,
     new_figure,
     styled,
@@ -80,7 +81,8 @@ def _law_panel(ax, groups, pos: str) -> tuple[list[str], list[str]]:
         err = (d["stream_var"] / d["pred_cumulative"] - 1).abs().max()
         errs.append(f"{_short(init, p)} {100 * err:.2g}%")
     values = np.concatenate(list(measured.values())) if measured else np.array([])
-    lim = value_axis(ax, values, log_ratio=30)
+    preds = [df[df["k"] >= kmin][c] for _, _, df in rows for c in ("pred_cumulative", "pred_closed")]
+    lim = value_axis(ax, values, log_ratio=30, include=near(values, np.concatenate(preds) if preds else []))
     for init, p, df in rows:  # predictions leaving the measured range: clipped, marked
         d = df[df["k"] >= kmin]
         for col in ("pred_cumulative",) + (("pred_closed",) if pos == "pre" else ()):

@@ -159,6 +159,21 @@ def value_axis(
     return lim
 
 
+def near(measured: Iterable[float], predicted: Iterable[float], frac: float = 0.3) -> np.ndarray:
+    """The predictions within ``frac`` of the measured span beyond the measured range
+    (log-aware): these widen the axis a little rather than being clipped; the rest is
+    clipped and marked (:func:`mark_clipped`)."""
+    m, p = finite(measured), finite(predicted)
+    if m.size == 0 or p.size == 0:
+        return np.array([])
+    lo, hi = m.min(), m.max()
+    if wants_log(m) and (p > 0).all():
+        f = (hi / lo) ** frac
+        return p[(p >= lo / f) & (p <= hi * f)]
+    span = max(hi - lo, 1e-12 * max(abs(lo), abs(hi), 1e-300))
+    return p[(p >= lo - frac * span) & (p <= hi + frac * span)]
+
+
 def mark_clipped(ax, x, y, lim: tuple[float, float], color: str, zorder: float = 5) -> int:
     """Points of (x, y) outside the y limits ``lim``: a triangle at the edge they
     leave by (pointing the way they leave). Returns how many were clipped."""
