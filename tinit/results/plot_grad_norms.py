@@ -124,15 +124,29 @@ def _num(x: float) -> str:
     return f"{mantissa}e{int(exp)}"
 
 
+#: meas/pred outside [1/FAR, FAR] gets a one-line explanation under the table.
+FAR = 2.0
+
+
 def grad_norms_table(summary: pd.DataFrame, title: str = "") -> Table:
     """One row per configuration: first/last-layer and max/min ratios of the
     W_down and W_O gradient norms, and the embedding/last-addition stream-gradient
-    ratio measured vs the identity-path prediction."""
-    t = summary_table(
-        title,
+    ratio measured vs the identity-path prediction; a meas/pred far from 1 is marked
+    (†) and explained (the path the prediction leaves out)."""
+    ratios = summary["stream_grad_ratio"] / summary["pred_stream_grad_ratio"]
+    far = [f"{r.init}/{r.norm_position}" for r, q in zip(summary.itertuples(index=False), ratios, strict=True)
+           if q == q and not (1 / FAR <= q <= FAR)]  # fmt: skip
+    caption = (
         "f/l: gradient norm of W_down, W_O at layer 0 / layer L-1; stream: RMS of "
-        "d loss/d stream at k=0 / k=2L; pred: its identity-path prediction",
+        "d loss/d stream at k=0 / k=2L; pred: its identity-path prediction"
     )
+    if far:
+        caption += (
+            f". † {', '.join(far)}: meas/pred beyond {FAR:g}x either way: the identity-path prediction "
+            "leaves out the branch paths (the backward gain through each branch, dF/dx), which carry the gradient "
+            "where the norms' product shrinks the identity path (post-norm) or add to it (pre-norm)"
+        )
+    t = summary_table(title, caption)
     cols = (
         "config",
         "down\nf/l",
@@ -145,13 +159,13 @@ def grad_norms_table(summary: pd.DataFrame, title: str = "") -> Table:
     )
     for col in cols:
         t.add_column(col, justify="left" if col == "config" else "right", no_wrap=True)
-    for r in summary.itertuples(index=False):
-        ratio = r.stream_grad_ratio / r.pred_stream_grad_ratio
+    for r, ratio in zip(summary.itertuples(index=False), ratios, strict=True):
+        mark = "†" if f"{r.init}/{r.norm_position}" in far else ""
         t.add_row(
             f"{r.init}/{r.norm_position}",
             *(_num(x) for x in (r.down_ratio_first_last, r.down_max_min, r.o_ratio_first_last, r.o_max_min)),
             _num(r.stream_grad_ratio),
             _num(r.pred_stream_grad_ratio),
-            f"[{error_style(ratio - 1)}]{_num(ratio)}[/]",
+            f"[{error_style(ratio - 1)}]{_num(ratio)}{mark}[/]",
         )
     return t

@@ -10,10 +10,16 @@ from rich.table import Table
 
 
 def fmt(x: float, digits: int = 4) -> str:
+    """``digits`` significant digits; exponents always short (6.554e4, 2.62e8, 1.9e-11),
+    never Python's 6.554e+04, so a column of numbers has one format."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
     if x == 0 or 1e-2 <= abs(x) < 1e5:
-        return f"{x:.{digits}g}"
+        out = f"{x:.{digits}g}"
+        if "e" not in out:
+            return out
+        mantissa, exp = out.split("e")
+        return f"{mantissa}e{int(exp)}"
     mantissa, exp = f"{x:.{digits - 2}e}".split("e")
     return f"{mantissa}e{int(exp)}"
 
