@@ -143,8 +143,8 @@ def grad_norms_table(summary: pd.DataFrame, title: str = "") -> Table:
     if far:
         caption += (
             f". † {', '.join(far)}: meas/pred beyond {FAR:g}x either way: the identity-path prediction "
-            "leaves out the branch paths (the backward gain through each branch, dF/dx), which carry the gradient "
-            "where the norms' product shrinks the identity path (post-norm) or add to it (pre-norm)"
+            "leaves out the branch paths (the backward gain through each branch, dF/dx), which carry the "
+            "gradient where the norms' product shrinks the identity path (post-norm) or add to it (pre-norm)"
         )
     t = summary_table(title, caption)
     cols = (
