@@ -71,7 +71,7 @@ def plot_check_variance(variance: pd.DataFrame, alpha: float, title: str = "") -
     """Left: v_k / v0 against k for the (a)/(b) runs, measured (solid) and the law
     v0 + sum s_j^2 (dashed), with the Gaussian-branch run. Right: the z-score of the
     stream/branch covariance at every addition, with the Bonferroni bounds (dashed)."""
-    fig, (ax, bx) = new_figure(ncols=2, row_height=3.4)
+    fig, (ax, bx) = new_figure(ncols=2, row_height=5.2)
     model = variance[variance["branch"] == "model"]
     depths = sorted(model["n_layers"].unique())
     notes = []
@@ -110,18 +110,18 @@ def plot_check_variance(variance: pd.DataFrame, alpha: float, title: str = "") -
         Line2D([], [], color="0.3", lw=1.8, label="measured"),
         Line2D([], [], color="0.3", lw=1.1, ls="--", label=r"law $v_0 + \sum_{j\leq k} s_j^2$"),
     ]
-    ax.legend(handles=handles + style, loc="lower right")
+    ax.legend(handles=handles + style, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1)
     for L, ls in zip(depths, (":", "--"), strict=False):
         z = z_quantile(alpha, 2 * int(L))
-        bx.axhline(z, color="0.3", lw=1.0, ls=ls, label=f"±{z:.2f}: level {alpha:g}, Bonferroni over {2 * L}")
+        bx.axhline(z, color="0.3", lw=1.0, ls=ls, label=f"±{z:.2f}: α = {alpha:g}, Bonferroni over {2 * L}")
         bx.axhline(-z, color="0.3", lw=1.0, ls=ls)
     bx.axhline(0, color="0.6", lw=0.8)
     bx.set_xlabel("residual addition k")
-    bx.set_ylabel("z = Cov(stream, branch) / its standard error")
+    bx.set_ylabel("z = Cov(stream, branch) / its s.e.")
     bx.set_title("(a): independence of stream and branch")
     zmax = max(4.5, float(model["cov_z"].abs().max()) * 1.1)
-    bx.set_ylim(-zmax, zmax * 1.6)
-    bx.legend(loc="upper center", ncol=2)
+    bx.set_ylim(-zmax, zmax)
+    bx.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1)
     suptitle(fig, title)
     footnote(fig, notes)
     return fig
