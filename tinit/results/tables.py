@@ -20,7 +20,7 @@ def fmt(x: float, digits: int = 4) -> str:
             return out
         mantissa, exp = out.split("e")
         return f"{mantissa}e{int(exp)}"
-    mantissa, exp = f"{x:.{digits - 2}e}".split("e")
+    mantissa, exp = f"{x:.{max(digits - 1, 0)}e}".split("e")  # the same significant digits as above
     return f"{mantissa}e{int(exp)}"
 
 
