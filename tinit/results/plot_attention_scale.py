@@ -6,15 +6,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .style import new_figure, styled, suptitle
+from .style import ATTENTION_COLORS, new_figure, styled, suptitle
 
-#: One colour per (input, scaled), fixed so both panels agree.
-SERIES_COLORS = {
-    ("unit", False): "#1f77b4",
-    ("unit", True): "#17becf",
-    ("model", False): "#d62728",
-    ("model", True): "#ff7f0e",
-}
+#: One colour per (input, scaled), fixed so both panels agree (from the common style).
+SERIES_COLORS = ATTENTION_COLORS
 THEORY_LABELS = {
     ("unit", False): r"theory $d_h$",
     ("unit", True): "theory 1",

@@ -9,9 +9,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from .style import new_figure, styled, suptitle, wants_log
+from .style import IMPL_COLORS, new_figure, styled, suptitle, wants_log
 
-IMPL_COLORS = {"eager": "#1f77b4", "functional": "#d62728", "compiled": "#2ca02c"}
 #: RMSNorm vs LayerNorm: solid vs dotted (dashed means forward + backward, in every panel)
 NORM_STYLES = {"rmsnorm": "-", "layernorm": ":"}
 PASS_STYLES = {"forward": "-", "forward_backward": "--"}

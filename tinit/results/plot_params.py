@@ -8,17 +8,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from .style import footnote, styled, suptitle
+from .style import COMPONENT_COLORS, EQUAL_COLORS, footnote, styled, suptitle
 
-COMPONENT_COLORS = {
-    "embedding": "#1f77b4",
-    "positions": "#aec7e8",
-    "attention": "#ff7f0e",
-    "ffn": "#2ca02c",
-    "norms": "#9467bd",
-    "final_norm": "#c5b0d5",
-    "head": "#d62728",
-}
 COMPONENT_LABELS = {
     "embedding": "embedding E (V·d)",
     "positions": "learned positions",
@@ -30,8 +21,6 @@ COMPONENT_LABELS = {
 }
 
 
-#: The FFN panel: equal to the classic count (green), or not (orange); legend and bars agree.
-EQUAL_COLORS = {True: "#2ca02c", False: "#ff7f0e"}
 
 
 def _scale(total: float) -> tuple[float, str]:

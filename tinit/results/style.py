@@ -59,6 +59,29 @@ CONFIG_MARKERS = {
     ("scaled", "post"): "v",
 }
 _FALLBACK_MARKERS = ("D", "P", "X", "*")
+
+# Categories that are not configurations take colours the configurations never use, so
+# that red, blue, orange and green always mean a configuration.
+#: tinit attention-scale: (input, scaled) series.
+ATTENTION_COLORS = {
+    ("unit", False): "#8c564b",
+    ("unit", True): "#e377c2",
+    ("model", False): "#9467bd",
+    ("model", True): "#17becf",
+}
+#: tinit norms: implementations.
+IMPL_COLORS = {"eager": "#9467bd", "functional": "#8c564b", "compiled": "#17becf"}
+#: tinit params: components of the parameter count, and equal / not equal to 8d^2.
+COMPONENT_COLORS = {
+    "embedding": "#8c564b",
+    "positions": "#c49c94",
+    "attention": "#9467bd",
+    "ffn": "#17becf",
+    "norms": "#7f7f7f",
+    "final_norm": "#c7c7c7",
+    "head": "#e377c2",
+}
+EQUAL_COLORS = {True: "#17becf", False: "#e377c2"}
 #: Measurement: solid. Where a theory line lies on it, the measurement is translucent
 #: and thick, the theory thin, dark-dashed and on top, so both stay visible.
 MEASURED = {"ls": "-", "lw": 1.6, "zorder": 2}
