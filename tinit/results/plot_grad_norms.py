@@ -96,6 +96,15 @@ def plot_stream_grads(stream_grads: pd.DataFrame, title: str = "") -> Figure:
                 f"{init}/{pos}: the prediction leaves the measured range at {n} of {len(df)} additions "
                 f"(its range {np.nanmin(pred):.2g} to {np.nanmax(pred):.2g}); clipped, triangles at the edge"
             )
+    factors = []
+    for (init, pos), df in groups:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = df["stream_grad_rms"].to_numpy() / df["pred_stream_grad_rms"].to_numpy()
+            f = np.nanmax(np.maximum(q, 1 / q))
+        factors.append(f"{init}/{pos} ×{_num(f)}")
+    notes.insert(0, "largest factor between measurement and prediction over k: " + ", ".join(factors)
+                 + " (near ×1: the dashed line lies on the solid one; far from it: the branch paths, which "
+                 "the identity-path prediction leaves out, carry the gradient)")  # fmt: skip
     notes.append(coincidence_note(coincidences(series, ax), "measured"))
     integer_axis(ax, stream_grads["k"].unique(), "x")
     ax.set_xlabel("residual addition k (0 = embedding output)")
