@@ -247,7 +247,8 @@ def depth_sweep_slope_table(fit: pd.DataFrame, summary: pd.DataFrame, title: str
     t = summary_table(
         title,
         "slope: least squares of v_2L on L over every (L, seed) ± s.e. over seeds; theory: the same fit "
-        "through v0 + 2L·s̄² with one s̄² for all depths: 2·s̄² naive pre-norm, 0 scaled or post-norm "
+        "through v0 + 2L·s̄² with one s̄² for all depths: 2·s̄² naive pre-norm (and Gaussian branches), 0 "
+        "depth-scaled or post-norm "
         "(rounded to the inputs' precision); z = (slope − theory) / s.e.: |z| > 2 says s² drifts with L. "
         f"grad: |∇W_down| first / last layer at L={hi}.",
     )

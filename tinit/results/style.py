@@ -299,8 +299,18 @@ def footnote(fig: Figure, lines: Sequence[str]) -> None:
 
 
 def suptitle(fig: Figure, title: str) -> None:
-    """The run's description over the figure, wrapped to its width."""
-    import textwrap
-
-    if title:
-        fig.suptitle(textwrap.fill(title, int(fig.get_figwidth() * 14)))
+    """The run's description over the figure, wrapped to its width at ", " (a setting
+    is never split over two lines)."""
+    if not title:
+        return
+    width = int(fig.get_figwidth() * 14)
+    lines, line = [], ""
+    for part in title.split(", "):
+        cand = f"{line}, {part}" if line else part
+        if len(cand) > width and line:
+            lines.append(line + ",")
+            line = part
+        else:
+            line = cand
+    lines.append(line)
+    fig.suptitle("\n".join(lines))
