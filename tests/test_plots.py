@@ -256,3 +256,16 @@ def test_grad_norms_table_explains_a_huge_meas_over_pred():
                              "stream_grad_ratio": 9.4e5, "pred_stream_grad_ratio": 6.3e-13}])  # fmt: skip
     out = _render(grad_norms_table(summary, "t"))
     assert "†" in out and "branch paths" in out
+
+
+@pytest.mark.parametrize("value", ["5", "8"])  # not swept; the deepest itself
+def test_transfer_from_must_be_a_swept_depth_below_the_deepest(tmp_path, value):
+    from helpers import assert_one_line_error
+    from typer.testing import CliRunner
+
+    from tinit.cli import app
+
+    out = tmp_path / "run"
+    args = ["depth-sweep", "--layers", "4,8", "--transfer-from", value, "-o", str(out)]
+    res = CliRunner().invoke(app, args)
+    assert_one_line_error(res, "--transfer-from", out)
