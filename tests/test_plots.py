@@ -269,3 +269,14 @@ def test_transfer_from_must_be_a_swept_depth_below_the_deepest(tmp_path, value):
     args = ["depth-sweep", "--layers", "4,8", "--transfer-from", value, "-o", str(out)]
     res = CliRunner().invoke(app, args)
     assert_one_line_error(res, "--transfer-from", out)
+
+
+def test_depth_sweep_help_states_the_tolerances_the_code_uses():
+    from typer.testing import CliRunner
+
+    from tinit.cli import app
+
+    res = CliRunner().invoke(app, ["depth-sweep", "--help"], env={"COLUMNS": "200"})
+    text = " ".join(res.output.split())
+    assert f"within 1 +- {TRANSFER_TOL:.0%}" in text and f"within {LAW_TOL:.0%}" in text
+    assert "12 (--transfer-from)" in text
