@@ -169,7 +169,7 @@ def _transfer_panel(ax, summary, fit, groups, order, depths, logx, notes) -> Non
         f = fit[(fit["init"] == init) & (fit["norm_position"] == pos)]
         verdict = f"transfers: {f['transfers'].iloc[0]}" if len(f) else ""
         _errorbars(ax, d.index.to_numpy(), r, r_se, init, pos, order[(init, pos)],
-                   label=f"{init}/{pos}: ×{fmt(float(r.iloc[-1]), 4)}, {verdict}")  # fmt: skip
+                   label=f"{init}/{pos}: ×{ratio_text(float(r.iloc[-1]))}, {verdict}")  # fmt: skip
         series[f"{init}/{pos}"] = r.to_numpy()
         vals.append(r.to_numpy())
     ax.axhspan(1 - tol, 1 + tol, color="0.85", zorder=0, lw=0)
@@ -193,6 +193,27 @@ def _pm(x: float, se: float, digits: int = 3) -> str:
     if se is not None and math.isfinite(se) and se > 0 and x != 0:
         digits = min(max(digits, math.ceil(math.log10(abs(x) / se)) + 1), 8)
     return fmt(x, digits) + (f" ± {fmt(se, 2)}" if se is not None and math.isfinite(se) else "")
+
+
+def ratio_text(r: float) -> str:
+    """A ratio near 1 with enough digits to show how far from 1 (×0.999974, not ×1)."""
+    if not math.isfinite(r):
+        return "-"
+    dev = abs(r - 1.0)
+    digits = 4 if dev == 0 else min(max(4, math.ceil(-math.log10(dev)) + 2), 7)
+    return fmt(r, digits)
+
+
+def change_text(r: float) -> str:
+    """r - 1 in percent: two decimals, or two significant digits below 1%."""
+    if not math.isfinite(r):
+        return "-"
+    c = 100 * (r - 1.0)
+    return f"{c:+.2f}%" if abs(c) >= 1 or c == 0 else f"{c:+.2g}%"
+
+
+def z_text(z: float) -> str:
+    return f"{z:.0f}" if abs(z) >= 10 else fmt(z, 2)
 
 
 _VERDICT_STYLE = {"yes": "green", "no": "red", "unclear": "yellow", "holds": "green", "fails": "red"}
@@ -231,7 +252,7 @@ def depth_sweep_table(fit: pd.DataFrame, summary: pd.DataFrame, title: str = "")
         t.add_row(
             f"{r.init}/{r.norm_position}",
             "×" + _pm(r.transfer_ratio, r.transfer_ratio_se, 4),
-            f"{100 * (r.transfer_ratio - 1):+.2f}%" if math.isfinite(r.transfer_ratio) else "-",
+            change_text(r.transfer_ratio),
             resolved,
             _word(r.transfers),
             f"{100 * r.law_max_rel_err:.1f}%" if math.isfinite(r.law_max_rel_err) else "-",
@@ -249,7 +270,9 @@ def depth_sweep_slope_table(fit: pd.DataFrame, summary: pd.DataFrame, title: str
         "slope: least squares of v_2L on L over every (L, seed) ± s.e. over seeds; theory: the same fit "
         "through v0 + 2L·s̄² with one s̄² for all depths: 2·s̄² naive pre-norm (and Gaussian branches), 0 "
         "depth-scaled or post-norm "
-        "(rounded to the inputs' precision); z = (slope − theory) / s.e.: |z| > 2 says s² drifts with L. "
+        "(rounded to the inputs' precision); z = (slope − theory) / s.e.: |z| > 2: the slope differs from "
+        "the constant-s² line beyond noise (s², or post-norm the normalised stream's variance, changes "
+        "with L). "
         f"grad: |∇W_down| first / last layer at L={hi}.",
     )
     for col in ("config", "slope", "theory", "z", "grad"):
@@ -265,7 +288,7 @@ def depth_sweep_slope_table(fit: pd.DataFrame, summary: pd.DataFrame, title: str
             f"{r.init}/{r.norm_position}",
             _pm(r.slope, slope_se),
             fmt(r.theory_slope, 3),
-            f"[{z_style}]{fmt(z, 2)}[/]" if ok else "-",
+            f"[{z_style}]{z_text(z)}[/]" if ok else "-",
             fmt(float(grad.iloc[0]), 3) if len(grad) else "-",
         )
     return t
