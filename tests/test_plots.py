@@ -236,7 +236,7 @@ def _rgb(c: str) -> tuple[float, float, float]:
 def test_check_table_states_criteria_and_explains_a_pass_with_a_large_error():
     check = pd.DataFrame([
         {"item": "c", "claim": "post-norm gain", "measured": 2.3793, "theory": 1.0, "rel_err": 1.3793,
-         "passed": True, "criterion": "closer to theory than to 1 (log)",
+         "passed": True, "criterion": "nearer theory than 1 (log)",
          "caveat": "the prediction leaves out the branch paths", "detail": ""},
         {"item": "d", "claim": "count", "measured": 65540.0, "theory": 2.62144e8, "rel_err": 0.0,
          "passed": True, "criterion": "exact", "caveat": "", "detail": ""},

@@ -259,7 +259,7 @@ def law_rows(df: pd.DataFrame, gauss: pd.DataFrame, s2: float, n_el: int, alpha:
             "a", "v_2L / v0 = 1 + 2L sigma^2 (naive init, pre-norm)", v_final / v0, law / v0, abs(z) <= zc,
             f"2L={L2}, sigma^2 = mean s^2/v0 = {sigma2:.4g}; error {100 * (v_final / law - 1):+.2f}% = "
             f"{z:+.2f} SE (SE {100 * se / law:.2f}% from the {L2} covariances; pass |z| <= {zc:.2f})",
-            criterion=f"|z| <= {zc:.2f}",
+            criterion=f"|z| ≤ {zc:.2f}",
         )
     ]  # fmt: skip
     zs = adds["cov_z"].abs()
@@ -271,7 +271,7 @@ def law_rows(df: pd.DataFrame, gauss: pd.DataFrame, s2: float, n_el: int, alpha:
             float(zs.max()) <= zb,
             f"max |corr| over {L2} additions; max |z| = {zs.max():.2f} at k={int(worst['k'])} "
             f"(pass <= {zb:.2f}, Bonferroni); mean z = {adds['cov_z'].mean():+.2f}",
-            rel_err=math.nan, criterion=f"max |z| <= {zb:.2f}",
+            rel_err=math.nan, criterion=f"max |z| ≤ {zb:.2f}",
         )
     )  # fmt: skip
     # the exact model: v_2L = v0 + 2L S2 with S2 given, not measured
@@ -287,7 +287,7 @@ def law_rows(df: pd.DataFrame, gauss: pd.DataFrame, s2: float, n_el: int, alpha:
             abs(g_z) <= zc,
             f"S2 = {s2:.4g} (the model run's mean s^2); error {100 * (g_final / pred - 1):+.3f}% = "
             f"{g_z:+.2f} SE (SE {100 * g_se / pred:.3f}%; pass |z| <= {zc:.2f})",
-            criterion=f"|z| <= {zc:.2f}",
+            criterion=f"|z| ≤ {zc:.2f}",
         )
     )  # fmt: skip
     return rows
@@ -354,7 +354,7 @@ def depth_rows(runs: dict[tuple[str, int], pd.DataFrame], short: int, long: int,
                 f"v_2L {p['v_short']:.4g} -> {p['v_long']:.4g}; error {100 * rel:+.2f}%, tolerance "
                 f"+-{100 * zc * p['se_rel']:.2f}% ({zc:.2f} SE); branch variance drift {short}->{long} "
                 f"layers (unscaled units): {drift}",
-                rel_err=rel, criterion=f"|err| <= {100 * zc * p['se_rel']:.2f}% ({zc:.2f} SE)",
+                rel_err=rel, criterion=f"|err| ≤ {100 * zc * p['se_rel']:.2f}%",
             )
         )  # fmt: skip
     return rows
@@ -378,7 +378,7 @@ def gradient_rows(summary: pd.DataFrame, streams: pd.DataFrame, n_tokens: int, a
                 f"min over k of RMS grad_k / RMS grad_2L, at k={int(low['k'])}; at k=0: "
                 f"{float(pre['stream_grad_rel'].iloc[0]):.3g} (branch paths add); pass >= {bound:.4f} "
                 f"(1 - z^2/T, T={n_tokens} tokens, z={z:.2f})",
-                criterion=f">= {bound:.4f}",
+                criterion=f"≥ {bound:.4f}",
             )
         )  # fmt: skip
     post = summary[summary["norm_position"] == "post"]
@@ -399,7 +399,7 @@ def gradient_rows(summary: pd.DataFrame, streams: pd.DataFrame, n_tokens: int, a
                 m, pred, d_pred < d_one,
                 f"RMS grad_0 / RMS grad_2L; |log(measured/prediction)| = {d_pred:.3f} vs "
                 f"|log(measured/1)| = {d_one:.3f} (pass: closer to the prediction)",
-                criterion="closer to theory than to 1 (log)", caveat=caveat,
+                criterion="nearer theory than 1 (log)", caveat=caveat,
             )
         )  # fmt: skip
     return rows
@@ -429,7 +429,7 @@ def params_rows(model: ModelConfig) -> tuple[list[dict], dict[str, pd.DataFrame]
         _row(
             "d", "... about 17.5% of a 1.5B model", frac, 0.175, abs(100 * frac - 17.5) < 0.05,
             f"{int(s_bg['saved']):,} / 1.5e9 = {100 * frac:.3f}% (pass: 17.5% at the stated 0.1 pt)",
-            criterion="within 0.05 pt",
+            criterion="± 0.05 pt",
         ),
     ]  # fmt: skip
     theory_cfg = model.vocab_size * model.d_model + (model.vocab_size if model.bias else 0)
@@ -470,7 +470,7 @@ def attention_rows(frame: pd.DataFrame, alpha: float, n_units: int) -> list[dict
                 "e", claim, r.logit_var, r.pred_logit_var, abs(z) <= tq,
                 f"{z:+.2f} SE (SE {100 * r.logit_var_se / r.pred_logit_var:.2f}%, {n_units} units; pass "
                 f"|t| <= {tq:.2f}); entropy/log n {r.entropy_rel:.3f}, max weight {r.max_weight:.3f}",
-                criterion=f"|t| <= {tq:.2f}",
+                criterion=f"|t| ≤ {tq:.2f}",
             )
         )  # fmt: skip
     return rows

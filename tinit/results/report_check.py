@@ -43,11 +43,11 @@ def check_table(check: pd.DataFrame, title: str = "") -> Table:
         caption = "† " + "; ".join(dict.fromkeys(caveats)) + ". " + caption
     t = summary_table(title, caption)
     t.add_column("", no_wrap=True)
-    t.add_column("claim", ratio=3)
+    t.add_column("claim", min_width=22)
     for col in ("measured", "theory", "err"):
         t.add_column(col, justify="right", no_wrap=True)
     t.add_column("result", no_wrap=True)
-    t.add_column("criterion", ratio=2)
+    t.add_column("criterion", max_width=15, overflow="fold")
     last = None
     for r in check.itertuples(index=False):
         ok = bool(r.passed)
