@@ -30,7 +30,7 @@ def plot_attention_scale(frame: pd.DataFrame, title: str = "") -> Figure:
     the model, whose d = n_heads * d_h grows with d_h. Right: softmax entropy relative
     to its maximum (solid) and the largest attention weight (dotted), with uniform
     attention (grey dashed) for reference."""
-    fig, (ax, bx) = new_figure(ncols=2, row_height=3.6)
+    fig, (ax, bx) = new_figure(ncols=2, row_height=4.4)
     has_model = bool((frame["input"] == "model").any())
     dims = sorted(frame["head_dim"].unique())
     for (name, scaled), df in frame.groupby(["input", "scaled"], sort=False):
@@ -55,13 +55,21 @@ def plot_attention_scale(frame: pd.DataFrame, title: str = "") -> Figure:
     ax.set_yscale("log")
     ax.set_ylabel(r"logit variance  var$(q \cdot k)$ (scaled: $/ d_h$)")
     ax.set_title("Attention-logit variance at init")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=1)
+    # one entry per series (its marker on its dashed theory line), below the axes
+    handles = [
+        Line2D([], [], color=SERIES_COLORS[k], marker="o" if not k[1] else "s", ms=5, ls="--", lw=1.3,
+               label=f"{series_label(*k)}: {THEORY_LABELS[k]}")  # fmt: skip
+        for k in SERIES_COLORS
+        if ((frame["input"] == k[0]) & (frame["scaled"] == k[1])).any()
+    ]
+    handles.append(Line2D([], [], color="0.3", marker="o", ls="none", label="markers: measured (±2 SE)"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=1)
 
     uniform = frame.groupby("head_dim")["max_weight_uniform"].mean().sort_index()
     bx.plot(uniform.index, uniform.to_numpy(), color="0.5", ls="--", lw=1.2)
     bx.axhline(1.0, color="0.5", ls="--", lw=1.2)
     bx.set_ylim(0, 1.08)
-    bx.set_ylabel("entropy / log(visible keys);  largest weight")
+    bx.set_ylabel("entropy / log(keys);  largest weight")
     bx.set_title("Softmax at init (mean over heads and queries)")
     handles = [
         Line2D([], [], color=SERIES_COLORS[k], marker="o" if not k[1] else "s", ms=4, label=series_label(*k))
@@ -74,6 +82,6 @@ def plot_attention_scale(frame: pd.DataFrame, title: str = "") -> Figure:
         Line2D([], [], color="0.5", lw=1.2, ls="--", label="uniform attention"),
     ]
     # below the axes: the curves fill the whole panel
-    bx.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=2)
+    bx.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=1)
     suptitle(fig, title)
     return fig
