@@ -280,3 +280,79 @@ def test_depth_sweep_help_states_the_tolerances_the_code_uses():
     text = " ".join(res.output.split())
     assert f"within 1 +- {TRANSFER_TOL:.0%}" in text and f"within {LAW_TOL:.0%}" in text
     assert "12 (--transfer-from)" in text
+
+
+def test_norms_plot_one_meaning_per_line_style_and_bar_legend_matches():
+    from tinit.results.plot_norms import NORM_STYLES, PASS_STYLES, plot_norms
+
+    timing, ratio = [], []
+    for impl in ("eager", "functional", "compiled"):
+        for p in ("forward", "forward_backward"):
+            for rows, d in ((4, 8), (8, 16)):
+                for norm in ("rmsnorm", "layernorm"):
+                    saved = {"eager": 1.0, "functional": 1.0, "compiled": 0.000244}[impl]
+                    saved *= 2 if norm == "layernorm" else 1
+                    n_bytes = rows * d * 4
+                    timing.append({"norm": norm, "impl": impl, "pass": p, "rows": rows, "d_model": d,
+                                   "available": True, "time_ms": 0.1 * (1 + (norm == "layernorm")),
+                                   "saved_bytes_extra": saved * n_bytes, "input_bytes": n_bytes})  # fmt: skip
+                ratio.append({"impl": impl, "pass": p, "rows": rows, "d_model": d, "time_ratio": 2.0})
+    fig = plot_norms(pd.DataFrame(timing), pd.DataFrame(ratio), "t")
+    assert fig.get_figwidth() == pytest.approx(FULL_WIDTH)
+    ratio_ax, fwd_ax, fb_ax, bar_ax = fig.axes
+    # dashed means forward + backward, and nothing else anywhere
+    assert PASS_STYLES["forward_backward"] == "--" and "--" not in NORM_STYLES.values()
+    for ax in (fwd_ax, fb_ax):
+        assert {ln.get_linestyle() for ln in ax.get_lines()} <= {"-", ":"}
+    # the smallest bar (compiled, 0.000244) is visible: a log axis reaching below it
+    assert bar_ax.get_yscale() == "log" and bar_ax.get_ylim()[0] < 0.000244
+    # the bar legend does not claim an implementation's colour for a norm
+    impl_rgb = {_rgb(c) for c in ("#9467bd", "#8c564b", "#17becf")}
+    for patch in bar_ax.get_legend().get_patches():
+        assert tuple(round(v, 3) for v in patch.get_facecolor()[:3]) not in {
+            tuple(round(v, 3) for v in c) for c in impl_rgb}  # fmt: skip
+
+
+def _attention_frame(inputs=("unit",)) -> pd.DataFrame:
+    rows = []
+    for name in inputs:
+        for scaled in (False, True):
+            for dh in (16, 64):
+                pred = 1.0 if scaled else float(dh)
+                rows.append({"input": name, "scaled": scaled, "head_dim": dh, "logit_var": pred * 1.01,
+                             "logit_var_se": 0.01 * pred, "pred_logit_var": pred, "entropy_rel": 0.5,
+                             "max_weight": 0.3, "max_weight_uniform": 0.1})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("inputs", [("unit",), ("unit", "model")])
+def test_attention_scale_plot_names_the_model_input_only_when_drawn(inputs):
+    from tinit.results.plot_attention_scale import plot_attention_scale
+
+    fig = plot_attention_scale(_attention_frame(inputs), "t")
+    assert fig.get_figwidth() == pytest.approx(FULL_WIDTH)
+    label = fig.axes[0].get_xlabel()
+    assert ("model input" in label) == ("model" in inputs)
+    entries = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert sum("unit q, k" in e for e in entries) == 2
+    assert sum("model at init" in e for e in entries) == (2 if "model" in inputs else 0)
+
+
+def test_check_variance_short_run_drawn_as_markers_on_the_long_one():
+    from tinit.results.report_check import plot_check_variance
+
+    rows = []
+    for branch, inits in (("model", ("naive", "scaled")), ("gaussian", ("naive",))):
+        for init in inits:
+            for L in ((12, 80) if branch == "model" else (12,)):
+                for k in range(2 * L + 1):
+                    v = 1.0 + 0.01 * k * (1 if init == "naive" else 0.05)
+                    rows.append({"branch": branch, "init": init, "n_layers": L, "k": k, "stream_var": v,
+                                 "pred_cumulative": v, "cov_z": 0.1})  # fmt: skip
+    fig = plot_check_variance(pd.DataFrame(rows), 0.01, "t")
+    assert fig.get_figwidth() == pytest.approx(FULL_WIDTH)
+    m = _lines(fig, "measured:")
+    assert set(m) == {"naive/12", "naive/80", "scaled/12", "scaled/80"}
+    assert m["naive/12"].get_linestyle() == "None" and m["naive/12"].get_marker() == "o"
+    assert m["naive/12"].get_zorder() > m["naive/80"].get_zorder()
+    assert "share their draws" in _footnote(fig)
