@@ -39,6 +39,12 @@ def _log_x(depths: np.ndarray) -> bool:
     return len(depths) > 1 and depths.min() > 0 and depths.max() / depths.min() >= 8
 
 
+def _y_log_ratio(logx: bool) -> float:
+    """Against a log depth axis a y span of 3x is already drawn in log (a law linear in L
+    is then a line of slope 1, not an exponential-looking curve); otherwise 30x."""
+    return 3.0 if logx else 30.0
+
+
 def _errorbars(ax, x, y, se, init: str, pos: str, i: int, label: str | None = None) -> None:
     """Mean over seeds with one-standard-error bars: thick, translucent, the configuration's
     colour and (nested) marker, so a theory line on top and coinciding configurations stay visible."""
@@ -111,7 +117,8 @@ def plot_depth_sweep(summary: pd.DataFrame, fit: pd.DataFrame, title: str = "") 
         integer_axis(ax, depths, "x", log=logx)
         vals = np.concatenate(list(measured.values()))
         pv = near(vals, np.concatenate([np.asarray(q, dtype=np.float64) for *_, q in preds]))
-        lim = value_axis(ax, vals, log_ratio=30, min_rel_span=0.02 if rel else 0.01, include=pv)
+        span = 0.02 if rel else 0.01
+        lim = value_axis(ax, vals, log_ratio=_y_log_ratio(logx), min_rel_span=span, include=pv)
         for init, p, x, pred in preds:
             if mark_clipped(ax, x, pred, lim, config_style(init, p)["color"]):
                 notes.append(f"{pos}-norm: the law of {init}/{p} leaves the measured range (triangles)")
@@ -142,7 +149,8 @@ def plot_depth_sweep(summary: pd.DataFrame, fit: pd.DataFrame, title: str = "") 
             series[f"{init}/{pos}"] = d["grad_ratio_mean"].to_numpy()
         bx.axhline(1.0, color="0.4", ls=":", lw=1.2, label="equal first and last layer")
         integer_axis(bx, depths, "x", log=logx)
-        value_axis(bx, summary["grad_ratio_mean"], log_ratio=10, min_rel_span=0.1, include=(1.0,))
+        value_axis(bx, summary["grad_ratio_mean"], log_ratio=min(10, _y_log_ratio(logx)), min_rel_span=0.1,
+                   include=(1.0,))  # fmt: skip
         notes.append(coincidence_note(coincidences(series, bx), "gradient ratio"))
         bx.set_xlabel("layers L")
         bx.set_ylabel(r"$\|\nabla W_{down}\|$ first / last layer")
@@ -175,7 +183,7 @@ def _transfer_panel(ax, summary, fit, groups, order, depths, logx, notes) -> Non
     ax.axhspan(1 - tol, 1 + tol, color="0.85", zorder=0, lw=0)
     ax.axvline(ref, color="0.4", ls=":", lw=1.0)
     integer_axis(ax, depths, "x", log=logx)
-    value_axis(ax, np.concatenate(vals) if vals else [1.0], log_ratio=30, min_rel_span=0.05,
+    value_axis(ax, np.concatenate(vals) if vals else [1.0], log_ratio=_y_log_ratio(logx), min_rel_span=0.05,
                include=(1 - tol, 1 + tol))  # fmt: skip
     notes.append(coincidence_note(coincidences(series, ax), "transfer"))
     ax.set_xlabel("layers L")
