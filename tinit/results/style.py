@@ -177,7 +177,9 @@ def value_axis(
         half *= 1 + 2 * pad
         lim = (mid - half, mid + half)
         get_axis = ax.yaxis if axis == "y" else ax.xaxis
-        get_axis.get_major_formatter().set_useOffset(False)
+        fmt = mpl.ticker.ScalarFormatter(useMathText=True)  # a scale as x10^-6, never an offset
+        fmt.set_useOffset(False)
+        get_axis.set_major_formatter(fmt)
     set_lim(*lim)
     return lim
 
