@@ -191,7 +191,8 @@ def _transfer_panel(ax, summary, fit, groups, order, depths, logx, notes) -> Non
     ax.set_title(f"Transfer from L = {ref}: $v_{{2L}}$ relative to L = {ref}")
     handles, _ = ax.get_legend_handles_labels()
     handles.append(Patch(color="0.85", label=f"transfers: within ±{tol:.0%} (with 2 s.e.)"))
-    ax.legend(handles=handles, loc="best")
+    # below the panel: the ratios spread over the whole height
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1)
 
 
 def _pm(x: float, se: float, digits: int = 3) -> str:

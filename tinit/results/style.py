@@ -226,8 +226,8 @@ def _axis_fraction(ax, v: np.ndarray, axis: str = "y") -> np.ndarray:
 
 
 def coincidences(series: dict[str, Sequence[float]], ax=None, gap: float = 0.02) -> list[list[str]]:
-    """Groups of equally long series drawn on top of each other: their median distance
-    is below ``gap`` of the axis height (``ax`` given, its limits set), or below ``gap``
+    """Groups of equally long series drawn on top of each other: at 80% of their points
+    the distance is below ``gap`` of the axis height (``ax`` given, its limits set), or below ``gap``
     relative (no ``ax``). These need a note and distinct styles."""
     names = list(series)
     parent = {n: n for n in names}
@@ -248,7 +248,8 @@ def coincidences(series: dict[str, Sequence[float]], ax=None, gap: float = 0.02)
             else:
                 d = np.abs(x - y) / np.maximum(np.maximum(np.abs(x), np.abs(y)), 1e-300)
             d = d[np.isfinite(d)]
-            if d.size and float(np.median(d)) < gap:
+            # on top of each other along (nearly) their whole length, not just where they cross
+            if d.size and float(np.quantile(d, 0.8)) < gap:
                 parent[root(b)] = root(a)
     groups: dict[str, list[str]] = {}
     for n in names:
