@@ -154,8 +154,8 @@ def plot_variance(variance: pd.DataFrame, title: str = "") -> Figure:
     points and the law's largest error are named in the notes under the figure."""
     groups = list(variance.groupby(["init", "norm_position"], sort=False))
     positions = [p for p in ("pre", "post") if (variance["norm_position"] == p).any()]
-    fig = Figure(figsize=(7.0, 6.0), layout="constrained")
-    gs = fig.add_gridspec(2, 2)
+    fig = Figure(figsize=(7.0, 6.4), layout="constrained")
+    gs = fig.add_gridspec(3, 2, height_ratios=[1, 1, 0.1])
     tops = [fig.add_subplot(gs[0, j]) for j in range(len(positions))] if len(positions) == 2 else [
         fig.add_subplot(gs[0, :])]  # fmt: skip
     bots = [fig.add_subplot(gs[1, 0]), fig.add_subplot(gs[1, 1])]
@@ -174,11 +174,14 @@ def plot_variance(variance: pd.DataFrame, title: str = "") -> Figure:
         if pos == "pre":
             style.append(Line2D([], [], color=NEUTRAL, **{**THEORY_ALT, "zorder": None},
                                 label=r"closed form $v_0 + k\,\overline{s^2}$"))  # fmt: skip
-        handles, _ = ax.get_legend_handles_labels()
-        ax.legend(handles=handles + style, loc="best")
+        ax.legend(handles=style, loc="best")  # the configurations: one legend under the figure
     for ax, sub in zip(bots, ("attn", "ffn"), strict=True):
         notes += _branch_panel(ax, groups, sub)
-    bots[0].legend(loc="best")
+    handles, _ = bots[0].get_legend_handles_labels()
+    key = fig.add_subplot(gs[2, :])  # a row of its own for the configurations' legend
+    key.axis("off")
+    key.legend(handles=handles, loc="center", ncol=min(len(handles), 4), handlelength=2.2, columnspacing=1.2,
+               frameon=False)
     suptitle(fig, title)
     footnote(fig, notes)
     return fig
