@@ -57,6 +57,7 @@ OPTIONS = {
     "--reference-total": st.sampled_from(["1e6", "-1", "nan"]),
     "--deep-layers": st.sampled_from(["3", "0"]),
     "--alpha": st.sampled_from(["0.01", "0", "2"]),
+    "--transfer-from": st.sampled_from(["1", "2", "3", "0", "x"]),
 }
 FLAGS = ["--untie", "--bias", "--pre-norm", "--post-norm", "--stream", "--no-grads", "--tf32"]
 

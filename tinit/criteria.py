@@ -5,8 +5,17 @@ from __future__ import annotations
 
 from statistics import NormalDist
 
-#: depth-sweep's transfer criterion: |v(L_max) - v(L_min)| <= SPREAD_K * sqrt(se_max^2 + se_min^2).
+#: Statistical difference: |v(L_max) - v(L_min)| > SPREAD_K * sqrt(se_max^2 + se_min^2)
+#: ("within_spread" is its negation). A difference the seeds resolve, however small.
 SPREAD_K = 2.0
+#: The practical criterion: the recipe transfers from depth L_from to L_to when v_2L
+#: changes by at most TRANSFER_TOL (relative), with its 2-s.e. interval inside the band.
+TRANSFER_TOL = 0.10
+#: The per-depth law v_2L = v0 + 2L mean(s^2) (pre-norm; post-norm 1 + mean(s^2)) holds
+#: when every depth's mean v_2L is within LAW_TOL of it.
+LAW_TOL = 0.10
+#: The default reference depth of the transfer check (when swept and not the deepest).
+TRANSFER_FROM = 12
 
 #: Item -> (title, the one-paragraph explanation check.md prints).
 ITEMS: dict[str, tuple[str, str]] = {

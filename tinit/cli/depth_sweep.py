@@ -4,9 +4,9 @@ from typing import Annotated
 
 import typer
 
-from ..experiments.depth_sweep import parse_layers, run_depth_sweep
+from ..experiments.depth_sweep import parse_layers, run_depth_sweep, transfer_reference
 from ..experiments.grad_norms import require_gradients
-from ..results.plot_depth_sweep import depth_sweep_table, plot_depth_sweep
+from ..results.plot_depth_sweep import depth_sweep_slope_table, depth_sweep_table, plot_depth_sweep
 from . import app
 from .common import describe
 from .options import MODEL, SharedOptions, shared_options
@@ -18,7 +18,8 @@ DEFAULT_LAYERS = "1,2,4,8,12,24,48,80"
 
 @app.command(
     "depth-sweep",
-    short_help="v_2L (and gradient ratio) against depth L: does the init transfer from 12 to 80 layers?",
+    short_help="v_2L (and gradient ratio) against depth L: does the init transfer from 12 to 80 layers "
+    "(v_2L within 10%)?",
 )
 @shared_options(exclude=("layers",))
 def depth_sweep(
@@ -53,21 +54,37 @@ def depth_sweep(
             rich_help_panel=SWEEP,
         ),
     ] = False,
+    transfer_from: Annotated[
+        int | None,
+        typer.Option(
+            "--transfer-from",
+            help="Shallow depth of the transfer check (a swept depth below the deepest); default 12 "
+            "when swept, else the shallowest.",
+            min=1,
+            rich_help_panel=SWEEP,
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Sweep the depth L: final stream variance v_2L (and the first/last-layer W_down
     gradient ratio) at each L, naive vs depth-scaled init and pre- vs post-norm, with
     a least-squares slope of v_2L against L beside the theory (2 mean(s^2) naive, 0
-    scaled) and the 12 -> 80 layer transfer check.
+    scaled), the per-depth law v_2L = v0 + 2L mean(s^2) at each depth (holds: within
+    10%), and the transfer check from 12 (--transfer-from) to the deepest L, 80
+    by default: transfers when v_2L(80) / v_2L(12) is within 1 +- 10% (yes: even
+    at +-2 standard errors; unclear: the interval straddles the band), printed beside
+    whether the change is statistically resolved (beyond 2 standard errors).
 
     Writes depth_sweep.csv, depth_sweep_summary.csv, depth_sweep_fit.csv,
     depth_sweep.png and config.json to a new run folder.
     """
     depths = configs_or_exit(lambda: parse_layers(layers))
+    ref = configs_or_exit(lambda: transfer_reference(depths, transfer_from))
     model, init, run = configs_or_exit(
         lambda: (
             opts.model_config(n_layers=depths[-1]),
             opts.init_config(),
-            opts.run_config(layers=layers, depths=depths, seeds=seeds, grads=not no_grads),
+            opts.run_config(layers=layers, depths=depths, seeds=seeds, grads=not no_grads, transfer_from=ref),
         )
     )
     if not no_grads:
@@ -79,14 +96,15 @@ def depth_sweep(
         opts,
         lambda progress, on_partial=None: run_depth_sweep(
             model, init, run, depths, seeds, opts.inits, opts.norm_positions, not no_grads, progress,
-            on_partial,
+            on_partial, ref,
         ),
         Outputs(
             figures=lambda r: {
                 "depth_sweep": plot_depth_sweep(r["depth_sweep_summary"], r["depth_sweep_fit"], title)
             },
             tables=lambda r: [
-                depth_sweep_table(r["depth_sweep_fit"], r["depth_sweep_summary"], f"Depth sweep ({title})")
+                depth_sweep_table(r["depth_sweep_fit"], r["depth_sweep_summary"], f"Transfer ({title})"),
+                depth_sweep_slope_table(r["depth_sweep_fit"], r["depth_sweep_summary"], "Slope against L"),
             ],
         ),
     )

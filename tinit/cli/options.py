@@ -37,6 +37,7 @@ FIELD_OPTIONS = {
     "sigma": "--sigma", "embed_std": "--embed-std", "seed": "--seed", "device": "--device",
     "dtype": "--dtype", "recipe": "--init", "branch": "--branch", "branch_var": "--branch-var",
     "norm_position": "--pre-norm/--post-norm", "norm_eps": "--norm-eps", "head_dims": "--head-dims",
+    "transfer_from": "--transfer-from",
 }  # fmt: skip
 
 

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from .. import theory
-from ..criteria import SPREAD_K
+from ..criteria import LAW_TOL, SPREAD_K, TRANSFER_FROM, TRANSFER_TOL
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from .common import (
     ExperimentResult,
@@ -65,11 +65,14 @@ FIT_COLUMNS = [
     "theory_slope", "theory_intercept", "slope_z", "depth_scaled", "theory_branch_var",
     "v_final_min_mean", "v_final_min_se", "v_final_max_mean", "v_final_max_se",
     "ratio_max_min", "ratio_max_min_se", "diff_max_min", "diff_se", "within_spread",
+    "transfer_from", "transfer_to", "transfer_ratio", "transfer_ratio_se", "transfer_tol",
+    "transfer_significant", "transfers", "law_max_rel_err", "law_tol", "law_holds",
 ]  # fmt: skip
 
 
 #: The most depths one sweep takes (a range giving more is refused before it is built).
 MAX_DEPTHS = 1000
+
 
 _INT = r"\s*(\d+)\s*"
 _RANGE = re.compile(rf"^{_INT}:{_INT}(?::\s*(x?)\s*(\d+)\s*)?$")
@@ -184,6 +187,46 @@ def fit_line(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     return out
 
 
+def transfer_verdict(ratio: float, ratio_se: float, tol: float = TRANSFER_TOL) -> str:
+    """'yes' when v_2L changes by at most ``tol`` (relative) even at the ends of its
+    interval of 2 standard errors, 'no' when it changes by more even at the near end,
+    'unclear' when the interval straddles the tolerance; with no standard error (one
+    seed) the point estimate decides."""
+    if not math.isfinite(ratio):
+        return "-"
+    dev = abs(ratio - 1.0)
+    ci = SPREAD_K * ratio_se if ratio_se is not None and math.isfinite(ratio_se) else 0.0
+    if dev + ci <= tol:
+        return "yes"
+    if dev - ci > tol:
+        return "no"
+    return "unclear"
+
+
+def transfer_reference(depths: Sequence[int], transfer_from: int | None = None) -> int:
+    """The shallow depth of the transfer check: ``transfer_from`` when given (it must be
+    swept), else 12 when swept and not the deepest, else the shallowest."""
+    depths = sorted(depths)
+    if transfer_from is not None:
+        if transfer_from not in depths or transfer_from == depths[-1] and len(depths) > 1:
+            raise ConfigError(
+                "transfer_from", f"{transfer_from} must be a swept depth below the deepest, {depths}"
+            )
+        return int(transfer_from)
+    if TRANSFER_FROM in depths and TRANSFER_FROM < depths[-1]:
+        return TRANSFER_FROM
+    return int(depths[0])
+
+
+def round_to_inputs(slope: float, curve: np.ndarray, depths: np.ndarray) -> float:
+    """A theory slope computed from a flat curve is float round-off (-3.4e-20): 0 when
+    it moves the curve over the depths by less than 1e-9 of its size."""
+    if not math.isfinite(slope) or len(depths) < 2:
+        return slope
+    size = float(np.nanmax(np.abs(curve))) if len(curve) else 0.0
+    return 0.0 if abs(slope) * float(np.ptp(depths)) <= 1e-9 * size else slope
+
+
 def _mean_se(values: pd.Series) -> tuple[float, float]:
     v = values.to_numpy(dtype=np.float64)
     v = v[np.isfinite(v)]
@@ -226,10 +269,14 @@ def summarize_points(sweep: pd.DataFrame, theory_lines: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
-def fit_configs(sweep: pd.DataFrame, summary: pd.DataFrame, theory_lines: dict) -> pd.DataFrame:
+def fit_configs(
+    sweep: pd.DataFrame, summary: pd.DataFrame, theory_lines: dict, transfer_from: int | None = None
+) -> pd.DataFrame:
     """Per configuration: the least-squares fit of v_final against L over every
-    (L, seed) row, the theory's slope and intercept over the same depths, and the
-    transfer check between the shallowest and the deepest depth."""
+    (L, seed) row, the theory's slope and intercept over the same depths, the
+    statistical comparison of the shallowest and the deepest depth, the practical
+    transfer check from ``transfer_from`` (:func:`transfer_reference`) to the deepest,
+    and the per-depth law's largest error."""
     rows = []
     for (recipe, pos), d in sweep.groupby(["init", "norm_position"], sort=False):
         v0, depth_scaled, s2 = theory_lines[(recipe, pos)]
@@ -244,12 +291,19 @@ def fit_configs(sweep: pd.DataFrame, summary: pd.DataFrame, theory_lines: dict) 
         depths = np.sort(d["n_layers"].unique())
         curve = theory.v_final_depth(depths, v0, s2, pos, depth_scaled)
         th = fit_line(depths, curve) if len(depths) > 1 else {"slope": math.nan, "intercept": math.nan}
+        th["slope"] = round_to_inputs(th["slope"], curve, depths)
         s = summary[(summary["init"] == recipe) & (summary["norm_position"] == pos)].set_index("n_layers")
         lo, hi = s.loc[depths[0]], s.loc[depths[-1]]
         a, a_se, b, b_se = lo["v_final_mean"], lo["v_final_se"], hi["v_final_mean"], hi["v_final_se"]
         ratio = b / a
         ratio_se = abs(ratio) * math.sqrt((a_se / a) ** 2 + (b_se / b) ** 2)
         diff, diff_se = b - a, math.sqrt(a_se**2 + b_se**2)
+        ref = transfer_reference(depths, transfer_from)
+        t_a, t_a_se = s.loc[ref, "v_final_mean"], s.loc[ref, "v_final_se"]
+        t_ratio = b / t_a
+        t_ratio_se = abs(t_ratio) * math.sqrt((t_a_se / t_a) ** 2 + (b_se / b) ** 2)
+        t_diff_se = math.sqrt(t_a_se**2 + b_se**2)
+        law_err = (s["v_final_mean"] / s["pred_closed_final_mean"] - 1.0).abs().max()
         # the seeds' spread is the honest standard error; one seed has only the OLS one
         se_used = slope_se_seeds if len(seeds) > 1 else fit["slope_se"]
         rows.append({
@@ -263,6 +317,14 @@ def fit_configs(sweep: pd.DataFrame, summary: pd.DataFrame, theory_lines: dict) 
             "ratio_max_min": ratio, "ratio_max_min_se": ratio_se,
             "diff_max_min": diff, "diff_se": diff_se,
             "within_spread": None if not math.isfinite(diff_se) else bool(abs(diff) <= SPREAD_K * diff_se),
+            "transfer_from": ref, "transfer_to": int(depths[-1]),
+            "transfer_ratio": t_ratio, "transfer_ratio_se": t_ratio_se, "transfer_tol": TRANSFER_TOL,
+            "transfer_significant": (
+                None if not math.isfinite(t_diff_se) else bool(abs(b - t_a) > SPREAD_K * t_diff_se)
+            ),
+            "transfers": transfer_verdict(t_ratio, t_ratio_se),
+            "law_max_rel_err": float(law_err), "law_tol": LAW_TOL,
+            "law_holds": bool(law_err <= LAW_TOL) if math.isfinite(law_err) else None,
         })  # fmt: skip
     return pd.DataFrame(rows, columns=FIT_COLUMNS)
 
@@ -278,6 +340,7 @@ def run_depth_sweep(
     grads: bool = True,
     progress: Progress | None = None,
     on_partial: Partial | None = None,
+    transfer_from: int | None = None,
 ) -> ExperimentResult:
     """Final stream variance (and W_down gradient ratio) against depth.
 
@@ -299,6 +362,7 @@ def run_depth_sweep(
     """
     model, init, run = model or ModelConfig(), init or InitConfig(), run or RunConfig()
     depths = parse_layers(layers)
+    ref = transfer_reference(depths, transfer_from)
     if grads:
         require_gradients(model, run)
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
@@ -316,13 +380,14 @@ def run_depth_sweep(
     criterion = f"|v(L_max) - v(L_min)| <= {SPREAD_K:g} * sqrt(se_max^2 + se_min^2)"
     meta = run_meta(base, init, run, device, configurations=configs, layers=depths, seeds=seeds,
                     seed_values=[init.seed + i for i in range(seeds)], grads=grads,
-                    spread_criterion=criterion)  # fmt: skip
+                    spread_criterion=criterion, transfer_from=ref, transfer_tol=TRANSFER_TOL,
+                    law_tol=LAW_TOL)  # fmt: skip
 
     def result(complete: bool, error: str | None = None) -> ExperimentResult:
         meter.record(meta)
         meta["streamed"] = streamed
         na = not_applicable(grads and model.branch == "model")
-        return ExperimentResult(assemble(records, configs, model), meta, complete, error, na)
+        return ExperimentResult(assemble(records, configs, model, ref), meta, complete, error, na)
 
     for L in depths:
         cfg = dataclasses.replace(model, n_layers=L)
@@ -405,7 +470,7 @@ def _span(progress: Progress | None, start: int, width: int, total: int) -> Prog
 
 
 def assemble(
-    records: list[dict], configs: list[tuple[str, str]], model: ModelConfig
+    records: list[dict], configs: list[tuple[str, str]], model: ModelConfig, transfer_from: int | None = None
 ) -> dict[str, pd.DataFrame]:
     """The three frames from the per-point rows (empty frames when there are none)."""
     if not records:
@@ -427,5 +492,12 @@ def assemble(
         theory_lines[(recipe, pos)] = (np.float64(d["v0"].mean()), scaled, theory_branch_var(d, scaled))
     with np.errstate(all="ignore"):
         summary = summarize_points(sweep, theory_lines)
-        fit = fit_configs(sweep, summary, theory_lines)
+        fit = fit_configs(sweep, summary, theory_lines, _swept_reference(sweep, transfer_from))
     return {"depth_sweep": sweep, "depth_sweep_summary": summary, "depth_sweep_fit": fit}
+
+
+def _swept_reference(sweep: pd.DataFrame, transfer_from: int | None) -> int | None:
+    """The reference depth when it is among the finished points (an interrupted sweep
+    may not have reached it): else the default rule on what was measured."""
+    done = sorted(sweep["n_layers"].unique())
+    return transfer_from if transfer_from in done and transfer_from < done[-1] else None

@@ -4,73 +4,120 @@ prediction."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from rich.table import Table
 
-from .plots import config_color, config_label, new_figure, wants_log
+from .style import (
+    MEASURED,
+    MEASURED_UNDER,
+    NEUTRAL,
+    THEORY,
+    coincidence_note,
+    coincidences,
+    config_label,
+    config_style,
+    footnote,
+    integer_axis,
+    mark_clipped,
+    markevery,
+    near,
+    nested_marker_size,
+    new_figure,
+    styled,
+    suptitle,
+    value_axis,
+)
 from .tables import error_style, summary_table
 
 #: --tensor choice -> the tensors drawn, with their panel titles
 TENSORS = {"down": ("down",), "o": ("o",), "both": ("down", "o")}
-_MARKERS = ("o", "s", "^", "v")
 TENSOR_TITLES = {"down": r"$W_{down}$ (FFN output)", "o": r"$W_O$ (attention output)"}
 
 
-def _width(i: int) -> float:
-    """Later configurations drawn thinner, so ones that coincide stay visible."""
-    return max(3.2 - 0.7 * i, 1.0)
-
-
+@styled
 def plot_grad_norms(grad_norms: pd.DataFrame, tensor: str = "both", title: str = "") -> Figure:
-    """Gradient Frobenius norm per layer (log scale), one line per configuration; a
-    panel per tensor (W_down and W_O with ``tensor="both"``)."""
+    """Gradient Frobenius norm per layer, one line per configuration (its colour and
+    marker), a panel per tensor (W_down and W_O with ``tensor="both"``); log or linear
+    by the span of the data. Lines on top of each other are named under the figure."""
     names = TENSORS[tensor]
     fig, axes = new_figure(ncols=len(names))
     groups = list(grad_norms.groupby(["init", "norm_position"], sort=False))
+    notes = []
     for ax, name in zip(axes, names, strict=True):
+        series = {}
         for i, ((init, pos), df) in enumerate(groups):
             d = df[df["tensor"] == name].sort_values("layer")
-            ax.plot(d["layer"], d["grad_norm"], color=config_color(init, pos, i), lw=_width(i),
-                    marker=_MARKERS[i % 4], ms=7 - i, mfc="none", label=config_label(init, pos))  # fmt: skip
-        ax.set_yscale("log")
+            st = config_style(init, pos)
+            ax.plot(d["layer"], d["grad_norm"], color=st["color"], marker=st["marker"], mfc="none",
+                    ms=nested_marker_size(i), markevery=markevery(len(d), i, len(groups)),
+                    label=config_label(init, pos), gid=f"measured:{init}/{pos}", **MEASURED)  # fmt: skip
+            series[f"{init}/{pos}"] = d["grad_norm"].to_numpy()
+        value_axis(ax, grad_norms[grad_norms["tensor"] == name]["grad_norm"], log_ratio=10, min_rel_span=0.2)
+        notes.append(coincidence_note(coincidences(series, ax), TENSOR_TITLES[name].split(" (")[0]))
+        integer_axis(ax, grad_norms["layer"].unique(), "x")
         ax.set_xlabel("layer")
         ax.set_ylabel(r"$\|\nabla_W\, \mathrm{loss}\|_F$")
         ax.set_title(f"Gradient norm of {TENSOR_TITLES[name]}")
-        ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize=8, loc="best")
-    if title:
-        fig.suptitle(title)
+    axes[0].legend(loc="best")
+    suptitle(fig, title)
+    footnote(fig, [n.replace("$", "").replace("\\", "").replace("_{down}", "_down") for n in notes])
     return fig
 
 
+@styled
 def plot_stream_grads(stream_grads: pd.DataFrame, title: str = "") -> Figure:
-    """RMS of d loss / d stream against addition k, per configuration (solid), with
-    the identity-path prediction (dashed): the last addition's RMS times the
-    predicted gain (1 for pre-norm, the product of the norm Jacobian gains for post-norm)."""
-    fig, (ax,) = new_figure(width=7.0)
+    """RMS of d loss / d stream against addition k, per configuration: measured (thick,
+    translucent) with the identity-path prediction (dashed) on top: the last addition's
+    RMS times the predicted gain (1 for pre-norm, the product of the norm Jacobian gains
+    for post-norm). The y range is the measurements'; predictions outside it are
+    clipped and marked with triangles at the edge, and named under the figure."""
+    fig, (ax,) = new_figure(row_height=3.6)
     groups = list(stream_grads.groupby(["init", "norm_position"], sort=False))
+    series = {}
     for i, ((init, pos), df) in enumerate(groups):
-        c = config_color(init, pos, i)
-        ax.plot(df["k"], df["stream_grad_rms"], color=c, lw=_width(i), marker=_MARKERS[i % 4], ms=7 - i,
-                mfc="none", markevery=max(1, len(df) // 12), label=config_label(init, pos))  # fmt: skip
-        ax.plot(df["k"], df["pred_stream_grad_rms"], color=c, lw=1.2, ls="--", alpha=0.9)
-    values = pd.concat([stream_grads["stream_grad_rms"], stream_grads["pred_stream_grad_rms"]])
-    if wants_log(values, ratio=5):
-        ax.set_yscale("log")
+        st = config_style(init, pos)
+        ax.plot(df["k"], df["stream_grad_rms"], color=st["color"], marker=st["marker"], mfc="none",
+                ms=nested_marker_size(i), markevery=markevery(len(df), i, len(groups)),
+                label=config_label(init, pos), gid=f"measured:{init}/{pos}", **MEASURED_UNDER)  # fmt: skip
+        ax.plot(df["k"], df["pred_stream_grad_rms"], color=st["color"], gid=f"theory:{init}/{pos}", **THEORY)
+        series[f"{init}/{pos}"] = df["stream_grad_rms"].to_numpy()
+    meas = stream_grads["stream_grad_rms"]
+    pred = near(meas, stream_grads["pred_stream_grad_rms"])
+    lim = value_axis(ax, meas, log_ratio=5, min_rel_span=0.2, include=pred)
+    notes = []
+    for (init, pos), df in groups:
+        pred = df["pred_stream_grad_rms"].to_numpy()
+        n = mark_clipped(ax, df["k"], pred, lim, config_style(init, pos)["color"])
+        if n:
+            notes.append(
+                f"{init}/{pos}: the prediction leaves the measured range at {n} of {len(df)} additions "
+                f"(its range {np.nanmin(pred):.2g} to {np.nanmax(pred):.2g}); clipped, triangles at the edge"
+            )
+    factors = []
+    for (init, pos), df in groups:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = df["stream_grad_rms"].to_numpy() / df["pred_stream_grad_rms"].to_numpy()
+            f = np.nanmax(np.maximum(q, 1 / q))
+        factors.append(f"{init}/{pos} ×{_num(f)}")
+    notes.insert(0, "largest factor between measurement and prediction over k: " + ", ".join(factors)
+                 + " (near ×1: the dashed line lies on the solid one; far from it: the branch paths, which "
+                 "the identity-path prediction leaves out, carry the gradient)")  # fmt: skip
+    notes.append(coincidence_note(coincidences(series, ax), "measured"))
+    integer_axis(ax, stream_grads["k"].unique(), "x")
     ax.set_xlabel("residual addition k (0 = embedding output)")
     ax.set_ylabel(r"RMS of $\partial\,\mathrm{loss} / \partial\,\mathrm{stream}_k$")
     ax.set_title("Stream gradient (post-norm: at the normalised stream)")
     handles, _ = ax.get_legend_handles_labels()
     style = [
-        Line2D([], [], color="0.3", lw=2.0, label="measured"),
-        Line2D([], [], color="0.3", lw=1.2, ls="--", label="identity-path prediction"),
+        Line2D([], [], color=NEUTRAL, **{**MEASURED_UNDER, "zorder": None}, label="measured"),
+        Line2D([], [], color=NEUTRAL, **{**THEORY, "zorder": None}, label="identity-path prediction"),
     ]
-    ax.legend(handles=handles + style, fontsize=8, loc="best")
-    ax.grid(True, which="major", alpha=0.3)
-    if title:
-        fig.suptitle(title)
+    ax.legend(handles=handles + style, loc="best")
+    suptitle(fig, title)
+    footnote(fig, notes)
     return fig
 
 
@@ -78,6 +125,8 @@ def _num(x: float) -> str:
     """Three significant digits, exponents short (2.3e4, 1.9e-11): ratios here span 20 decades."""
     if x != x:
         return "-"
+    if x in (np.inf, -np.inf):
+        return "inf" if x > 0 else "-inf"
     if 100 <= abs(x) < 1e4:
         return f"{x:.0f}"
     if x == 0 or 1e-2 <= abs(x) < 100:
@@ -86,15 +135,29 @@ def _num(x: float) -> str:
     return f"{mantissa}e{int(exp)}"
 
 
+#: meas/pred outside [1/FAR, FAR] gets a one-line explanation under the table.
+FAR = 2.0
+
+
 def grad_norms_table(summary: pd.DataFrame, title: str = "") -> Table:
     """One row per configuration: first/last-layer and max/min ratios of the
     W_down and W_O gradient norms, and the embedding/last-addition stream-gradient
-    ratio measured vs the identity-path prediction."""
-    t = summary_table(
-        title,
+    ratio measured vs the identity-path prediction; a meas/pred far from 1 is marked
+    (†) and explained (the path the prediction leaves out)."""
+    ratios = summary["stream_grad_ratio"] / summary["pred_stream_grad_ratio"]
+    far = [f"{r.init}/{r.norm_position}" for r, q in zip(summary.itertuples(index=False), ratios, strict=True)
+           if q == q and not (1 / FAR <= q <= FAR)]  # fmt: skip
+    caption = (
         "f/l: gradient norm of W_down, W_O at layer 0 / layer L-1; stream: RMS of "
-        "d loss/d stream at k=0 / k=2L; pred: its identity-path prediction",
+        "d loss/d stream at k=0 / k=2L; pred: its identity-path prediction"
     )
+    if far:
+        caption += (
+            f". † {', '.join(far)}: meas/pred beyond {FAR:g}x either way: the identity-path prediction "
+            "leaves out the branch paths (the backward gain through each branch, dF/dx), which carry the "
+            "gradient where the norms' product shrinks the identity path (post-norm) or add to it (pre-norm)"
+        )
+    t = summary_table(title, caption)
     cols = (
         "config",
         "down\nf/l",
@@ -107,13 +170,13 @@ def grad_norms_table(summary: pd.DataFrame, title: str = "") -> Table:
     )
     for col in cols:
         t.add_column(col, justify="left" if col == "config" else "right", no_wrap=True)
-    for r in summary.itertuples(index=False):
-        ratio = r.stream_grad_ratio / r.pred_stream_grad_ratio
+    for r, ratio in zip(summary.itertuples(index=False), ratios, strict=True):
+        mark = "†" if f"{r.init}/{r.norm_position}" in far else ""
         t.add_row(
             f"{r.init}/{r.norm_position}",
             *(_num(x) for x in (r.down_ratio_first_last, r.down_max_min, r.o_ratio_first_last, r.o_max_min)),
             _num(r.stream_grad_ratio),
             _num(r.pred_stream_grad_ratio),
-            f"[{error_style(ratio - 1)}]{_num(ratio)}[/]",
+            f"[{error_style(ratio - 1)}]{_num(ratio)}{mark}[/]",
         )
     return t

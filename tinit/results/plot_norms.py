@@ -6,12 +6,13 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from .plots import new_figure
+from .style import IMPL_COLORS, new_figure, styled, suptitle, wants_log
 
-IMPL_COLORS = {"eager": "#1f77b4", "functional": "#d62728", "compiled": "#2ca02c"}
-NORM_STYLES = {"rmsnorm": "-", "layernorm": "--"}
+#: RMSNorm vs LayerNorm: solid vs dotted (dashed means forward + backward, in every panel)
+NORM_STYLES = {"rmsnorm": "-", "layernorm": ":"}
 PASS_STYLES = {"forward": "-", "forward_backward": "--"}
 PASS_LABELS = {"forward": "forward", "forward_backward": "forward + backward"}
 
@@ -29,13 +30,14 @@ def _size_axis(ax, sizes: list[tuple[int, int]]) -> None:
     ax.grid(True, which="major", alpha=0.3)
 
 
+@styled
 def plot_norms(timing: pd.DataFrame, ratio: pd.DataFrame, title: str = "") -> Figure:
     """Top left: LayerNorm / RMSNorm time per size, implementation (colour) and pass
     (forward solid, forward+backward dashed), with equal cost (grey dashed). Top right
     and bottom left: absolute median times, RMSNorm solid and LayerNorm dashed. Bottom
     right: bytes saved for backward beyond the input and parameters, per input byte,
     at the largest size."""
-    fig, axes = new_figure(ncols=2, nrows=2, width=6.2, height=4.4)
+    fig, axes = new_figure(ncols=2, nrows=2, row_height=3.3)
     ax, tx, bx, sx = axes
     sizes = size_order(timing)
     pos = {s: i for i, s in enumerate(sizes)}
@@ -47,7 +49,7 @@ def plot_norms(timing: pd.DataFrame, ratio: pd.DataFrame, title: str = "") -> Fi
         order = np.argsort(x)
         ax.plot(np.array(x)[order], df["time_ratio"].to_numpy()[order], color=IMPL_COLORS.get(impl, "0.3"),
                 ls=PASS_STYLES[pass_], marker="o", ms=4, lw=1.5)  # fmt: skip
-    ax.axhline(1.0, color="0.5", ls="--", lw=1.1)
+    ax.axhline(1.0, color="0.5", ls="-.", lw=1.1)
     # ratios are multiplicative: log scale, labelled in plain numbers (0.2, 0.5, 1, 2)
     ax.set_yscale("log")
     ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
@@ -58,9 +60,8 @@ def plot_norms(timing: pd.DataFrame, ratio: pd.DataFrame, title: str = "") -> Fi
     ax.legend(
         handles=[Line2D([], [], color=IMPL_COLORS[i], lw=1.5, label=i) for i in impls]
         + [Line2D([], [], color="0.3", ls=PASS_STYLES[p], lw=1.5, label=PASS_LABELS[p]) for p in PASS_STYLES]
-        + [Line2D([], [], color="0.5", ls="--", lw=1.1, label="equal cost")],
-        fontsize=7.5,
-        loc="best",
+        + [Line2D([], [], color="0.5", ls="-.", lw=1.1, label="equal cost")],
+                loc="best",
     )
     _size_axis(ax, sizes)
 
@@ -78,10 +79,9 @@ def plot_norms(timing: pd.DataFrame, ratio: pd.DataFrame, title: str = "") -> Fi
             handles=[Line2D([], [], color=IMPL_COLORS[i], lw=1.5, label=i) for i in impls]
             + [
                 Line2D([], [], color="0.3", ls="-", marker="o", ms=4, label="RMSNorm"),
-                Line2D([], [], color="0.3", ls="--", marker="^", ms=4, label="LayerNorm"),
+                Line2D([], [], color="0.3", ls=":", marker="^", ms=4, label="LayerNorm"),
             ],
-            fontsize=7.5,
-            loc="best",
+                        loc="best",
         )
         _size_axis(a, sizes)
 
@@ -98,14 +98,20 @@ def plot_norms(timing: pd.DataFrame, ratio: pd.DataFrame, title: str = "") -> Fi
                           color=[IMPL_COLORS[i] for i in impls], alpha=1.0 if j == 0 else 0.55,
                           hatch=None if j == 0 else "//", edgecolor="0.2",
                           label="RMSNorm" if j == 0 else "LayerNorm")  # fmt: skip
-            sx.bar_label(bars, fmt="%.3g", fontsize=7, padding=2)
+            sx.bar_label(bars, fmt="%.3g", fontsize=8, padding=2)
         sx.set_xticks(range(len(impls)), impls)
         sx.set_xlabel("implementation")
         sx.set_ylabel("saved for backward / input size")
         sx.set_title(f"Extra bytes saved for backward ({big[0]}x{big[1]})")
-        sx.margins(y=0.15)
-        sx.legend(fontsize=7.5, loc="best")
+        allv = [v for v in d["saved_bytes_extra"] / d["input_bytes"] if v == v]
+        if wants_log([v for v in allv if v > 0], ratio=30) and min(allv) > 0:
+            sx.set_yscale("log")  # small bars (compiled) stay visible beside large ones
+            sx.set_ylim(min(allv) / 3, max(allv) * 4)
+        else:
+            sx.margins(y=0.15)
+        bar_kinds = [Patch(fc="0.55", ec="0.2", label="RMSNorm (colour: implementation)"),
+                     Patch(fc="0.85", ec="0.2", hatch="//", label="LayerNorm")]  # fmt: skip
+        sx.legend(handles=bar_kinds, loc="best")
         sx.grid(True, axis="y", alpha=0.3)
-    if title:
-        fig.suptitle(title, fontsize=10)
+    suptitle(fig, title)
     return fig

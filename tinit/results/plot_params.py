@@ -5,19 +5,11 @@ from __future__ import annotations
 
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from .plots import new_figure
+from .style import COMPONENT_COLORS, EQUAL_COLORS, footnote, styled, suptitle
 
-COMPONENT_COLORS = {
-    "embedding": "#1f77b4",
-    "positions": "#aec7e8",
-    "attention": "#ff7f0e",
-    "ffn": "#2ca02c",
-    "norms": "#9467bd",
-    "final_norm": "#c5b0d5",
-    "head": "#d62728",
-}
 COMPONENT_LABELS = {
     "embedding": "embedding E (V·d)",
     "positions": "learned positions",
@@ -29,6 +21,8 @@ COMPONENT_LABELS = {
 }
 
 
+
+
 def _scale(total: float) -> tuple[float, str]:
     for factor, unit in ((1e9, "billions"), (1e6, "millions"), (1e3, "thousands")):
         if total >= factor:
@@ -36,54 +30,75 @@ def _scale(total: float) -> tuple[float, str]:
     return 1.0, ""
 
 
+@styled
 def plot_params(params: pd.DataFrame, ffn: pd.DataFrame, summary: pd.DataFrame, title: str = "") -> Figure:
-    """Left: one stacked bar per tying (tied, untied), one segment per component, the
-    saving V·d marked. Right: FFN weights per block for the classic 4d and the gated
-    variants, with the classic count 8d² dashed."""
-    fig, (ax, bx) = new_figure(ncols=2, width=6.8)
+    """Top: one horizontal stacked bar per tying (tied, untied), one segment per
+    component, the totals at the bar ends. Bottom: FFN weights per block of each
+    variant (bars from zero, so every variant is visible even when all are equal), the
+    classic count 8d² dashed, and each bar's difference from it written beside it."""
+    n_ffn = len(ffn)
+    fig = Figure(figsize=(7.0, 2.2 + 0.42 * n_ffn + 1.2), layout="constrained")
+    # two subfigures: the FFN panel's long labels must not narrow the bars above
+    top, bottom = fig.subfigures(2, 1, height_ratios=[2.2, 0.42 * n_ffn + 1.2])
+    ax, bx = top.subplots(), bottom.subplots()
+    for a in (ax, bx):
+        a.tick_params(labelsize=8)
     s = summary.iloc[0]
     factor, unit = _scale(float(s["total_untied"]))
     tyings = list(dict.fromkeys(params["tying"]))
-    for x, tying in enumerate(tyings):
-        bottom = 0.0
+    for y, tying in enumerate(tyings):
+        left = 0.0
         for r in params[params["tying"] == tying].itertuples(index=False):
             if r.count == 0:
                 continue
-            h = r.count / factor
-            ax.bar(x, h, bottom=bottom, width=0.6, color=COMPONENT_COLORS.get(r.component, "0.5"),
-                   edgecolor="white", linewidth=0.6)  # fmt: skip
-            bottom += h
-        ax.annotate(f"{int(round(bottom * factor)):,}", (x, bottom), ha="center", va="bottom", fontsize=8,
-                    xytext=(0, 2), textcoords="offset points")  # fmt: skip
+            w = r.count / factor
+            ax.barh(y, w, left=left, height=0.55, color=COMPONENT_COLORS.get(r.component, "0.5"),
+                    edgecolor="white", linewidth=0.6, gid=f"bar:{tying}:{r.component}")  # fmt: skip
+            left += w
+        ax.annotate(f"{int(round(left * factor)):,}", (left, y), ha="left", va="center", fontsize=8,
+                    xytext=(4, 0), textcoords="offset points")  # fmt: skip
     top = float(s["total_untied"]) / factor
-    ax.set_ylim(0, top * 1.12)
-    ax.set_xticks(range(len(tyings)), [f"{t} head" for t in tyings])
-    ax.set_xlim(-0.6, len(tyings) - 0.4)
-    ax.set_ylabel(f"parameters ({unit})" if unit else "parameters")
-    ax.set_title(f"Tying saves {int(s['saved']):,} ({100 * s['saved_frac_untied']:.1f}% of untied)")
+    ax.set_xlim(0, top * 1.22)  # room for the total beside the longest bar
+    ax.set_yticks(range(len(tyings)), [f"{t} head" for t in tyings])
+    ax.invert_yaxis()
+    ax.set_ylim(len(tyings) - 0.45, -0.55)
+    ax.set_xlabel(f"parameters ({unit})" if unit else "parameters")
+    ax.set_title(f"Tying the head saves {int(s['saved']):,} ({100 * s['saved_frac_untied']:.1f}% of untied)")
     present = [c for c in COMPONENT_LABELS if (params["component"].eq(c) & params["count"].gt(0)).any()]
     handles = [Patch(color=COMPONENT_COLORS[c], label=COMPONENT_LABELS[c]) for c in present]
-    ax.legend(handles=handles[::-1], fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.32), ncol=4, frameon=False)
+    ax.grid(True, axis="x", alpha=0.3)
 
-    y = list(range(len(ffn)))
-    diff = 100 * (ffn["ratio"] - 1.0)
-    colors = ["#2ca02c" if bool(e) else "#ff7f0e" for e in ffn["equal"]]
-    bx.barh(y, diff, color=colors, height=0.4)
-    span = max(float(diff.abs().max()), 0.05)
-    for yi, r, dv in zip(y, ffn.itertuples(index=False), diff, strict=True):
+    ffn_factor, ffn_unit = _scale(float(ffn["weights"].max()))
+    y = list(range(n_ffn))
+    vals = ffn["weights"].to_numpy(dtype=float) / ffn_factor
+    equal = [bool(e) for e in ffn["equal"]]
+    bx.barh(y, vals, color=[EQUAL_COLORS[e] for e in equal], height=0.55, gid="ffn_bars")
+    classic = float(ffn["classic_weights"].iloc[0]) / ffn_factor
+    for yi, r, v in zip(y, ffn.itertuples(index=False), vals, strict=True):
         d_ff = f"{r.d_ff:.2f}" if r.d_ff != int(r.d_ff) else f"{int(r.d_ff)}"
-        bx.annotate(f"d_ff = {d_ff}: {r.weights:,.0f} ({dv:+.3f}%)", (0, yi), xytext=(4, 12),
-                    textcoords="offset points", va="center", fontsize=7.5)  # fmt: skip
-    bx.axvline(0.0, color="0.2", ls="--", lw=1.2, label="theory: 3·d·(8d/3) = 2·d·4d = 8d²")
-    bx.set_yticks(y, list(ffn["variant"]), fontsize=8)
+        diff = 100 * (r.ratio - 1.0)
+        bx.annotate(f"d_ff = {d_ff}: {r.weights:,.0f} ({'= 8d²' if r.equal else f'{diff:+.3f}%'})",
+                    (max(v, classic), yi), xytext=(5, 0), textcoords="offset points", va="center",
+                    fontsize=8, bbox={"fc": "white", "ec": "none", "pad": 0.5})  # fmt: skip
+    bx.axvline(classic, color="0.2", ls=(0, (4, 2)), lw=1.1, zorder=3)
+    bx.set_yticks(y, list(ffn["variant"]))
     bx.invert_yaxis()
-    bx.set_xlim(-1.15 * span, 2.2 * span)
-    bx.set_ylim(len(ffn) - 0.4, -0.9)
-    bx.set_xlabel("FFN weights per block vs the classic FFN at 4d (%)")
+    bx.set_xlim(0, max(vals.max(), classic) * 2.1)  # room for the annotations
+    bx.set_xlabel(f"FFN weights per block ({ffn_unit})" if ffn_unit else "FFN weights per block")
     bx.set_title("Gated FFN at 8d/3 vs classic FFN at 4d")
-    bx.legend(fontsize=8, loc="upper right")
+    bx.legend(
+        handles=[
+            Patch(color=EQUAL_COLORS[True], label="exactly the classic count"),
+            Patch(color=EQUAL_COLORS[False], label="differs from it"),
+            Line2D([], [], color="0.2", ls=(0, (4, 2)), lw=1.1, label="theory: 3·d·(8d/3) = 2·d·4d = 8d²"),
+        ],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.28),
+        ncol=3,
+        frameon=False,
+    )
     bx.grid(True, axis="x", alpha=0.3)
-    if title:
-        fig.suptitle(title)
+    suptitle(fig, title)
+    footnote(fig, [])
     return fig

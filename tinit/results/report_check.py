@@ -13,8 +13,8 @@ from matplotlib.lines import Line2D
 from rich.table import Table
 
 from ..criteria import ITEMS, z_quantile
-from .plots import config_color, new_figure
 from .rundir import atomic_write_text
+from .style import MEASURED, THEORY, config_color, footnote, new_figure, styled, suptitle
 from .tables import fmt, pct, summary_table
 
 #: Figure stem -> the items it illustrates, in report order.
@@ -35,46 +35,67 @@ def verdict(check: pd.DataFrame) -> str:
 
 
 def check_table(check: pd.DataFrame, title: str = "") -> Table:
-    """One row per claim: measured, theory, relative error, pass/fail."""
-    t = summary_table(title, "criteria and details: check.md, check.csv")
+    """One row per claim: measured, theory, relative error, pass/fail and, beside it,
+    the criterion it was judged by; a large error beside a pass is marked (†) and
+    explained under the table."""
+    caveats = [str(c) for c in check.get("caveat", pd.Series(dtype=str)).fillna("") if str(c)]
+    caption = "criteria and details: check.md, check.csv"
+    if caveats:
+        caption = "† " + "; ".join(dict.fromkeys(caveats)) + ". " + caption
+    t = summary_table(title, caption)
     t.add_column("", no_wrap=True)
-    t.add_column("claim", ratio=1)
+    t.add_column("claim", min_width=22)
     for col in ("measured", "theory", "err"):
         t.add_column(col, justify="right", no_wrap=True)
     t.add_column("result", no_wrap=True)
+    t.add_column("criterion", max_width=15, overflow="fold")
     last = None
     for r in check.itertuples(index=False):
         ok = bool(r.passed)
+        caveat = str(getattr(r, "caveat", "") or "")
         t.add_row(
             f"({r.item})" if r.item != last else "",
             r.claim,
             fmt(r.measured),
             fmt(r.theory),
-            pct(r.rel_err),
+            pct(r.rel_err) + ("†" if caveat else ""),
             "[green]pass[/]" if ok else "[bold red]FAIL[/]",
+            str(getattr(r, "criterion", "") or ""),
             end_section=False,
         )
         last = r.item
     return t
 
 
+@styled
 def plot_check_variance(variance: pd.DataFrame, alpha: float, title: str = "") -> Figure:
     """Left: v_k / v0 against k for the (a)/(b) runs, measured (solid) and the law
     v0 + sum s_j^2 (dashed), with the Gaussian-branch run. Right: the z-score of the
     stream/branch covariance at every addition, with the Bonferroni bounds (dashed)."""
-    fig, (ax, bx) = new_figure(ncols=2, width=6.4)
+    fig, (ax, bx) = new_figure(ncols=2, row_height=5.2)
     model = variance[variance["branch"] == "model"]
     depths = sorted(model["n_layers"].unique())
+    notes = []
     for (init, L), df in model.groupby(["init", "n_layers"], sort=False):
         c = config_color(init, "pre")
         v0 = float(df["stream_var"].iloc[0])
         deep = L == depths[-1]
-        ax.plot(df["k"], df["stream_var"] / v0, color=c, lw=2.2 if deep else 1.3,
-                marker=None if deep else "o", ms=3, label=f"{init} init, L={L}")  # fmt: skip
-        ax.plot(df["k"], df["pred_cumulative"] / v0, color=c, lw=1.1, ls="--", alpha=0.9)
+        if deep:  # the long run: a line
+            ax.plot(df["k"], df["stream_var"] / v0, color=c, label=f"{init} init, L={L}",
+                    gid=f"measured:{init}/{L}", **{**MEASURED, "lw": 2.0})  # fmt: skip
+        else:  # the short run lies on the long one (shared draws): open markers on top
+            ax.plot(df["k"], df["stream_var"] / v0, color=c, ls="none", marker="o", mfc="white", ms=4.5,
+                    mew=1.2, zorder=4, label=f"{init} init, L={L}", gid=f"measured:{init}/{L}")  # fmt: skip
+        ax.plot(df["k"], df["pred_cumulative"] / v0, color="k" if deep else c, lw=0.9, ls=THEORY["ls"],
+                alpha=0.8, zorder=3)  # fmt: skip
         a = df[df["k"] > 0]
         bx.plot(a["k"], a["cov_z"], color=c, lw=0, marker="o" if not deep else ".", ms=3.5 if not deep else 3,
                 alpha=0.85, label=f"{init} init, L={L}")  # fmt: skip
+    if len(depths) > 1:
+        notes.append(
+            f"The L={depths[0]} runs share their draws with the L={depths[-1]} runs, so their points (open "
+            f"circles) lie on the first {2 * depths[0]} additions of the L={depths[-1]} lines."
+        )
     gauss = variance[variance["branch"] == "gaussian"]
     if len(gauss):
         v0 = float(gauss["stream_var"].iloc[0])
@@ -90,22 +111,20 @@ def plot_check_variance(variance: pd.DataFrame, alpha: float, title: str = "") -
         Line2D([], [], color="0.3", lw=1.8, label="measured"),
         Line2D([], [], color="0.3", lw=1.1, ls="--", label=r"law $v_0 + \sum_{j\leq k} s_j^2$"),
     ]
-    ax.legend(handles=handles + style, fontsize=8, loc="center right")
+    ax.legend(handles=handles + style, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1)
     for L, ls in zip(depths, (":", "--"), strict=False):
         z = z_quantile(alpha, 2 * int(L))
-        bx.axhline(z, color="0.3", lw=1.0, ls=ls, label=f"±{z:.2f}: level {alpha:g}, Bonferroni over {2 * L}")
+        bx.axhline(z, color="0.3", lw=1.0, ls=ls, label=f"±{z:.2f}: α = {alpha:g}, Bonferroni over {2 * L}")
         bx.axhline(-z, color="0.3", lw=1.0, ls=ls)
     bx.axhline(0, color="0.6", lw=0.8)
     bx.set_xlabel("residual addition k")
-    bx.set_ylabel("z = Cov(stream, branch) / its standard error")
+    bx.set_ylabel("z = Cov(stream, branch) / its s.e.")
     bx.set_title("(a): independence of stream and branch")
     zmax = max(4.5, float(model["cov_z"].abs().max()) * 1.1)
-    bx.set_ylim(-zmax, zmax * 1.35)
-    bx.legend(fontsize=8, loc="upper right", ncol=2)
-    for a in (ax, bx):
-        a.grid(True, alpha=0.3)
-    if title:
-        fig.suptitle(title)
+    bx.set_ylim(-zmax, zmax)
+    bx.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1)
+    suptitle(fig, title)
+    footnote(fig, notes)
     return fig
 
 
@@ -131,12 +150,19 @@ def check_markdown(check: pd.DataFrame, meta: dict, figures: dict[str, str], des
         rows = check[check["item"] == item]
         ok = bool(rows["passed"].astype(bool).all()) if len(rows) else False
         lines += [f"## ({item}) {title}: {'pass' if ok else 'FAIL'}", "", text, ""]
-        lines += ["| claim | measured | theory | err | result | detail |", "|---|---:|---:|---:|---|---|"]
+        lines += [
+            "| claim | measured | theory | err | result | criterion | detail |",
+            "|---|---:|---:|---:|---|---|---|",
+        ]
         for r in rows.itertuples(index=False):
             detail = str(r.detail).replace("|", "\\|")  # a literal | inside a table cell
+            caveat = str(getattr(r, "caveat", "") or "")
+            if caveat:
+                detail += f". Why this error is expected: {caveat}"
+            crit = str(getattr(r, "criterion", "") or "").replace("|", "\\|")
             lines.append(
                 f"| {r.claim} | {_md_number(r.measured)} | {_md_number(r.theory)} | {pct(r.rel_err)} | "
-                f"{'pass' if r.passed else '**FAIL**'} | {detail} |"
+                f"{'pass' if r.passed else '**FAIL**'} | {crit} | {detail} |"
             )
         lines.append("")
         for stem, items in FIGURES.items():

@@ -10,15 +10,20 @@ from rich.table import Table
 
 
 def fmt(x: float, digits: int = 4) -> str:
-    """A number in ``digits`` significant digits; "-" for a missing one (None or NaN),
-    "inf" / "-inf" for an infinite one."""
+    """``digits`` significant digits; "-" for a missing one (None or NaN), "inf" / "-inf"
+    for an infinite one; exponents always short (6.554e4, 2.62e8, 1.9e-11), never
+    Python's 6.554e+04, so a column of numbers has one format."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
     if isinstance(x, float) and math.isinf(x):
         return "inf" if x > 0 else "-inf"
     if x == 0 or 1e-2 <= abs(x) < 1e5:
-        return f"{x:.{digits}g}"
-    mantissa, exp = f"{x:.{digits - 2}e}".split("e")
+        out = f"{x:.{digits}g}"
+        if "e" not in out:
+            return out
+        mantissa, exp = out.split("e")
+        return f"{mantissa}e{int(exp)}"
+    mantissa, exp = f"{x:.{max(digits - 1, 0)}e}".split("e")  # the same significant digits as above
     return f"{mantissa}e{int(exp)}"
 
 

@@ -1,0 +1,362 @@
+"""What a reader sees: every figure 7 in wide with every configuration drawn and
+distinguishable, axis limits from the measured data (predictions outside clipped and
+marked), coinciding curves named; verdicts that state their criterion.
+
+The frames are synthetic, built here by hand, so the expected properties (which
+series coincide, which prediction leaves the data's range, which verdict) are known
+without running a model."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.lines import Line2D
+from rich.console import Console
+
+from tinit.experiments.depth_sweep import LAW_TOL, TRANSFER_TOL, assemble, round_to_inputs, transfer_verdict
+from tinit.model.config import ModelConfig
+from tinit.results.plot_depth_sweep import depth_sweep_slope_table, depth_sweep_table, plot_depth_sweep
+from tinit.results.plot_grad_norms import grad_norms_table, plot_grad_norms, plot_stream_grads
+from tinit.results.plot_params import EQUAL_COLORS, plot_params
+from tinit.results.plots import plot_variance
+from tinit.results.report_check import check_table
+from tinit.results.style import CONFIG_MARKERS, FONT, FULL_WIDTH, coincidences
+from tinit.results.tables import fmt
+
+CONFIGS = [("naive", "pre"), ("scaled", "pre"), ("naive", "post"), ("scaled", "post")]
+
+
+def _lines(fig, prefix: str) -> dict[str, Line2D]:
+    out = {}
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            gid = line.get_gid() or ""
+            if gid.startswith(prefix):
+                out.setdefault(gid[len(prefix) :], line)
+    return out
+
+
+def _footnote(fig) -> str:
+    return " ".join(t.get_text() for t in fig.texts if t.get_gid() == "footnote")
+
+
+def _render(table) -> str:
+    console = Console(width=100, record=True)
+    console.print(table)
+    return console.export_text()
+
+
+def _variance_frame(L: int = 6) -> pd.DataFrame:
+    """Four configurations: naive/pre grows, scaled/pre flat, and the two post-norm
+    configurations identical (they must be named as coinciding and drawn apart)."""
+    rows = []
+    rng = np.random.default_rng(0)
+    for init, pos in CONFIGS:
+        v0 = 1e-3
+        s2 = 1e-3 if init == "naive" else 1e-3 / (2 * L)
+        v = v0
+        for k in range(2 * L + 1):
+            layer, sub = (-1, "embed") if k == 0 else ((k - 1) // 2, "attn" if k % 2 else "ffn")
+            b = math.nan if k == 0 else s2 * (1 + 0.01 * rng.standard_normal()) if pos == "pre" else 1e-4
+            if pos == "post":
+                stream = v0 if k == 0 else 1.0 + 1e-4
+            else:
+                v = v0 if k == 0 else v + b
+                stream = v
+            rows.append({
+                "init": init, "norm_position": pos, "n_layers": L, "seed": 0, "k": k, "layer": layer,
+                "sublayer": sub, "stream_var": stream, "branch_var": b, "cross_corr": 0.0,
+                "stream_var_rel": stream / v0, "pred_cumulative": stream * 1.01, "pred_closed": stream * 1.02,
+                "stream_var_normed": math.nan,
+            })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_variance_plot_shows_every_configuration_apart():
+    fig = plot_variance(_variance_frame(), "title")
+    assert fig.get_figwidth() == pytest.approx(FULL_WIDTH)
+    measured, theory = _lines(fig, "measured:"), _lines(fig, "theory:")
+    assert set(measured) == {f"{i}/{p}" for i, p in CONFIGS} == set(theory)
+    # the identical post-norm configurations: distinct markers, and named in the note
+    assert measured["naive/post"].get_marker() != measured["scaled/post"].get_marker()
+    assert "naive/post and scaled/post lie on top of each other" in _footnote(fig)
+    # theory is told apart from measurement by its line style, and drawn on top
+    for name in measured:
+        assert measured[name].get_linestyle() != theory[name].get_linestyle()
+        assert theory[name].get_zorder() > measured[name].get_zorder()
+    for ax in fig.axes:
+        if not ax.axison:  # the row that holds the configurations' legend
+            assert {t.get_text() for t in ax.get_legend().get_texts()} == {
+                f"{i} init, {p}-norm" for i, p in CONFIGS}  # fmt: skip
+            continue
+        assert ax.get_xlabel() and ax.get_ylabel()
+        assert ax.title.get_fontsize() >= FONT
+    # every measured point of a stream panel lies inside its limits
+    for line in measured.values():
+        lo, hi = line.axes.get_ylim()
+        y = np.asarray(line.get_ydata(), dtype=float)
+        y = y[np.isfinite(y)]
+        assert lo <= y.min() and y.max() <= hi
+
+
+def test_stream_grads_clips_a_prediction_far_below_the_data():
+    k = np.arange(0, 9)
+    rows = []
+    for init, pos in CONFIGS:
+        meas = np.full(len(k), 1e-3) * (1 + 0.1 * (init == "naive"))
+        pred = np.full(len(k), 1e-3) if pos == "pre" else 1e-3 * 10.0 ** (-2 * (8 - k))  # down to 1e-19
+        for kk, m, p in zip(k, meas, pred, strict=True):
+            rows.append({"init": init, "norm_position": pos, "k": kk, "stream_grad_rms": m,
+                         "pred_stream_grad_rms": p})  # fmt: skip
+    fig = plot_stream_grads(pd.DataFrame(rows), "title")
+    ax = fig.axes[0]
+    lo, hi = ax.get_ylim()
+    assert lo > 1e-5  # the axis is the data's (1e-3, 1.1e-3), not 16 decades of prediction
+    clipped = [ln for ln in ax.get_lines() if ln.get_gid() == "clipped"]
+    assert clipped and all(np.allclose(ln.get_ydata(), lo) for ln in clipped)
+    assert "leaves the measured range" in _footnote(fig)
+    assert set(_lines(fig, "measured:")) == {f"{i}/{p}" for i, p in CONFIGS}
+
+
+def test_grad_norms_linear_axis_for_a_narrow_range_and_coincidence_named():
+    rows = []
+    for init, pos in CONFIGS[2:]:
+        for t in ("down", "o"):
+            for layer in range(12):
+                rows.append({"init": init, "norm_position": pos, "tensor": t, "layer": layer,
+                             "grad_norm": 4.93e-3 * (1 + 0.003 * (layer % 3))})  # fmt: skip
+    fig = plot_grad_norms(pd.DataFrame(rows), "both", "title")
+    assert fig.get_figwidth() == pytest.approx(FULL_WIDTH)
+    for ax in fig.axes:
+        assert ax.get_yscale() == "linear"  # 1% of spread: no log axis
+        lo, hi = ax.get_ylim()
+        assert lo <= 4.93e-3 and hi >= 4.93e-3 * 1.006
+    m = _lines(fig, "measured:")
+    assert m["naive/post"].get_marker() == CONFIG_MARKERS[("naive", "post")] != m["scaled/post"].get_marker()
+    assert "naive/post and scaled/post" in _footnote(fig)
+
+
+def _sweep_records(depths=(1, 4, 12, 24), seeds=2) -> list[dict]:
+    """naive/pre: v_2L = v0 + 2L s2 with s2 growing 10% per depth step (so the per-depth
+    law and the constant-s2 line differ); scaled/pre: flat at v0 + s2 (+0.5%/depth)."""
+    recs = []
+    for init in ("naive", "scaled"):
+        for j, L in enumerate(depths):
+            for seed in range(seeds):
+                v0 = 1.0 + 0.001 * seed
+                s2 = 0.01 * 1.1**j
+                if init == "naive":
+                    v_final, b = v0 + 2 * L * s2, s2
+                else:
+                    v_final, b = (v0 + 0.01) * (1 + 0.005 * j + 0.0005 * seed), 0.01 / (2 * L)
+                recs.append({
+                    "init": init, "norm_position": "pre", "n_layers": L, "seed": seed, "v0": v0,
+                    "v_final": v_final, "v_final_rel": v_final / v0, "branch_var_mean": b,
+                    "sigma2_rel": b / v0,
+                    "pred_closed_final": v0 + 2 * L * b, "rel_err_closed": v_final / (v0 + 2 * L * b) - 1,
+                    "max_abs_cross_corr": 0.01, "grad_ratio": math.nan,
+                })  # fmt: skip
+    return recs
+
+
+def test_depth_sweep_verdicts_and_figure_agree():
+    res = assemble(_sweep_records(), [("naive", "pre"), ("scaled", "pre")], ModelConfig())
+    fit, summary = res["depth_sweep_fit"], res["depth_sweep_summary"]
+    f = fit.set_index("init")
+    assert (fit["transfer_from"] == 12).all() and (fit["transfer_to"] == 24).all()  # 12 swept: 12 -> deepest
+    # by hand: scaled v_2L changes by (1 + 0.015)/(1 + 0.01) - 1 ~ +0.5% between 12 and 24: resolved by
+    # the two seeds or not, it is far inside 10%; naive roughly doubles
+    assert f.loc["scaled", "transfer_ratio"] == pytest.approx(1.015 / 1.01, rel=1e-3)
+    assert f.loc["scaled", "transfers"] == "yes" and f.loc["naive", "transfers"] == "no"
+    assert f.loc["naive", "law_max_rel_err"] == pytest.approx(0.0, abs=1e-12)  # v_final is the law here
+    assert bool(f.loc["naive", "law_holds"])
+    assert f.loc["scaled", "theory_slope"] == 0.0  # a flat theory curve: exactly 0, not round-off
+    fig = plot_depth_sweep(summary, fit, "title")
+    assert fig.get_figwidth() == pytest.approx(FULL_WIDTH)
+    theory = _lines(fig, "theory:")
+    # the pre-norm law is drawn per depth: 1 + 2L s2(L)/v0 with each depth's own s2
+    naive = summary[summary["init"] == "naive"].sort_values("n_layers")
+    expected = 1 + 2 * naive["n_layers"] * naive["sigma2_rel_mean"]
+    assert np.allclose(theory["naive/pre"].get_ydata(), expected)
+    text = " ".join(t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts())
+    assert "naive/pre: ×" in text and "transfers: no" in text
+    assert "scaled/pre: ×" in text and "transfers: yes" in text
+    for ax in fig.axes:  # integer depth ticks, never "10.0"
+        labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+        assert labels and all("." not in s for s in labels)
+    out = _render(depth_sweep_table(fit, summary, "t"))
+    assert f"≤{TRANSFER_TOL:.0%}" in out and f"≤{LAW_TOL:.0%}" in out and "v(24)/v(12)" in out
+    slope = _render(depth_sweep_slope_table(fit, summary, "t"))
+    row = next(line for line in slope.splitlines() if line.startswith("scaled/pre"))
+    assert row.split()[4] == "0"  # config, slope, ±, se, theory
+
+
+def test_transfer_verdict_and_rounding_by_hand():
+    assert transfer_verdict(1.002, 3e-5) == "yes"  # statistically certain, practically nil
+    assert transfer_verdict(1.155, 0.001) == "no"
+    assert transfer_verdict(1.09, 0.01) == "unclear"  # 1.09 +- 0.02 straddles 1.10
+    assert transfer_verdict(1.09, math.nan) == "yes"  # one seed: the point estimate
+    assert round_to_inputs(-3.4e-20, np.array([1.0, 1.0]), np.array([1, 80])) == 0.0
+    assert round_to_inputs(0.02, np.array([1.0, 2.6]), np.array([1, 80])) == 0.02
+
+
+def test_coincidences_by_axis_fraction():
+    groups = coincidences({"a": [1.0, 2.0], "b": [1.0, 2.0], "c": [5.0, 9.0]})
+    assert groups == [["a", "b"]]
+
+
+def test_params_plot_for_gpt2_shapes_all_bars_visible():
+    params = pd.DataFrame([
+        {"tying": t, "component": c, "count": n}
+        for t in ("tied", "untied")
+        for c, n in (("embedding", 38597376), ("attention", 28348416), ("ffn", 56669184),
+                     ("head", 0 if t == "tied" else 38597376))
+    ])  # fmt: skip
+    ffn = pd.DataFrame({"variant": ["classic FFN at 4d", "SwiGLU at 8d/3 (unrounded)"],
+                        "ffn": ["gelu", "swiglu"], "d_ff": [3072, 2048], "weights": [4718592, 4718592],
+                        "classic_weights": [4718592] * 2, "ratio": [1.0, 1.0],
+                        "equal": [True, True]})  # fmt: skip
+    summary = pd.DataFrame([{"total_untied": 162212352, "saved": 38597376, "saved_frac_untied": 0.238}])
+    fig = plot_params(params, ffn, summary, "gpt2")
+    assert fig.get_figwidth() == pytest.approx(FULL_WIDTH)
+    ax = next(a for a in fig.axes if a.get_title().startswith("Gated"))
+    widths = [p.get_width() for p in ax.patches]
+    # every bar drawn, each a real share of the axis (not an empty panel of -0.04..0.10)
+    assert len(widths) == 2 and all(w > 0.4 * ax.get_xlim()[1] for w in widths)
+    assert all(p.get_facecolor()[:3] == pytest.approx(_rgb(EQUAL_COLORS[True])) for p in ax.patches)
+    legend_colors = [h.get_facecolor()[:3] for h in ax.get_legend().get_patches()]
+    assert pytest.approx(_rgb(EQUAL_COLORS[True])) in legend_colors  # the legend shows the bars' colour
+
+
+def _rgb(c: str) -> tuple[float, float, float]:
+    from matplotlib.colors import to_rgb
+
+    return to_rgb(c)
+
+
+def test_check_table_states_criteria_and_explains_a_pass_with_a_large_error():
+    check = pd.DataFrame([
+        {"item": "c", "claim": "post-norm gain", "measured": 2.3793, "theory": 1.0, "rel_err": 1.3793,
+         "passed": True, "criterion": "nearer theory than 1 (log)",
+         "caveat": "the prediction leaves out the branch paths", "detail": ""},
+        {"item": "d", "claim": "count", "measured": 65540.0, "theory": 2.62144e8, "rel_err": 0.0,
+         "passed": True, "criterion": "exact", "caveat": "", "detail": ""},
+    ])  # fmt: skip
+    out = _render(check_table(check, "t"))
+    assert "+137.93%†" in out and "branch paths" in out and "exact" in out
+    assert "6.554e4" in out and "2.621e8" in out and "e+" not in out  # one exponent format
+
+
+def test_fmt_one_exponent_style():
+    assert fmt(65540.0) == "6.554e4" and fmt(2.62144e8) == "2.621e8" and fmt(0.5) == "0.5"
+
+
+def test_grad_norms_table_explains_a_huge_meas_over_pred():
+    summary = pd.DataFrame([{"init": "naive", "norm_position": "post", "down_ratio_first_last": 1.0,
+                             "down_max_min": 1.0, "o_ratio_first_last": 1.0, "o_max_min": 1.0,
+                             "stream_grad_ratio": 9.4e5, "pred_stream_grad_ratio": 6.3e-13}])  # fmt: skip
+    out = _render(grad_norms_table(summary, "t"))
+    assert "†" in out and "branch paths" in out
+
+
+@pytest.mark.parametrize("value", ["5", "8"])  # not swept; the deepest itself
+def test_transfer_from_must_be_a_swept_depth_below_the_deepest(tmp_path, value):
+    from helpers import assert_one_line_error
+    from typer.testing import CliRunner
+
+    from tinit.cli import app
+
+    out = tmp_path / "run"
+    args = ["depth-sweep", "--layers", "4,8", "--transfer-from", value, "-o", str(out)]
+    res = CliRunner().invoke(app, args)
+    assert_one_line_error(res, "--transfer-from", out)
+
+
+def test_depth_sweep_help_states_the_tolerances_the_code_uses():
+    from typer.testing import CliRunner
+
+    from tinit.cli import app
+
+    res = CliRunner().invoke(app, ["depth-sweep", "--help"], env={"COLUMNS": "200"})
+    text = " ".join(res.output.split())
+    assert f"within 1 +- {TRANSFER_TOL:.0%}" in text and f"within {LAW_TOL:.0%}" in text
+    assert "12 (--transfer-from)" in text
+
+
+def test_norms_plot_one_meaning_per_line_style_and_bar_legend_matches():
+    from tinit.results.plot_norms import NORM_STYLES, PASS_STYLES, plot_norms
+
+    timing, ratio = [], []
+    for impl in ("eager", "functional", "compiled"):
+        for p in ("forward", "forward_backward"):
+            for rows, d in ((4, 8), (8, 16)):
+                for norm in ("rmsnorm", "layernorm"):
+                    saved = {"eager": 1.0, "functional": 1.0, "compiled": 0.000244}[impl]
+                    saved *= 2 if norm == "layernorm" else 1
+                    n_bytes = rows * d * 4
+                    timing.append({"norm": norm, "impl": impl, "pass": p, "rows": rows, "d_model": d,
+                                   "available": True, "time_ms": 0.1 * (1 + (norm == "layernorm")),
+                                   "saved_bytes_extra": saved * n_bytes, "input_bytes": n_bytes})  # fmt: skip
+                ratio.append({"impl": impl, "pass": p, "rows": rows, "d_model": d, "time_ratio": 2.0})
+    fig = plot_norms(pd.DataFrame(timing), pd.DataFrame(ratio), "t")
+    assert fig.get_figwidth() == pytest.approx(FULL_WIDTH)
+    ratio_ax, fwd_ax, fb_ax, bar_ax = fig.axes
+    # dashed means forward + backward, and nothing else anywhere
+    assert PASS_STYLES["forward_backward"] == "--" and "--" not in NORM_STYLES.values()
+    for ax in (fwd_ax, fb_ax):
+        assert {ln.get_linestyle() for ln in ax.get_lines()} <= {"-", ":"}
+    # the smallest bar (compiled, 0.000244) is visible: a log axis reaching below it
+    assert bar_ax.get_yscale() == "log" and bar_ax.get_ylim()[0] < 0.000244
+    # the bar legend does not claim an implementation's colour for a norm
+    impl_rgb = {_rgb(c) for c in ("#9467bd", "#8c564b", "#17becf")}
+    for patch in bar_ax.get_legend().get_patches():
+        assert tuple(round(v, 3) for v in patch.get_facecolor()[:3]) not in {
+            tuple(round(v, 3) for v in c) for c in impl_rgb}  # fmt: skip
+
+
+def _attention_frame(inputs=("unit",)) -> pd.DataFrame:
+    rows = []
+    for name in inputs:
+        for scaled in (False, True):
+            for dh in (16, 64):
+                pred = 1.0 if scaled else float(dh)
+                rows.append({"input": name, "scaled": scaled, "head_dim": dh, "logit_var": pred * 1.01,
+                             "logit_var_se": 0.01 * pred, "pred_logit_var": pred, "entropy_rel": 0.5,
+                             "max_weight": 0.3, "max_weight_uniform": 0.1})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("inputs", [("unit",), ("unit", "model")])
+def test_attention_scale_plot_names_the_model_input_only_when_drawn(inputs):
+    from tinit.results.plot_attention_scale import plot_attention_scale
+
+    fig = plot_attention_scale(_attention_frame(inputs), "t")
+    assert fig.get_figwidth() == pytest.approx(FULL_WIDTH)
+    label = fig.axes[0].get_xlabel()
+    assert ("model input" in label) == ("model" in inputs)
+    entries = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert sum("unit q, k" in e for e in entries) == 2
+    assert sum("model at init" in e for e in entries) == (2 if "model" in inputs else 0)
+
+
+def test_check_variance_short_run_drawn_as_markers_on_the_long_one():
+    from tinit.results.report_check import plot_check_variance
+
+    rows = []
+    for branch, inits in (("model", ("naive", "scaled")), ("gaussian", ("naive",))):
+        for init in inits:
+            for L in ((12, 80) if branch == "model" else (12,)):
+                for k in range(2 * L + 1):
+                    v = 1.0 + 0.01 * k * (1 if init == "naive" else 0.05)
+                    rows.append({"branch": branch, "init": init, "n_layers": L, "k": k, "stream_var": v,
+                                 "pred_cumulative": v, "cov_z": 0.1})  # fmt: skip
+    fig = plot_check_variance(pd.DataFrame(rows), 0.01, "t")
+    assert fig.get_figwidth() == pytest.approx(FULL_WIDTH)
+    m = _lines(fig, "measured:")
+    assert set(m) == {"naive/12", "naive/80", "scaled/12", "scaled/80"}
+    assert m["naive/12"].get_linestyle() == "None" and m["naive/12"].get_marker() == "o"
+    assert m["naive/12"].get_zorder() > m["naive/80"].get_zorder()
+    assert "share their draws" in _footnote(fig)
