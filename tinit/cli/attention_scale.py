@@ -1,19 +1,17 @@
 """``tinit attention-scale``: attention-logit variance and softmax sharpness at init,
 with and without the 1/sqrt(d_h) scale."""
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import pandas as pd
 import typer
-from rich.table import Table
 
-from ..experiments.attention_scale import check_head_dims, run_attention_scale
 from ..model.config import ConfigError
-from ..results.plot_attention_scale import plot_attention_scale
-from ..results.tables import error_style, fmt, pct, summary_table
 from . import app
 from .options import SHARED, SharedOptions, shared_options
-from .runner import Outputs, configs_or_exit, execute
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from rich.table import Table
 
 #: Shared options that do not change the logits of layer 0's W_Q, W_K on a normalised
 #: stream (d_model is n_heads * d_h here).
@@ -39,9 +37,11 @@ def positive_int_list(value: str | list[int], option: str) -> list[int]:
     return out
 
 
-def attention_scale_table(frame: pd.DataFrame, title: str = "") -> Table:
+def attention_scale_table(frame: "pd.DataFrame", title: str = "") -> "Table":
     """One row per (input, d_h, scale): logit variance against theory, and the softmax's
     relative entropy and largest weight."""
+    from ..results.tables import error_style, fmt, pct, summary_table
+
     t = summary_table(
         title, "err = measured / theory - 1 (se: standard error); H = entropy / log(visible keys)"
     )
@@ -97,6 +97,10 @@ def attention_scale(
 
     Writes attention_scale.csv, attention_scale.png and config.json to a new run folder.
     """
+    from ..experiments.attention_scale import check_head_dims, run_attention_scale
+    from ..results.plot_attention_scale import plot_attention_scale
+    from .runner import Outputs, configs_or_exit, execute
+
     try:
         dims = check_head_dims(positive_int_list(head_dims, "--head-dims"), opts.positions)
     except ConfigError as exc:

@@ -4,11 +4,8 @@ from typing import Annotated
 
 import typer
 
-from ..experiments.depth_sweep import parse_layers, run_depth_sweep
-from ..results.plot_depth_sweep import depth_sweep_table, plot_depth_sweep
 from . import app
 from .options import MODEL, SharedOptions, shared_options
-from .runner import Outputs, configs_or_exit, execute
 from .variance import describe
 
 SWEEP = "Sweep"
@@ -61,6 +58,10 @@ def depth_sweep(
     Writes depth_sweep.csv, depth_sweep_summary.csv, depth_sweep_fit.csv,
     depth_sweep.png and config.json to a new run folder.
     """
+    from ..experiments.depth_sweep import parse_layers, run_depth_sweep
+    from ..results.plot_depth_sweep import depth_sweep_table, plot_depth_sweep
+    from .runner import Outputs, configs_or_exit, execute
+
     depths = configs_or_exit(lambda: parse_layers(layers))
     model, init, run = configs_or_exit(
         lambda: (

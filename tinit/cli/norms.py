@@ -1,26 +1,25 @@
 """``tinit norms``: RMSNorm vs LayerNorm, behaviour (invariances) and cost (time, saved
 bytes, parameters)."""
 
-from typing import Annotated
+import math
+from typing import TYPE_CHECKING, Annotated
 
-import pandas as pd
 import typer
-from rich.table import Table
 
-from ..experiments.norms import run_norms
-from ..results.plot_norms import plot_norms
-from ..results.tables import fmt, summary_table
 from . import app
 from .attention_scale import positive_int_list
 from .options import SHARED, SharedOptions, shared_options
-from .runner import Outputs, execute
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from rich.table import Table
 
 #: The shared options that apply: no model shape (this command has its own --d-model list).
 APPLICABLE = ("device", "dtype", "seed", "out", "format", "quiet")
 
 
 def _bytes(n: float) -> str:
-    if pd.isna(n):
+    if n is None or math.isnan(n):
         return "-"
     for unit in ("B", "KiB", "MiB"):
         if abs(n) < 1024:
@@ -29,7 +28,9 @@ def _bytes(n: float) -> str:
     return f"{n:.3g} GiB"
 
 
-def behaviour_table(frame: pd.DataFrame) -> Table:
+def behaviour_table(frame: "pd.DataFrame") -> "Table":
+    from ..results.tables import fmt, summary_table
+
     t = summary_table(
         "RMSNorm vs LayerNorm: behaviour (eps = 0)",
         "scale: x -> 3x; shift: x -> x + 2; input mean 0.5; tol = 8 eps(dtype) max|y|. "
@@ -45,7 +46,9 @@ def behaviour_table(frame: pd.DataFrame) -> Table:
     return t
 
 
-def ratio_table(ratio: pd.DataFrame, timing: pd.DataFrame, title: str) -> Table:
+def ratio_table(ratio: "pd.DataFrame", timing: "pd.DataFrame", title: str) -> "Table":
+    from ..results.tables import fmt, summary_table
+
     t = summary_table(
         title,
         "size: rows x d_model; times are medians; min: LN/RMS of the fastest samples; "
@@ -115,6 +118,10 @@ def norms(
     Writes norms_behaviour.csv, norms_timing.csv, norms_ratio.csv, norms.png and
     config.json to a new run folder.
     """
+    from ..experiments.norms import run_norms
+    from ..results.plot_norms import plot_norms
+    from .runner import Outputs, execute
+
     rows_list = positive_int_list(rows, "--rows")
     d_list = positive_int_list(d_models, "--d-model")
 

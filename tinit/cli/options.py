@@ -24,7 +24,7 @@ from ..model.config import (
     RunConfig,
 )
 from ..model.presets import PRESETS, get_preset
-from ..results.plots import FORMATS
+from ..results.formats import FORMATS
 from .clickcompat import ParameterSource, get_current_context
 
 MODEL, INIT, RUN, OUTPUT = "Model", "Initialisation", "Run", "Output"

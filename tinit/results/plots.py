@@ -12,7 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-FORMATS = ("png", "pdf", "svg")
+from .formats import FORMATS  # noqa: F401  (re-exported)
 
 # One colour per configuration, fixed so every plot of a run agrees.
 CONFIG_COLORS = {
