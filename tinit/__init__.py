@@ -9,12 +9,6 @@ command line's ``--help`` do not pay for torch, pandas and matplotlib.
 """
 
 from importlib import import_module
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("tinit")
-except PackageNotFoundError:  # running from a source tree
-    __version__ = "0.0.0+unknown"
 
 #: public name -> the submodule that defines it
 _LAZY = {
@@ -36,7 +30,19 @@ __all__ += ["run_attention_scale", "run_norms"]
 __all__ += ["run_check", "run_params"]
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tinit")
+    except PackageNotFoundError:  # running from a source tree
+        return "0.0.0+unknown"
+
+
 def __getattr__(name: str):
+    if name == "__version__":
+        value = globals()["__version__"] = _version()
+        return value
     if name in _LAZY:
         value = getattr(import_module(_LAZY[name], __name__), name)
         globals()[name] = value
@@ -45,4 +51,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | {"__version__"})
