@@ -122,3 +122,32 @@ def test_root_help_lists_every_command_and_version(monkeypatch):
     assert "--version" in text
     for command in COMMANDS:
         assert re.search(rf"^\s+{command}\s", text, re.M), command
+
+
+def test_a_table_column_has_one_number_format():
+    from tinit.results.tables import fmt_column
+
+    # all within 0.01 .. 10^4: plain, 4 significant digits
+    assert fmt_column([0.5, 1.0, 9999.0, float("nan")]) == ["0.5", "1", "9999", "-"]
+    # one value needs an exponent, so every value gets one (3 significant digits)
+    assert fmt_column([5.94e-4, 0.99445, 1.0, 0.0]) == ["5.94e-4", "9.94e-1", "1.00e0", "0"]
+    assert fmt_column([65536.0, 2.62144e8]) == ["6.55e4", "2.62e8"]  # never 6.554e+04 beside 2.62e8
+
+
+def test_cost_line_breaks_between_values_only():
+    from tinit.results.tables import cost_line
+
+    meta = {
+        "seconds": {"naive/pre": 0.58, "scaled/pre": 0.02}, "device": "cuda:0",
+        "device_name": "NVIDIA H200", "run": {"dtype": "bfloat16"}, "peak_gpu_memory_gib": {"a": 6.25},
+        "peak_rss_mib": 345.2,
+    }  # fmt: skip
+    values = ["0.6 s", "(longest: naive/pre 0.58 s)", "peak GPU memory 6.25 GiB"]
+    values.append("peak process memory 345 MiB")
+    one = cost_line(meta, width=300)
+    assert "\n" not in one and all(v in one for v in values)
+    for width in (80, 60, 45):
+        text = cost_line(meta, width=width)
+        assert max(map(len, text.splitlines())) <= width
+        assert all(v in text for v in values), text  # each value on one line
+        assert _squash(text) == _squash(one)

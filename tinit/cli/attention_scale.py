@@ -40,24 +40,25 @@ def positive_int_list(value: str | list[int], option: str) -> list[int]:
 def attention_scale_table(frame: "pd.DataFrame", title: str = "") -> "Table":
     """One row per (input, d_h, scale): logit variance against theory, and the softmax's
     relative entropy and largest weight."""
-    from ..results.tables import error_style, fmt, pct, summary_table
+    from ..results.tables import error_style, fmt, fmt_column, pct, summary_table
 
     t = summary_table(
         title, "err = measured / theory - 1 (se: standard error); H = entropy / log(visible keys)"
     )
     for col in ("input", "d_h", "scale", "logit var", "theory", "err", "err/se", "H", "max p"):
         t.add_column(col, justify="left" if col in ("input", "scale") else "right", no_wrap=True)
-    for r in frame.to_dict("records"):
-        z = (
-            (r["logit_var"] - r["pred_logit_var"]) / r["logit_var_se"]
-            if r["logit_var_se"] > 0
-            else float("nan")
-        )
+    records = frame.to_dict("records")
+    zs = [
+        (r["logit_var"] - r["pred_logit_var"]) / r["logit_var_se"] if r["logit_var_se"] > 0 else float("nan")
+        for r in records
+    ]
+    var, pred, z_col = fmt_column(frame["logit_var"]), fmt_column(frame["pred_logit_var"]), fmt_column(zs, 2)
+    h_col, p_col = fmt_column(frame["entropy_rel"], 3), fmt_column(frame["max_weight"], 3)
+    for i, r in enumerate(records):
         t.add_row(
             r["input"], str(r["head_dim"]), "1/sqrt(d_h)" if r["scaled"] else "none",
-            fmt(r["logit_var"]), fmt(r["pred_logit_var"]),
-            f"[{error_style(r['rel_err'])}]{pct(r['rel_err'])}[/]", fmt(z, 2),
-            fmt(r["entropy_rel"], 3), fmt(r["max_weight"], 3),
+            var[i], pred[i], f"[{error_style(r['rel_err'])}]{pct(r['rel_err'])}[/]", z_col[i], h_col[i],
+            p_col[i],
         )  # fmt: skip
     model = frame[frame["input"] == "model"]
     if len(model):

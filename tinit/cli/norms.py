@@ -29,7 +29,7 @@ def _bytes(n: float) -> str:
 
 
 def behaviour_table(frame: "pd.DataFrame") -> "Table":
-    from ..results.tables import fmt, summary_table
+    from ..results.tables import fmt_column, summary_table
 
     t = summary_table(
         "RMSNorm vs LayerNorm: behaviour (eps = 0)",
@@ -38,16 +38,17 @@ def behaviour_table(frame: "pd.DataFrame") -> "Table":
     )
     for col in ("check", "norm", "impl", "expected", "max|dev|", "tol", "pass"):
         t.add_column(col, justify="right" if col in ("max|dev|", "tol") else "left", no_wrap=True)
-    for r in frame.itertuples(index=False):
+    devs, tols = fmt_column(frame["max_abs_dev"], 3), fmt_column(frame["tolerance"], 2)
+    for i, r in enumerate(frame.itertuples(index=False)):
         ok = "[green]pass[/]" if r.passed else "[red]FAIL[/]"
-        dev, tol = fmt(r.max_abs_dev, 3), fmt(r.tolerance, 2)
+        dev, tol = devs[i], tols[i]
         check = "vs eager" if r.check.endswith("_vs_eager") else r.check
         t.add_row(check, r.norm, r.impl, r.expected, dev, tol, ok)
     return t
 
 
 def ratio_table(ratio: "pd.DataFrame", timing: "pd.DataFrame", title: str) -> "Table":
-    from ..results.tables import fmt, summary_table
+    from ..results.tables import fmt_column, summary_table
 
     t = summary_table(
         title,
@@ -56,10 +57,11 @@ def ratio_table(ratio: "pd.DataFrame", timing: "pd.DataFrame", title: str) -> "T
     )
     for col in ("impl", "pass", "size", "RMS ms", "LN ms", "LN/RMS", "min", "RMS bwd", "LN bwd"):
         t.add_column(col, justify="left" if col in ("impl", "pass", "size") else "right", no_wrap=True)
-    for r in ratio.to_dict("records"):
+    rms, ln = fmt_column(ratio["rmsnorm_ms"], 3), fmt_column(ratio["layernorm_ms"], 3)
+    for i, r in enumerate(ratio.to_dict("records")):
         t.add_row(
             r["impl"], "fwd" if r["pass"] == "forward" else "fwd+bwd", f"{r['rows']}x{r['d_model']}",
-            fmt(r["rmsnorm_ms"], 3), fmt(r["layernorm_ms"], 3), f"{r['time_ratio']:.2f}",
+            rms[i], ln[i], f"{r['time_ratio']:.2f}",
             f"{r['time_ratio_min']:.2f}", _bytes(r["rmsnorm_saved_bytes_extra"]),
             _bytes(r["layernorm_saved_bytes_extra"]),
         )  # fmt: skip

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from ..experiments.check import ITEMS, z_quantile
 from .plots import config_color, new_figure
-from .tables import fmt, pct, summary_table
+from .tables import fmt, fmt_column, pct, summary_table
 
 #: Figure stem -> the items it illustrates, in report order.
 FIGURES = {
@@ -42,13 +42,14 @@ def check_table(check: pd.DataFrame, title: str = "") -> Table:
         t.add_column(col, justify="right", no_wrap=True)
     t.add_column("result", no_wrap=True)
     last = None
-    for r in check.itertuples(index=False):
+    measured, theory = fmt_column(check["measured"]), fmt_column(check["theory"])  # one format a column
+    for i, r in enumerate(check.itertuples(index=False)):
         ok = bool(r.passed)
         t.add_row(
             f"({r.item})" if r.item != last else "",
             r.claim,
-            fmt(r.measured),
-            fmt(r.theory),
+            measured[i],
+            theory[i],
             pct(r.rel_err),
             "[green]pass[/]" if ok else "[bold red]FAIL[/]",
             end_section=False,
