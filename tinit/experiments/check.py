@@ -549,12 +549,14 @@ def _run_check(model, init, run, deep_layers, head_dims, alpha, progress) -> Exp
     rows += depth_rows(runs, short, long, alpha)
 
     meter.start()
+    start, steps = tick.done, 2 * 2 * short  # the gradient run's forward and backward steps move our bar
     try:
         grads = run_grad_norms(model, init, run, inits=("naive",), norm_positions=("pre", "post"),
-                               progress=lambda d, t: None)  # fmt: skip
+                               progress=lambda d, t: tick(start + d - tick.done))  # fmt: skip
     except IncompleteRun as exc:
         raise failed("gradient norms", exc.result.error or str(exc)) from exc
-    tick(2 * 2 * short)
+    if tick.done < start + steps:
+        tick(start + steps - tick.done)
     meter.stop("grad_norms", [grads.meta])
     frames["stream_grads"] = grads["stream_grads"]
     frames["grad_summary"] = grads["summary"]
