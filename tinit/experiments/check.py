@@ -510,8 +510,10 @@ def _run_check(model, init, run, deep_layers, head_dims, alpha, progress) -> Exp
     plan = [("model", "naive", short), ("gaussian", "naive", short), ("model", "scaled", short),
             ("model", "naive", long), ("model", "scaled", long)]  # fmt: skip
     tick = ProgressCounter(progress, sum(L for _, _, L in plan) + 2 * 2 * short + len(head_dims) + 1)
+    # (variance: naive and scaled pre-norm; gradients: naive pre- and post-norm)
+    grid = [("naive", "pre"), ("scaled", "pre"), ("naive", "post")]
     meta = run_meta(model, init, run, device, streamed=stream, deep_layers=long, head_dims=list(head_dims),
-                    alpha=alpha, items={k: v[0] for k, v in ITEMS.items()})  # fmt: skip
+                    alpha=alpha, items={k: v[0] for k, v in ITEMS.items()}, configurations=grid)  # fmt: skip
     meter = Meter(device)
     frames: dict[str, pd.DataFrame] = {}
     rows: list[dict] = []
