@@ -12,6 +12,7 @@ Target (issue 11): `tinit --help` and `tinit <cmd> -h` well under 1 s on an idle
 """
 
 import argparse
+import csv
 import os
 import platform
 import statistics
@@ -86,11 +87,12 @@ def main() -> None:
         rows.append((name, statistics.median(whole), min(whole), max(whole), tail))
     print("target: tinit --help and tinit <cmd> -h well under 1 s on an idle machine")
     args.csv.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.csv, "w") as f:
+    with open(args.csv, "w", newline="") as f:
         f.write(f"# load before {before}, after {after}; {os.cpu_count()} cores\n")
-        f.write("command,median_s,min_s,max_s,after_last_line_s\n")
-        for name, med, lo, hi, tail in rows:
-            f.write(f'"{name}",{med:.4f},{lo:.4f},{hi:.4f},{tail:.4f}\n')
+        w = csv.writer(f)
+        w.writerow(["command", "median_s", "min_s", "max_s", "after_last_line_s"])
+        for name, *values in rows:
+            w.writerow([name, *(f"{v:.4f}" for v in values)])
     print(f"wrote {args.csv}")
 
 
