@@ -151,3 +151,10 @@ def test_cost_line_breaks_between_values_only():
         assert max(map(len, text.splitlines())) <= width
         assert all(v in text for v in values), text  # each value on one line
         assert _squash(text) == _squash(one)
+
+
+def test_tinit_alone_prints_the_help_and_exits_0(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    alone = CliRunner().invoke(app, [])
+    assert alone.exit_code == 0
+    assert alone.stdout == _help([], monkeypatch) and "Error" not in alone.output

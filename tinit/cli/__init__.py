@@ -107,10 +107,13 @@ class _OneLineErrors(TyperGroup):
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except UsageError as exc:
-            msg = " ".join(exc.format_message().split())
             if not standalone_mode:
                 raise
-            if not msg:  # `tinit` alone: the help was printed, nothing went wrong
+            if type(exc).__name__ == "NoArgsIsHelpError":  # `tinit` alone: the help, nothing wrong
+                typer.echo(exc.format_message())
+                sys.exit(0)
+            msg = " ".join(exc.format_message().split())
+            if not msg:  # (typer's rich help prints the help itself and leaves no message)
                 sys.exit(0)
             typer.echo(f"Error: {msg}", err=True)
             sys.exit(2)
