@@ -35,7 +35,9 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=80)
     ap.add_argument("--csv", type=Path, default=HERE / "out" / "bench_variance_cpu.csv")
     args = ap.parse_args()
-    tinit = [sys.executable, "-m", "tinit", "variance", "--layers", str(args.layers), "-q", "--device", "cpu"]
+    # the bare script runs on torch's default threads: give tinit the same (its own default is 1)
+    tinit = [sys.executable, "-m", "tinit", "variance", "--layers", str(args.layers), "-q", "--device", "cpu",
+             "--threads", str(torch.get_num_threads())]  # fmt: skip
     bare = [sys.executable, str(HERE / "_bare_forward.py"), str(args.layers)]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -110,7 +110,7 @@ def test_cost_line_names_device_time_and_memory():
         "seconds": {"naive/pre": 0.5, "scaled/pre": 0.25},
         "peak_gpu_memory_gib": {"naive/pre": 5.5, "scaled/pre": 5.25}, "peak_rss_mib": 900.4,
     }  # fmt: skip
-    line = cost_line(meta)
+    line = cost_line(meta, width=200)  # (at the terminal's width it breaks between values)
     assert line == (
         "Measured on cuda:0 (NVIDIA H200), bfloat16, streamed: 0.8 s in 2 parts "
         "(longest: naive/pre 0.50 s); peak GPU memory 5.50 GiB; peak process memory 900 MiB"

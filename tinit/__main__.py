@@ -1,3 +1,35 @@
-from .cli import main
+"""``python -m tinit``, and the ``tinit`` console script's entry point.
 
-main()
+The CLI is imported inside :func:`main`, so a Ctrl-C even while Python imports it
+ends in one line, not a traceback."""
+
+import sys
+
+
+def interrupted() -> None:
+    """The one line a Ctrl-C outside a measurement prints; exit code 130 (128 + SIGINT)."""
+    try:
+        if sys.stderr.isatty():
+            sys.stderr.write("\n")  # past the terminal's ^C
+        sys.stderr.write("Interrupted.\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    # CPython (3.11) marks a KeyboardInterrupt that escapes code run by exec(str) (a
+    # dataclass or namedtuple being created when the Ctrl-C came) as unhandled even when
+    # it was caught, and then ends the process by SIGINT instead of this exit code; the
+    # next exec of a string clears that mark.
+    exec("None")
+    raise SystemExit(130)
+
+
+def main() -> None:
+    try:
+        from .cli import main as cli_main
+    except KeyboardInterrupt:
+        interrupted()
+    cli_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -17,6 +17,16 @@ LAW_TOL = 0.10
 #: The default reference depth of the transfer check (when swept and not the deepest).
 TRANSFER_FROM = 12
 
+#: The check's default sizes, for the library and ``tinit check`` alike: small enough
+#: that the whole check runs in well under a minute on a 2-core CPU (5 forward passes of
+#: 12 + 12 + 12 + 80 + 80 layers of 4 x 64 tokens at d = 64, two 12-layer backward
+#: passes and a few unit-q,k draws). Everything else is ModelConfig's, InitConfig's and
+#: RunConfig's default.
+CHECK_MODEL = {"n_layers": 12, "d_model": 64, "n_heads": 4, "max_seq_len": 64}
+CHECK_RUN = {"batch": 4, "seq_len": 64}
+#: The long depth of (b), the head sizes of (e) and the level of every test.
+CHECK_DEEP_LAYERS, CHECK_HEAD_DIMS, CHECK_ALPHA = 80, (16, 64, 256), 0.01
+
 #: Item -> (title, the one-paragraph explanation check.md prints).
 ITEMS: dict[str, tuple[str, str]] = {
     "a": (

@@ -1,20 +1,18 @@
 """``tinit attention-scale``: attention-logit variance and softmax sharpness at init,
 with and without the 1/sqrt(d_h) scale."""
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import pandas as pd
 import typer
-from rich.table import Table
 
-from ..experiments.attention_scale import check_head_dims, run_attention_scale
 from ..model.config import ConfigError
-from ..results.plot_attention_scale import plot_attention_scale
-from ..results.tables import error_style, fmt, pct, summary_table
 from . import app
 from .common import positive_int_list
 from .options import SHARED, SharedOptions, shared_options
-from .runner import Outputs, configs_or_exit, execute
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from rich.table import Table
 
 #: Shared options that do not change the logits of layer 0's W_Q, W_K on a normalised
 #: stream (d_model is n_heads * d_h here).
@@ -24,25 +22,28 @@ NOT_APPLICABLE = (
 )  # fmt: skip
 
 
-def attention_scale_table(frame: pd.DataFrame, title: str = "") -> Table:
+def attention_scale_table(frame: "pd.DataFrame", title: str = "") -> "Table":
     """One row per (input, d_h, scale): logit variance against theory, and the softmax's
     relative entropy and largest weight."""
+    from ..results.tables import error_style, fmt, fmt_column, pct, summary_table
+
     t = summary_table(
         title, "err = measured / theory - 1 (se: standard error); H = entropy / log(visible keys)"
     )
     for col in ("input", "d_h", "scale", "logit var", "theory", "err", "err/se", "H", "max p"):
         t.add_column(col, justify="left" if col in ("input", "scale") else "right", no_wrap=True)
-    for r in frame.to_dict("records"):
-        z = (
-            (r["logit_var"] - r["pred_logit_var"]) / r["logit_var_se"]
-            if r["logit_var_se"] > 0
-            else float("nan")
-        )
+    records = frame.to_dict("records")
+    zs = [
+        (r["logit_var"] - r["pred_logit_var"]) / r["logit_var_se"] if r["logit_var_se"] > 0 else float("nan")
+        for r in records
+    ]
+    var, pred, z_col = fmt_column(frame["logit_var"]), fmt_column(frame["pred_logit_var"]), fmt_column(zs, 2)
+    h_col, p_col = fmt_column(frame["entropy_rel"], 3), fmt_column(frame["max_weight"], 3)
+    for i, r in enumerate(records):
         t.add_row(
             r["input"], str(r["head_dim"]), "1/sqrt(d_h)" if r["scaled"] else "none",
-            fmt(r["logit_var"]), fmt(r["pred_logit_var"]),
-            f"[{error_style(r['rel_err'])}]{pct(r['rel_err'])}[/]", fmt(z, 2),
-            fmt(r["entropy_rel"], 3), fmt(r["max_weight"], 3),
+            var[i], pred[i], f"[{error_style(r['rel_err'])}]{pct(r['rel_err'])}[/]", z_col[i], h_col[i],
+            p_col[i],
         )  # fmt: skip
     model = frame[frame["input"] == "model"]
     if len(model):
@@ -82,6 +83,10 @@ def attention_scale(
 
     Writes attention_scale.csv, attention_scale.png and config.json to a new run folder.
     """
+    from ..experiments.attention_scale import check_head_dims, run_attention_scale
+    from ..results.plot_attention_scale import plot_attention_scale
+    from .runner import Outputs, configs_or_exit, execute
+
     try:
         dims = check_head_dims(positive_int_list(head_dims, "--head-dims"), opts.positions)
     except ConfigError as exc:

@@ -1,28 +1,22 @@
 """``tinit audit``: measure the init of a model tinit did not build (a Hugging Face
 config, or a user's module), against a scheme; exit 3 when any weight deviates."""
 
+from __future__ import annotations
+
 import math
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
-from ..adapters.loaders import infer_vocab, load_hf, load_module, max_positions, parse_set
-from ..adapters.roles import classify_roles
-from ..adapters.sites import find_sites
-from ..experiments.audit import Expectation, run_audit
-from ..experiments.common import make_tokens, resolve_device, resolve_dtype
-from ..model.config import ConfigError, ModelConfig, RunConfig
-from ..model.init import RECIPES
-from ..model.transformer import Transformer
-from ..results.plot_grad_norms import plot_grad_norms, plot_stream_grads
-from ..results.plots import plot_variance
-from ..results.report_audit import EXIT_DEVIATING, plot_weight_stds, verdict, weights_table, write_audit_md
+from ..model.config import ConfigError
 from . import app
 from .clickcompat import ParameterSource, get_current_context
 from .options import SharedOptions, shared_options
-from .runner import Outputs, configs_or_exit, execute
+
+if TYPE_CHECKING:
+    from ..experiments.audit import Expectation
 
 AUDIT = "Audit"
 #: Options of the shared set that describe tinit's own model: the audited model has its own.
@@ -35,6 +29,8 @@ ALIASES = {"gpt2": "scaled"}  # GPT-2's recipe is tinit's depth-scaled one
 
 
 def _scheme(value: str, option: str, extra: tuple[str, ...]) -> str:
+    from ..model.init import RECIPES
+
     allowed = (*extra, *RECIPES, *ALIASES)
     if value not in allowed:
         raise ConfigError(option, f"{value!r} is not one of {', '.join(allowed)}")
@@ -44,6 +40,9 @@ def _scheme(value: str, option: str, extra: tuple[str, ...]) -> str:
 def _declared(model, sites, sigma: float | None) -> Expectation:
     """What the model says its init is: tinit's InitConfig, an HF config's
     initializer_range plus the family's own rule, or (nothing declared) naive."""
+    from ..experiments.audit import Expectation
+    from ..model.transformer import Transformer
+
     if isinstance(model, Transformer):
         d = model.cfg.d_model
         s = model.init.resolved_sigma(d) if sigma is None else sigma
@@ -175,6 +174,23 @@ def audit(
     Exit codes: 0 every weight ok; 3 some weight deviates (off-recipe, pytorch-default,
     zero, constant, non-finite); 2 bad input; 1 the run failed part-way.
     """
+    from ..adapters.loaders import infer_vocab, load_hf, load_module, max_positions, parse_set
+    from ..adapters.roles import classify_roles
+    from ..adapters.sites import find_sites
+    from ..experiments.audit import Expectation, run_audit
+    from ..experiments.common import make_tokens, resolve_device, resolve_dtype
+    from ..model.config import ModelConfig, RunConfig
+    from ..results.plot_grad_norms import plot_grad_norms, plot_stream_grads
+    from ..results.plots import plot_variance
+    from ..results.report_audit import (
+        EXIT_DEVIATING,
+        plot_weight_stds,
+        verdict,
+        weights_table,
+        write_audit_md,
+    )
+    from .runner import Outputs, configs_or_exit, execute
+
     ctx = get_current_context(silent=True)
     sets = set_ or []
 

@@ -6,24 +6,10 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from ..experiments.attention_scale import check_head_dims
-from ..experiments.check import (
-    CHECK_ALPHA,
-    CHECK_DEEP_LAYERS,
-    CHECK_HEAD_DIMS,
-    CHECK_MODEL,
-    CHECK_RUN,
-    run_check,
-)
-from ..experiments.grad_norms import require_gradients
-from ..results.plot_attention_scale import plot_attention_scale
-from ..results.plot_grad_norms import plot_stream_grads
-from ..results.plot_params import plot_params
-from ..results.report_check import check_table, plot_check_variance, verdict, write_check_md
+from ..criteria import CHECK_ALPHA, CHECK_DEEP_LAYERS, CHECK_HEAD_DIMS, CHECK_MODEL, CHECK_RUN
 from . import app
 from .common import positive_int_list
 from .options import SharedOptions, shared_options
-from .runner import Outputs, configs_or_exit, execute
 
 CHECK = "Check"
 
@@ -91,6 +77,15 @@ def check(
     params_summary.csv, ffn.csv, attention_scale.csv), check_variance.png,
     stream_grads.png, params.png, attention_scale.png and config.json.
     """
+    from ..experiments.attention_scale import check_head_dims
+    from ..experiments.check import run_check
+    from ..experiments.grad_norms import require_gradients
+    from ..results.plot_attention_scale import plot_attention_scale
+    from ..results.plot_grad_norms import plot_stream_grads
+    from ..results.plot_params import plot_params
+    from ..results.report_check import check_table, plot_check_variance, verdict, write_check_md
+    from .runner import Outputs, configs_or_exit, execute
+
     dims = positive_int_list(head_dims, "--head-dims")
     model, init, run = configs_or_exit(lambda: (opts.model_config(), opts.init_config(), opts.run_config()))
     configs_or_exit(lambda: check_head_dims(dims, model.positions))  # before the run folder exists

@@ -4,13 +4,9 @@ from typing import Annotated
 
 import typer
 
-from ..experiments.depth_sweep import parse_layers, run_depth_sweep, transfer_reference
-from ..experiments.grad_norms import require_gradients
-from ..results.plot_depth_sweep import depth_sweep_slope_table, depth_sweep_table, plot_depth_sweep
 from . import app
 from .common import describe
 from .options import MODEL, SharedOptions, shared_options
-from .runner import Outputs, configs_or_exit, execute
 
 SWEEP = "Sweep"
 DEFAULT_LAYERS = "1,2,4,8,12,24,48,80"
@@ -78,6 +74,11 @@ def depth_sweep(
     Writes depth_sweep.csv, depth_sweep_summary.csv, depth_sweep_fit.csv,
     depth_sweep.png and config.json to a new run folder.
     """
+    from ..experiments.depth_sweep import parse_layers, run_depth_sweep, transfer_reference
+    from ..experiments.grad_norms import require_gradients
+    from ..results.plot_depth_sweep import depth_sweep_slope_table, depth_sweep_table, plot_depth_sweep
+    from .runner import Outputs, configs_or_exit, execute
+
     depths = configs_or_exit(lambda: parse_layers(layers))
     ref = configs_or_exit(lambda: transfer_reference(depths, transfer_from))
     model, init, run = configs_or_exit(

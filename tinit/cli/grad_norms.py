@@ -4,12 +4,9 @@ from typing import Annotated, Literal
 
 import typer
 
-from ..experiments.grad_norms import require_gradients, run_grad_norms
-from ..results.plot_grad_norms import grad_norms_table, plot_grad_norms, plot_stream_grads
 from . import app
 from .common import describe
 from .options import SharedOptions, shared_options
-from .runner import Outputs, configs_or_exit, execute
 
 GRADIENTS = "Gradients"
 
@@ -47,6 +44,10 @@ def grad_norms(
     Writes grad_norms.csv, stream_grads.csv, summary.csv, grad_norms.png,
     stream_grads.png and config.json to a new run folder.
     """
+    from ..experiments.grad_norms import require_gradients, run_grad_norms
+    from ..results.plot_grad_norms import grad_norms_table, plot_grad_norms, plot_stream_grads
+    from .runner import Outputs, configs_or_exit, execute
+
     model, init, run = configs_or_exit(
         lambda: (opts.model_config(), opts.init_config(), opts.run_config(batches=batches, tensor=tensor))
     )

@@ -1,26 +1,25 @@
 """``tinit norms``: RMSNorm vs LayerNorm, behaviour (invariances) and cost (time, saved
 bytes, parameters)."""
 
-from typing import Annotated
+import math
+from typing import TYPE_CHECKING, Annotated
 
-import pandas as pd
 import typer
-from rich.table import Table
 
-from ..experiments.norms import run_norms
-from ..results.plot_norms import plot_norms
-from ..results.tables import fmt, summary_table
 from . import app
 from .common import positive_int_list
 from .options import SHARED, SharedOptions, shared_options
-from .runner import Outputs, execute
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from rich.table import Table
 
 #: The shared options that apply: no model shape (this command has its own --d-model list).
 APPLICABLE = ("device", "dtype", "seed", "out", "format", "quiet")
 
 
 def _bytes(n: float) -> str:
-    if pd.isna(n):
+    if n is None or math.isnan(n):
         return "-"
     for unit in ("B", "KiB", "MiB"):
         if abs(n) < 1024:
@@ -29,7 +28,9 @@ def _bytes(n: float) -> str:
     return f"{n:.3g} GiB"
 
 
-def behaviour_table(frame: pd.DataFrame) -> Table:
+def behaviour_table(frame: "pd.DataFrame") -> "Table":
+    from ..results.tables import fmt_column, summary_table
+
     t = summary_table(
         "RMSNorm vs LayerNorm: behaviour (eps = 0)",
         "scale: x -> 3x; shift: x -> x + 2; input mean 0.5; tol = 8 eps(dtype) max|y|. "
@@ -37,15 +38,18 @@ def behaviour_table(frame: pd.DataFrame) -> Table:
     )
     for col in ("check", "norm", "impl", "expected", "max|dev|", "tol", "pass"):
         t.add_column(col, justify="right" if col in ("max|dev|", "tol") else "left", no_wrap=True)
-    for r in frame.itertuples(index=False):
+    devs, tols = fmt_column(frame["max_abs_dev"], 3), fmt_column(frame["tolerance"], 2)
+    for i, r in enumerate(frame.itertuples(index=False)):
         ok = "[green]pass[/]" if r.passed else "[red]FAIL[/]"
-        dev, tol = fmt(r.max_abs_dev, 3), fmt(r.tolerance, 2)
+        dev, tol = devs[i], tols[i]
         check = "vs eager" if r.check.endswith("_vs_eager") else r.check
         t.add_row(check, r.norm, r.impl, r.expected, dev, tol, ok)
     return t
 
 
-def ratio_table(ratio: pd.DataFrame, timing: pd.DataFrame, title: str) -> Table:
+def ratio_table(ratio: "pd.DataFrame", timing: "pd.DataFrame", title: str) -> "Table":
+    from ..results.tables import fmt_column, summary_table
+
     t = summary_table(
         title,
         "size: rows x d_model; times are medians; min: LN/RMS of the fastest samples; "
@@ -53,10 +57,11 @@ def ratio_table(ratio: pd.DataFrame, timing: pd.DataFrame, title: str) -> Table:
     )
     for col in ("impl", "pass", "size", "RMS ms", "LN ms", "LN/RMS", "min", "RMS bwd", "LN bwd"):
         t.add_column(col, justify="left" if col in ("impl", "pass", "size") else "right", no_wrap=True)
-    for r in ratio.to_dict("records"):
+    rms, ln = fmt_column(ratio["rmsnorm_ms"], 3), fmt_column(ratio["layernorm_ms"], 3)
+    for i, r in enumerate(ratio.to_dict("records")):
         t.add_row(
             r["impl"], "fwd" if r["pass"] == "forward" else "fwd+bwd", f"{r['rows']}x{r['d_model']}",
-            fmt(r["rmsnorm_ms"], 3), fmt(r["layernorm_ms"], 3), f"{r['time_ratio']:.2f}",
+            rms[i], ln[i], f"{r['time_ratio']:.2f}",
             f"{r['time_ratio_min']:.2f}", _bytes(r["rmsnorm_saved_bytes_extra"]),
             _bytes(r["layernorm_saved_bytes_extra"]),
         )  # fmt: skip
@@ -115,6 +120,10 @@ def norms(
     Writes norms_behaviour.csv, norms_timing.csv, norms_ratio.csv, norms.png and
     config.json to a new run folder.
     """
+    from ..experiments.norms import run_norms
+    from ..results.plot_norms import plot_norms
+    from .runner import Outputs, execute
+
     rows_list = positive_int_list(rows, "--rows")
     d_list = positive_int_list(d_models, "--d-model")
 

@@ -5,6 +5,7 @@ them, documents them and validates them the same way."""
 import functools
 import inspect
 import math
+import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -24,7 +25,7 @@ from ..model.config import (
     RunConfig,
 )
 from ..model.presets import PRESETS, get_preset
-from ..results.plots import FORMATS
+from ..results.formats import FORMATS
 from .clickcompat import ParameterSource, get_current_context
 
 MODEL, INIT, RUN, OUTPUT = "Model", "Initialisation", "Run", "Output"
@@ -60,11 +61,31 @@ def _preset_name(value: str | None) -> str | None:
 
 
 def _formats(value: str) -> list[str]:
+    """The plot formats to write: always PNG, then the ones asked for."""
     out = [v.strip().lower() for v in value.split(",") if v.strip()]
     bad = [v for v in out if v not in FORMATS]
     if bad or not out:
         raise typer.BadParameter(f"{value!r}: give a comma list of {', '.join(FORMATS)}")
-    return list(dict.fromkeys(out))
+    return list(dict.fromkeys(["png", *out]))
+
+
+def default_threads() -> int:
+    """torch's CPU threads when --threads is not given: $OMP_NUM_THREADS when set (a
+    whole number >= 1), else 1 (see the README's Performance section for why)."""
+    try:
+        n = int(os.environ.get("OMP_NUM_THREADS", ""))
+    except ValueError:
+        return 1
+    return n if n >= 1 else 1
+
+
+def set_threads(n: int | None) -> int:
+    """Set torch's intra-op CPU threads (``None``: :func:`default_threads`); returns it."""
+    import torch
+
+    n = default_threads() if n is None else n
+    torch.set_num_threads(n)
+    return n
 
 
 def _positive_float(value: float | None) -> float | None:
@@ -113,6 +134,7 @@ class SharedOptions:
     format: list[str]
     quiet: bool
     preset: str | None = None  # its values are already in the fields above
+    threads: int | None = None  # torch's CPU threads; None: default_threads()
 
     @property
     def inits(self) -> tuple[str, ...]:
@@ -400,6 +422,20 @@ SHARED: dict[str, tuple[Any, Any]] = {
         ],
         False,
     ),
+    "threads": (
+        Annotated[
+            int | None,
+            _opt(
+                "--threads",
+                help="CPU threads for torch (default: $OMP_NUM_THREADS when set, else 1: on a shared or "
+                "busy CPU more threads wait for each other; recorded in config.json as torch_threads).",
+                panel=RUN,
+                min=1,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
     "out": (
         Annotated[
             Path | None,
@@ -418,7 +454,7 @@ SHARED: dict[str, tuple[Any, Any]] = {
             str,
             _opt(
                 "--format",
-                help="Plot formats, a comma list of png, pdf, svg.",
+                help="Plot formats, a comma list of png, pdf, svg; the PNG is always written.",
                 panel=OUTPUT,
                 parser=_formats,
                 metavar="png,pdf,svg",
@@ -462,6 +498,8 @@ def shared_options(*, exclude: tuple[str, ...] = (), defaults: dict[str, Any] | 
                 apply_preset(values, exclude, get_current_context(silent=True))
             if isinstance(values["sigma"], str):
                 values["sigma"] = _sigma(values["sigma"])
+            if "threads" not in exclude:  # (a command that excludes it sets threads itself)
+                values["threads"] = set_threads(values["threads"])
             return func(opts=SharedOptions(**values), **kwargs)
 
         command.__signature__ = sig.replace(parameters=own + added)

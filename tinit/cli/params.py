@@ -1,21 +1,19 @@
 """``tinit params``: exact parameter accounting, tied vs untied, and the FFN check."""
 
 import math
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import pandas as pd
 import typer
-from rich.table import Table
 from rich.text import Text
 
-from ..experiments.params import run_params
 from ..model.config import ModelConfig
 from ..model.presets import get_preset
-from ..results.plot_params import plot_params
-from ..results.tables import summary_table
 from . import app
 from .options import SharedOptions, shared_options
-from .runner import Outputs, configs_or_exit, execute
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from rich.table import Table
 
 #: Shared options that do not change a parameter count.
 NOT_COUNTED = (
@@ -42,8 +40,12 @@ def _reference(value: float | None) -> float | None:
     return value
 
 
-def params_table(params: pd.DataFrame, summary: pd.DataFrame, title: str) -> Table:
+def params_table(params: "pd.DataFrame", summary: "pd.DataFrame", title: str) -> "Table":
     """One row per component: per block, tied and untied totals, share of each."""
+    import pandas as pd
+
+    from ..results.tables import summary_table
+
     s = summary.iloc[0]
     t = summary_table(title, f"block components x {int(s['n_layers'])} layers")
     for col in ("component", "per block", "tied", "share", "untied", "share"):
@@ -65,8 +67,10 @@ def params_table(params: pd.DataFrame, summary: pd.DataFrame, title: str) -> Tab
     return t
 
 
-def params_lines(summary: pd.DataFrame, ffn: pd.DataFrame, preset: str | None) -> list[Text]:
+def params_lines(summary: "pd.DataFrame", ffn: "pd.DataFrame", preset: str | None) -> "list[Text]":
     """The saving, its fractions, the FFN check and the preset's caveats, one line each."""
+    import pandas as pd
+
     s = summary.iloc[0]
     V, d, saved = int(s["vocab_size"]), int(s["d_model"]), int(s["saved"])
     lines = [f"Tied head: V·d = {V:,} × {d:,} = {int(s['saved_theory']):,} parameters saved"]
@@ -142,6 +146,10 @@ def params(
 
     Writes params.csv, ffn.csv, summary.csv, params.png and config.json to a new run folder.
     """
+    from ..experiments.params import run_params
+    from ..results.plot_params import plot_params
+    from .runner import Outputs, configs_or_exit, execute
+
     position = "post" if opts.post_norm and not opts.pre_norm else "pre"
     model = configs_or_exit(lambda: opts.model_config(norm_position=position))
     kv = get_preset(opts.preset).n_kv_heads if opts.preset else None

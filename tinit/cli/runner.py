@@ -18,7 +18,14 @@ from pathlib import Path
 import typer
 from matplotlib.figure import Figure
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from ..experiments.common import (
     ExperimentResult,
@@ -65,14 +72,15 @@ def configs_or_exit(build: Callable):
 
 @contextmanager
 def progress_bar(quiet: bool, description: str):
-    """Yields a progress callback (done, total); a rich bar on stderr."""
+    """Yields a progress callback (done, total); a rich bar on stderr, with the time
+    spent and an estimate of the time left (from the rate of the steps so far)."""
     if quiet:
         yield None
         return
     console = Console(stderr=True)
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console, transient=True,
+        TextColumn("left"), TimeRemainingColumn(), console=console, transient=True,
     ) as bar:  # fmt: skip
         task = bar.add_task(description, total=None)
 

@@ -1,12 +1,8 @@
 """``tinit variance``: residual-stream variance at every addition vs the law."""
 
-from ..experiments.variance import run_variance
-from ..results.plots import plot_variance
-from ..results.tables import variance_table
 from . import app
 from .common import describe
 from .options import SharedOptions, shared_options
-from .runner import Outputs, configs_or_exit, execute
 
 
 @app.command(
@@ -19,6 +15,12 @@ def variance(*, opts: SharedOptions) -> None:
 
     Writes variance.csv, summary.csv, variance.png and config.json to a new run folder.
     """
+    # torch, pandas and matplotlib load here, when the command runs, not for --help
+    from ..experiments.variance import run_variance
+    from ..results.plots import plot_variance
+    from ..results.tables import variance_table
+    from .runner import Outputs, configs_or_exit, execute
+
     model, init, run = configs_or_exit(lambda: (opts.model_config(), opts.init_config(), opts.run_config()))
     title = describe(opts, model)
     execute(

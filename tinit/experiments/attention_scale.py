@@ -37,7 +37,7 @@ from .. import theory
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ..model.init import generator, init_weights_
 from ..model.layers import Attention, apply_rope, make_norm
-from ..model.transformer import Transformer
+from ..model.transformer import Transformer, to_empty
 from .common import (
     RUN_FAILURES,
     ExperimentResult,
@@ -156,7 +156,7 @@ def layer0_qk(cfg: ModelConfig, init: InitConfig, device, dtype) -> tuple[nn.Mod
         norm, attn = make_norm(cfg, dtype=dtype), Attention(cfg, dtype=dtype)
     parts = []
     for name, module in (("norm1", norm), ("attn.q", attn.q), ("attn.k", attn.k)):
-        module = module.to_empty(device=device)
+        module = to_empty(module, device)
         init_weights_(module, cfg, init, 0, prefix=name)
         parts.append(module)
     return parts[0], parts[1], parts[2]

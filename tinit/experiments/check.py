@@ -33,7 +33,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..criteria import ITEMS, z_quantile  # noqa: F401 (ITEMS: re-exported for callers)
+from ..criteria import (  # noqa: F401 (ITEMS and the CHECK_ defaults: re-exported for callers)
+    CHECK_ALPHA,
+    CHECK_DEEP_LAYERS,
+    CHECK_HEAD_DIMS,
+    CHECK_MODEL,
+    CHECK_RUN,
+    ITEMS,
+    z_quantile,
+)
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ..model.init import role_std
 from ..model.transformer import Transformer
@@ -444,15 +452,6 @@ def cpu_threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(old)
 
 
-#: The check's default sizes, for the library and ``tinit check`` alike: small enough
-#: that the whole check runs in well under a minute on a 2-core CPU (5 forward passes of
-#: 12 + 12 + 12 + 80 + 80 layers of 4 x 64 tokens at d = 64, two 12-layer backward
-#: passes and a few unit-q,k draws). Everything else is ModelConfig's, InitConfig's and
-#: RunConfig's default.
-CHECK_MODEL = {"n_layers": 12, "d_model": 64, "n_heads": 4, "max_seq_len": 64}
-CHECK_RUN = {"batch": 4, "seq_len": 64}
-#: The long depth of (b), the head sizes of (e) and the level of every test.
-CHECK_DEEP_LAYERS, CHECK_HEAD_DIMS, CHECK_ALPHA = 80, (16, 64, 256), 0.01
 
 
 def check_check_args(deep_layers: Any, head_dims: Any, alpha: Any, model: ModelConfig) -> None:
@@ -520,8 +519,10 @@ def _run_check(model, init, run, deep_layers, head_dims, alpha, progress, on_par
     plan = [("model", "naive", short), ("gaussian", "naive", short), ("model", "scaled", short),
             ("model", "naive", long), ("model", "scaled", long)]  # fmt: skip
     tick = ProgressCounter(progress, sum(L for _, _, L in plan) + 2 * 2 * short + len(head_dims) + 1)
+    # (variance: naive and scaled pre-norm; gradients: naive pre- and post-norm)
+    grid = [("naive", "pre"), ("scaled", "pre"), ("naive", "post")]
     meta = run_meta(model, init, run, device, streamed=stream, deep_layers=long, head_dims=list(head_dims),
-                    alpha=alpha, items={k: v[0] for k, v in ITEMS.items()})  # fmt: skip
+                    alpha=alpha, items={k: v[0] for k, v in ITEMS.items()}, configurations=grid)  # fmt: skip
     meter = Meter(device)
     frames: dict[str, pd.DataFrame] = {}
     rows: list[dict] = []
@@ -564,12 +565,14 @@ def _run_check(model, init, run, deep_layers, head_dims, alpha, progress, on_par
     partial()
 
     meter.start()
+    start, steps = tick.done, 2 * 2 * short  # the gradient run's forward and backward steps move our bar
     try:
         grads = run_grad_norms(model, init, run, inits=("naive",), norm_positions=("pre", "post"),
-                               progress=lambda d, t: None)  # fmt: skip
+                               progress=lambda d, t: tick(start + d - tick.done))  # fmt: skip
     except IncompleteRun as exc:
         raise failed("gradient norms", exc.result.error or str(exc)) from exc
-    tick(2 * 2 * short)
+    if tick.done < start + steps:
+        tick(start + steps - tick.done)
     meter.stop("grad_norms", [grads.meta])
     frames["stream_grads"] = grads["stream_grads"]
     frames["grad_summary"] = grads["summary"]

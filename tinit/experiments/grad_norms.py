@@ -36,7 +36,7 @@ layer-boundary streams, never all the weights.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -122,11 +122,21 @@ def next_token_loss(
 class GradTap:
     """Probe that keeps the stream tensor of every addition (post-norm: the normalised
     output, the one that continues along the path) and retains its gradient; it can
-    also feed a :class:`VarianceProbe`, outside autograd."""
+    also feed a :class:`VarianceProbe`, outside autograd. ``on_block_grad`` is called
+    each time the backward pass reaches a block's output (progress through the
+    backward; ``block_grads`` counts those calls)."""
 
-    def __init__(self, variance: VarianceProbe | None = None):
+    def __init__(
+        self, variance: VarianceProbe | None = None, on_block_grad: Callable[[], None] | None = None
+    ):
         self.streams: dict[int, torch.Tensor] = {}
         self.variance = variance
+        self.on_block_grad = on_block_grad
+        self.block_grads = 0
+
+    def _reached(self, grad: torch.Tensor) -> None:
+        self.block_grads += 1
+        self.on_block_grad()
 
     def __call__(self, k, layer, sublayer, stream_in, branch, stream_out, normed=None) -> None:
         if self.variance is not None:
@@ -136,6 +146,8 @@ class GradTap:
         if t.requires_grad:
             t.retain_grad()
             self.streams[k] = t
+            if self.on_block_grad is not None and sublayer == "ffn":  # the block's last addition
+                t.register_hook(self._reached)
 
 
 class _Recorder:
@@ -169,15 +181,16 @@ def _autograd(net, toks, stats, sq, losses, probes, tick) -> None:
     """Ordinary autograd on a fully built model, one backward per batch (grads sum)."""
     L = net.cfg.n_layers
     for i, tok in enumerate(toks):
-        tap = GradTap(probes[i])
+        tap = GradTap(probes[i], on_block_grad=tick)  # the backward ticks once per block too
         x = net.forward_stream(tok, tap, after_block=lambda _l: tick())
         loss = next_token_loss(net, x, tok, stats)
         loss.backward()
         losses.append(loss.detach())
         for k, t in tap.streams.items():
             sq[k] += t.grad.to(stats).square().sum()
+        if tap.block_grads < L:  # (never, unless the backward missed a block's output)
+            tick(L - tap.block_grads)
         del tap, x, loss
-        tick(L)
 
 
 def _layerwise(net, cfg, ini, device, dtype, toks, stats, sq, losses, probes, rec: _Recorder, tick) -> None:

@@ -1,11 +1,31 @@
-"""The canonical model: configs, layers, the stack, and the init recipes."""
+"""The canonical model: configs, layers, the stack, and the init recipes.
+
+The configs are plain dataclasses and import at once; the torch parts (init recipes,
+the stack) are imported on first use, so option parsing and ``--help`` need no torch."""
+
+from importlib import import_module
 
 from .config import ConfigError, InitConfig, ModelConfig, RunConfig, swiglu_hidden
-from .init import RECIPES, ROLES, STREAM_WRITERS, init_weights_, role_of, role_std
-from .transformer import Block, Probe, Transformer, build_block
+
+_LAZY = {
+    **dict.fromkeys(("RECIPES", "ROLES", "STREAM_WRITERS", "init_weights_", "role_of", "role_std"), ".init"),
+    **dict.fromkeys(("Block", "Probe", "Transformer", "build_block"), ".transformer"),
+}
 
 __all__ = [
     "RECIPES", "ROLES", "STREAM_WRITERS", "Block", "ConfigError", "InitConfig", "ModelConfig",
     "Probe", "RunConfig", "Transformer", "build_block", "init_weights_", "role_of", "role_std",
     "swiglu_hidden",
 ]  # fmt: skip
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -79,11 +79,33 @@ class Block(nn.Module):
         return self._add(k + 1, "ffn", x, self.ffn, self.norm2, rope, probe)
 
 
+def to_empty(module: nn.Module, device) -> nn.Module:
+    """``module.to_empty(device=device)`` for a meta-built module, without its cost:
+    ``Module.to_empty`` calls ``torch.empty_like`` on each meta tensor, whose Python
+    reference implementation imports torch's symbolic-shapes module and sympy (0.3 s
+    of every process's start). Plain ``torch.empty`` of each shape instead; a tensor
+    shared by two modules stays shared."""
+    new: dict[int, torch.Tensor] = {}
+
+    def empty(t: torch.Tensor) -> torch.Tensor:
+        if id(t) not in new:
+            e = torch.empty(t.shape, dtype=t.dtype, device=device)
+            new[id(t)] = nn.Parameter(e, t.requires_grad) if isinstance(t, nn.Parameter) else e
+        return new[id(t)]
+
+    for m in module.modules():
+        for store in (m._parameters, m._buffers):
+            for name, t in store.items():
+                if t is not None and t.device.type == "meta":
+                    store[name] = empty(t)
+    return module
+
+
 def _materialize(
     module: nn.Module, cfg: ModelConfig, init: InitConfig, layer: int, device, prefix: str = ""
 ) -> nn.Module:
     """Allocate a meta-built module on ``device`` (uninitialised) and initialise it."""
-    module = module.to_empty(device=device)
+    module = to_empty(module, device)
     init_weights_(module, cfg, init, layer, prefix)
     return module
 

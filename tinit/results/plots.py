@@ -43,7 +43,8 @@ __all__ = [
     "wants_log",
 ]  # fmt: skip
 
-FORMATS = ("png", "pdf", "svg")
+
+from .formats import FORMATS  # noqa: F401  (re-exported)
 
 
 def save_figure(fig: Figure, run_dir: Path, stem: str, formats: Iterable[str] = ("png",)) -> list[Path]:

@@ -15,7 +15,7 @@ from rich.table import Table
 from ..criteria import ITEMS, z_quantile
 from .rundir import atomic_write_text
 from .style import MEASURED, THEORY, config_color, footnote, new_figure, styled, suptitle
-from .tables import fmt, pct, summary_table
+from .tables import fmt, fmt_column, pct, summary_table
 
 #: Figure stem -> the items it illustrates, in report order.
 FIGURES = {
@@ -50,14 +50,15 @@ def check_table(check: pd.DataFrame, title: str = "") -> Table:
     t.add_column("result", no_wrap=True)
     t.add_column("criterion", max_width=15, overflow="fold")
     last = None
-    for r in check.itertuples(index=False):
+    measured, theory = fmt_column(check["measured"]), fmt_column(check["theory"])  # one format a column
+    for i, r in enumerate(check.itertuples(index=False)):
         ok = bool(r.passed)
         caveat = str(getattr(r, "caveat", "") or "")
         t.add_row(
             f"({r.item})" if r.item != last else "",
             r.claim,
-            fmt(r.measured),
-            fmt(r.theory),
+            measured[i],
+            theory[i],
             pct(r.rel_err) + ("†" if caveat else ""),
             "[green]pass[/]" if ok else "[bold red]FAIL[/]",
             str(getattr(r, "criterion", "") or ""),

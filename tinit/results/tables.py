@@ -3,28 +3,49 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-import pandas as pd
 from rich import box
 from rich.table import Table
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def _missing(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def _plain(x: float, digits: int) -> bool:
+    """Whether ``x`` prints without an exponent in ``digits`` significant digits."""
+    return x == 0 or not math.isfinite(x) or 1e-2 <= abs(x) < 10**digits
+
+
+def _sci(x: float, digits: int) -> str:
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}"
+    mantissa, exp = f"{x:.{max(digits - 1, 0)}e}".split("e")  # as many significant digits as plain
+    return f"{mantissa}e{int(exp)}"
+
 
 def fmt(x: float, digits: int = 4) -> str:
-    """``digits`` significant digits; "-" for a missing one (None or NaN), "inf" / "-inf"
-    for an infinite one; exponents always short (6.554e4, 2.62e8, 1.9e-11), never
-    Python's 6.554e+04, so a column of numbers has one format."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
+    """``digits`` significant digits without an exponent from 0.01 up to 10^digits,
+    else a short exponent (2.6e8, 4.3e-4). '-' for a missing value; inf as inf."""
+    if _missing(x):
         return "-"
-    if isinstance(x, float) and math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    if x == 0 or 1e-2 <= abs(x) < 1e5:
-        out = f"{x:.{digits}g}"
-        if "e" not in out:
-            return out
-        mantissa, exp = out.split("e")
-        return f"{mantissa}e{int(exp)}"
-    mantissa, exp = f"{x:.{max(digits - 1, 0)}e}".split("e")  # the same significant digits as above
-    return f"{mantissa}e{int(exp)}"
+    return f"{x:.{digits}g}" if _plain(x, digits) else _sci(x, digits)
+
+
+def fmt_column(values: Iterable[float], digits: int = 4) -> list[str]:
+    """One format for a whole table column: every value as :func:`fmt` would print it
+    without an exponent when all of them fit that, else every one with an exponent
+    (so a column never mixes 0.9944 and 5.94e-4)."""
+    values = list(values)
+    present = [float(x) for x in values if not _missing(x)]
+    if all(_plain(x, digits) for x in present):
+        return [fmt(x, digits) for x in values]
+    return ["-" if _missing(x) else _sci(float(x), digits) for x in values]
 
 
 def pct(x: float) -> str:
@@ -59,24 +80,32 @@ def variance_table(summary: pd.DataFrame, title: str = "") -> Table:
     t = summary_table(title, "err = measured / law - 1; ρ = corr(stream, branch)")
     for col in ("config", "v0", "mean s²", "v_2L", "closed", "err", "cumul.", "err", "max|ρ|"):
         t.add_column(col, justify="left" if col == "config" else "right", no_wrap=True)
-    for r in summary.itertuples(index=False):
+    num = {
+        col: fmt_column(summary[col], digits)
+        for col, digits in (
+            ("v0", 3), ("branch_var_mean", 3), ("v_final", 4), ("pred_closed_final", 4),
+            ("pred_cumulative_final", 4), ("max_abs_cross_corr", 2),
+        )
+    }  # fmt: skip
+    for i, r in enumerate(summary.itertuples(index=False)):
         t.add_row(
             f"{r.init}/{r.norm_position}",
-            fmt(r.v0, 3),
-            fmt(r.branch_var_mean, 3),
-            fmt(r.v_final),
-            fmt(r.pred_closed_final),
+            num["v0"][i],
+            num["branch_var_mean"][i],
+            num["v_final"][i],
+            num["pred_closed_final"][i],
             f"[{error_style(r.rel_err_closed)}]{pct(r.rel_err_closed)}[/]",
-            fmt(r.pred_cumulative_final),
+            num["pred_cumulative_final"][i],
             f"[{error_style(r.rel_err_cumulative)}]{pct(r.rel_err_cumulative)}[/]",
-            fmt(r.max_abs_cross_corr, 2),
+            num["max_abs_cross_corr"][i],
         )
     return t
 
 
-def cost_line(meta: dict) -> str | None:
+def cost_line(meta: dict, width: int | None = None) -> str | None:
     """One line on what the measurement cost: where it ran, its time, its peak memory.
-    None when the experiment recorded no timings."""
+    None when the experiment recorded no timings. Longer than ``width`` (default: the
+    terminal's, as rich sees it), it breaks between its parts, never inside a value."""
     seconds = meta.get("seconds") or {}
     if not seconds:
         return None
@@ -91,13 +120,24 @@ def cost_line(meta: dict) -> str | None:
         where += ", streamed"
     name, longest = max(seconds.items(), key=lambda kv: kv[1])
     n = len(seconds)
-    parts = [
-        f"{sum(seconds.values()):.1f} s"
-        + (f" in {n} parts (longest: {name} {longest:.2f} s)" if n > 1 else "")
-    ]
+    # (text, separator before it): a line may break only at these separators
+    pieces = [(f"Measured on {where}:", ""), (f"{sum(seconds.values()):.1f} s", " ")]
+    if n > 1:
+        pieces += [(f"in {n} parts", " "), (f"(longest: {name} {longest:.2f} s)", " ")]
     gpu = meta.get("peak_gpu_memory_gib") or {}
     if gpu:
-        parts.append(f"peak GPU memory {max(gpu.values()):.2f} GiB")
+        pieces.append((f"peak GPU memory {max(gpu.values()):.2f} GiB", "; "))
     if meta.get("peak_rss_mib") is not None:
-        parts.append(f"peak process memory {meta['peak_rss_mib']:.0f} MiB")
-    return f"Measured on {where}: " + "; ".join(parts)
+        pieces.append((f"peak process memory {meta['peak_rss_mib']:.0f} MiB", "; "))
+    if width is None:
+        from rich.console import Console
+
+        width = Console().width
+    lines, line = [], pieces[0][0]
+    for text, sep in pieces[1:]:
+        if len(line) + len(sep) + len(text) <= width:
+            line += sep + text
+        else:
+            lines.append(line + sep.rstrip())
+            line = "  " + text
+    return "\n".join([*lines, line])
