@@ -253,7 +253,7 @@ def run_depth_sweep(
     layers: str | Sequence[int] = (1, 2, 4, 8, 12, 24, 48, 80),
     seeds: int = 1,
     inits: Sequence[str] = ("naive", "scaled"),
-    norm_positions: Sequence[str] = ("pre", "post"),
+    norm_positions: Sequence[str] | None = ("pre", "post"),
     grads: bool = True,
     progress: Progress | None = None,
 ) -> ExperimentResult:

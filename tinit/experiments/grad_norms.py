@@ -285,7 +285,7 @@ def run_grad_norms(
     init: InitConfig | None = None,
     run: RunConfig | None = None,
     inits: Sequence[str] = ("naive", "scaled"),
-    norm_positions: Sequence[str] = ("pre", "post"),
+    norm_positions: Sequence[str] | None = ("pre", "post"),
     batches: int = 1,
     progress: Progress | None = None,
 ) -> ExperimentResult:
