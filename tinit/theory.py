@@ -181,7 +181,8 @@ def v_final_depth(
 def addition_multipliers(scheme, cfg, init) -> dict[str, np.ndarray]:
     """Per addition k = 1..2L: the stream multiplier a, the branch multiplier g, the
     x0 mix (lambda, mu: 1 and 0 where there is none, and at every FFN addition) and
-    the depth factor r of the branch variance (NaN when the scheme has none)."""
+    the depth factor r of the branch variance (NaN when the scheme has none; 1 for
+    Gaussian branches, which ignore the init)."""
     from .model.schemes import environment, evaluate
 
     L = cfg.n_layers
@@ -194,7 +195,10 @@ def addition_multipliers(scheme, cfg, init) -> dict[str, np.ndarray]:
             out["a"][k] = evaluate(scheme.stream_mult, env, scheme.name)
             out["g"][k] = evaluate(scheme.branch_mult, env, scheme.name)
             factor = scheme.depth_factor
-            out["r"][k] = math.nan if factor is None else evaluate(factor[j], env, scheme.name)
+            if getattr(cfg, "branch", "model") == "gaussian":  # noise branches: S2 whatever the init
+                out["r"][k] = 1.0
+            else:
+                out["r"][k] = math.nan if factor is None else evaluate(factor[j], env, scheme.name)
         if scheme.x0_mix is not None:
             out["lam"][2 * layer] = evaluate(scheme.x0_mix[0], env, scheme.name)
             out["mu"][2 * layer] = evaluate(scheme.x0_mix[1], env, scheme.name)

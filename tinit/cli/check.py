@@ -21,7 +21,8 @@ CHECK = "Check"
 
 #: The check chooses these itself: both recipes, both norm positions, model and
 #: Gaussian branches, each where its item needs them.
-CHOSEN_BY_CHECK = ("init", "pre_norm", "post_norm", "branch", "branch_var")
+CHOSEN_BY_CHECK = ("init", "pre_norm", "post_norm", "branch", "branch_var", "norm_position", "init_file",
+                   "base_width", "base_depth")  # fmt: skip
 
 #: Small enough that the whole check runs in well under a minute on a 2-core CPU:
 #: 5 forward passes (12 + 12 + 12 + 80 + 80 layers) of 4 x 64 tokens at d = 64, two

@@ -54,7 +54,7 @@ def grad_norms(
     execute(
         "grad-norms",
         opts,
-        lambda progress: run_grad_norms(model, init, run, opts.inits, opts.norm_positions, batches, progress),
+        lambda progress: run_grad_norms(model, init, run, opts.inits, opts.placements, batches, progress),
         Outputs(
             figures=lambda r: {
                 "grad_norms": plot_grad_norms(r["grad_norms"], tensor, title),

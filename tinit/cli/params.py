@@ -20,7 +20,7 @@ from .runner import Outputs, configs_or_exit, execute
 #: Shared options that do not change a parameter count.
 NOT_COUNTED = (
     "batch", "sigma", "embed_std", "attention", "no_attn_scale", "init", "branch", "branch_var",
-    "device", "dtype", "stream", "tf32", "seed",
+    "device", "dtype", "stream", "tf32", "seed", "init_file", "base_width", "base_depth",
 )  # fmt: skip
 
 
@@ -144,7 +144,7 @@ def params(
 
     Writes params.csv, ffn.csv, summary.csv, params.png and config.json to a new run folder.
     """
-    position = "post" if opts.post_norm and not opts.pre_norm else "pre"
+    position = opts.placements[0] if opts.placements else "pre"
     model = configs_or_exit(lambda: opts.model_config(norm_position=position))
     kv = get_preset(opts.preset).n_kv_heads if opts.preset else None
     if model.n_kv_heads is not None and model.n_kv_heads != model.n_heads:

@@ -33,7 +33,7 @@ def variance(*, opts: SharedOptions) -> None:
     execute(
         "variance",
         opts,
-        lambda progress: run_variance(model, init, run, opts.inits, opts.norm_positions, progress),
+        lambda progress: run_variance(model, init, run, opts.inits, opts.placements, progress),
         Outputs(
             figures=lambda r: {"variance": plot_variance(r["variance"], title)},
             tables=lambda r: [variance_table(r["summary"], f"Residual-stream variance ({title})")],

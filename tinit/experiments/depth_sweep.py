@@ -28,6 +28,7 @@ import pandas as pd
 
 from .. import theory
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ..model.schemes import get_scheme
 from .common import ExperimentResult, IncompleteRun, Meter, Progress, grid, resolve_device, run_meta
 from .grad_norms import require_gradients, run_grad_norms
 from .variance import run_variance
@@ -36,7 +37,7 @@ from .variance import run_variance
 SWEEP_COLUMNS = [
     "init", "norm_position", "n_layers", "seed", "v0", "v_final", "v_final_rel",
     "branch_var_mean", "sigma2_rel", "pred_closed_final", "rel_err_closed",
-    "max_abs_cross_corr", "grad_ratio",
+    "max_abs_cross_corr", "grad_ratio", "s2_ref_attn", "s2_ref_ffn",
 ]  # fmt: skip
 #: Quantities averaged over seeds in depth_sweep_summary.csv (``<q>_mean``, ``<q>_se``).
 SUMMARY_QUANTITIES = (
@@ -54,7 +55,10 @@ FIT_COLUMNS = [
     "theory_slope", "theory_intercept", "slope_z", "depth_scaled", "theory_branch_var",
     "v_final_min_mean", "v_final_min_se", "v_final_max_mean", "v_final_max_se",
     "ratio_max_min", "ratio_max_min_se", "diff_max_min", "diff_se", "within_spread",
+    "closed_form", "theory_rel_err_max",
 ]  # fmt: skip
+#: depth_sweep_theory.csv: each configuration's closed form v_2L(L) at every whole L in range.
+THEORY_COLUMNS = ["init", "norm_position", "n_layers", "theory_v_final", "theory_v_final_rel"]
 
 #: The transfer criterion: |v(L_max) - v(L_min)| <= SPREAD_K * sqrt(se_max^2 + se_min^2).
 SPREAD_K = 2.0
@@ -174,21 +178,61 @@ def _mean_se(values: pd.Series) -> tuple[float, float]:
 
 
 def is_depth_scaled(recipe: str, model: ModelConfig) -> bool:
-    """Whether the recipe divides the branch variances by 2L. Gaussian branches
-    (``--branch gaussian``) ignore the recipe: their variance is S2 at every depth."""
-    return recipe == "scaled" and model.branch == "model"
+    """Whether the scheme makes a branch's variance depend on the depth L (its depth
+    factor or its branch multiplier names L). Gaussian branches (``--branch
+    gaussian``) ignore the init: their variance is S2 at every depth."""
+    s = get_scheme(recipe)
+    names = set(s.branch_mult.names)
+    for f in s.depth_factor or ():
+        names |= f.names
+    return "L" in names and model.branch == "model"
 
 
-def theory_branch_var(rows: pd.DataFrame, depth_scaled: bool) -> float:
+def theory_branch_var(rows: pd.DataFrame, depth_scaled: bool | None = None) -> float:
     """The s^2 the theory lines use, from one configuration's rows (all depths and
-    seeds): the mean branch variance when it does not depend on L (naive init,
-    Gaussian branches); with depth scaling, the mean *unscaled-equivalent* branch
-    variance 2L * mean(s^2) of the scaled runs themselves, which is the s^2 in
-    v_2L = v0 + s^2 and needs no naive run."""
-    s2 = rows["branch_var_mean"].to_numpy(dtype=np.float64)
-    if depth_scaled:
-        s2 = s2 * 2 * rows["n_layers"].to_numpy(dtype=np.float64)
-    return float(np.nanmean(s2))
+    seeds): the mean over rows of the two sublayers' reference branch variances (the
+    s^2 of the scheme's closed form: the branch variance itself when it does not depend
+    on L, 2L s_k^2 for gpt2's 1/sqrt(2L), ...), which needs no naive run."""
+    refs = rows[["s2_ref_attn", "s2_ref_ffn"]].to_numpy(dtype=np.float64)
+    return float(np.nanmean(refs)) if np.isfinite(refs).any() else math.nan
+
+
+@dataclasses.dataclass(frozen=True)
+class TheoryLine:
+    """One configuration's closed form v_2L(L): the scheme's recursion with the
+    reference branch variances (means over every depth and seed) and the mean v0."""
+
+    recipe: str
+    position: str
+    v0: float
+    refs: tuple[float, float]
+    model: ModelConfig
+    init: InitConfig
+
+    @property
+    def depth_scaled(self) -> bool:
+        return is_depth_scaled(self.recipe, self.model)
+
+    @property
+    def branch_var(self) -> float:
+        return float(np.nanmean(self.refs)) if np.isfinite(self.refs).any() else math.nan
+
+    def v_final(self, L: int) -> float:
+        cfg = dataclasses.replace(self.model, n_layers=int(L))
+        ini = dataclasses.replace(self.init, recipe=self.recipe)
+        mult = theory.addition_multipliers(ini.scheme, cfg, ini)
+        return float(theory.pred_closed_scheme(self.v0, self.refs, mult, self.position)[-1])
+
+    def curve(self, depths) -> np.ndarray:
+        return np.array([self.v_final(L) for L in depths], dtype=np.float64)
+
+
+def theory_line(
+    rows: pd.DataFrame, recipe: str, pos: str, model: ModelConfig, init: InitConfig
+) -> TheoryLine:
+    refs = tuple(float(np.nanmean(rows[c])) if rows[c].notna().any() else math.nan
+                 for c in ("s2_ref_attn", "s2_ref_ffn"))  # fmt: skip
+    return TheoryLine(recipe, pos, float(rows["v0"].mean()), refs, model, init)
 
 
 def summarize_points(sweep: pd.DataFrame, theory_lines: dict) -> pd.DataFrame:
@@ -198,9 +242,9 @@ def summarize_points(sweep: pd.DataFrame, theory_lines: dict) -> pd.DataFrame:
         row = {"init": recipe, "norm_position": pos, "n_layers": L, "n_seeds": len(d)}
         for q in SUMMARY_QUANTITIES:
             row[f"{q}_mean"], row[f"{q}_se"] = _mean_se(d[q])
-        v0, depth_scaled, s2 = theory_lines[(recipe, pos)]
-        row["theory_v_final"] = float(theory.v_final_depth(L, v0, s2, pos, depth_scaled))
-        row["theory_v_final_rel"] = row["theory_v_final"] / v0
+        line = theory_lines[(recipe, pos)]
+        row["theory_v_final"] = line.v_final(L)
+        row["theory_v_final_rel"] = row["theory_v_final"] / line.v0
         rows.append(row)
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
@@ -211,7 +255,7 @@ def fit_configs(sweep: pd.DataFrame, summary: pd.DataFrame, theory_lines: dict) 
     transfer check between the shallowest and the deepest depth."""
     rows = []
     for (recipe, pos), d in sweep.groupby(["init", "norm_position"], sort=False):
-        v0, depth_scaled, s2 = theory_lines[(recipe, pos)]
+        line = theory_lines[(recipe, pos)]
         fit = fit_line(d["n_layers"], d["v_final"])
         # per-seed slopes: independent draws, so their spread is a standard error that
         # does not assume independent residuals (depths of one seed share their layers)
@@ -221,7 +265,7 @@ def fit_configs(sweep: pd.DataFrame, summary: pd.DataFrame, theory_lines: dict) 
             float(np.std(per_seed, ddof=1) / math.sqrt(len(per_seed))) if len(seeds) > 1 else math.nan
         )
         depths = np.sort(d["n_layers"].unique())
-        curve = theory.v_final_depth(depths, v0, s2, pos, depth_scaled)
+        curve = line.curve(depths)
         th = fit_line(depths, curve) if len(depths) > 1 else {"slope": math.nan, "intercept": math.nan}
         s = summary[(summary["init"] == recipe) & (summary["norm_position"] == pos)].set_index("n_layers")
         lo, hi = s.loc[depths[0]], s.loc[depths[-1]]
@@ -237,11 +281,13 @@ def fit_configs(sweep: pd.DataFrame, summary: pd.DataFrame, theory_lines: dict) 
             **fit, "slope_se_seeds": slope_se_seeds,
             "theory_slope": th["slope"], "theory_intercept": th["intercept"],
             "slope_z": (fit["slope"] - th["slope"]) / se_used if se_used > 0 else math.nan,
-            "depth_scaled": depth_scaled, "theory_branch_var": s2,
+            "depth_scaled": line.depth_scaled, "theory_branch_var": line.branch_var,
             "v_final_min_mean": a, "v_final_min_se": a_se, "v_final_max_mean": b, "v_final_max_se": b_se,
             "ratio_max_min": ratio, "ratio_max_min_se": ratio_se,
             "diff_max_min": diff, "diff_se": diff_se,
             "within_spread": None if not math.isfinite(diff_se) else bool(abs(diff) <= SPREAD_K * diff_se),
+            "closed_form": get_scheme(recipe).closed_form,
+            "theory_rel_err_max": float(np.nanmax(np.abs(s["v_final_mean"] / s["theory_v_final"] - 1.0))),
         })  # fmt: skip
     return pd.DataFrame(rows, columns=FIT_COLUMNS)
 
@@ -298,7 +344,7 @@ def run_depth_sweep(
     def result(complete: bool, error: str | None = None) -> ExperimentResult:
         meter.record(meta)
         meta["streamed"] = streamed
-        return ExperimentResult(assemble(records, configs, model), meta, complete, error)
+        return ExperimentResult(assemble(records, configs, model, init), meta, complete, error)
 
     for L in depths:
         cfg = dataclasses.replace(model, n_layers=L)
@@ -352,14 +398,16 @@ def _span(progress: Progress | None, start: int, width: int, total: int) -> Prog
 
 
 def assemble(
-    records: list[dict], configs: list[tuple[str, str]], model: ModelConfig
+    records: list[dict], configs: list[tuple[str, str]], model: ModelConfig, init: InitConfig | None = None
 ) -> dict[str, pd.DataFrame]:
-    """The three frames from the per-point rows (empty frames when there are none)."""
+    """The four frames from the per-point rows (empty frames when there are none)."""
+    init = init or InitConfig()
     if not records:
         return {
             "depth_sweep": pd.DataFrame(columns=SWEEP_COLUMNS),
             "depth_sweep_summary": pd.DataFrame(columns=SUMMARY_COLUMNS),
             "depth_sweep_fit": pd.DataFrame(columns=FIT_COLUMNS),
+            "depth_sweep_theory": pd.DataFrame(columns=THEORY_COLUMNS),
         }
     order = {c: i for i, c in enumerate(configs)}
     sweep = pd.DataFrame(records)
@@ -369,11 +417,24 @@ def assemble(
     )
     theory_lines = {}
     for (recipe, pos), d in sweep.groupby(["init", "norm_position"], sort=False):
-        scaled = is_depth_scaled(recipe, model)
-        theory_lines[(recipe, pos)] = (float(d["v0"].mean()), scaled, theory_branch_var(d, scaled))
+        theory_lines[(recipe, pos)] = theory_line(d, recipe, pos, model, init)
     summary = summarize_points(sweep, theory_lines)
     return {
         "depth_sweep": sweep,
         "depth_sweep_summary": summary,
         "depth_sweep_fit": fit_configs(sweep, summary, theory_lines),
+        "depth_sweep_theory": theory_frame(sweep, theory_lines),
     }
+
+
+def theory_frame(sweep: pd.DataFrame, theory_lines: dict) -> pd.DataFrame:
+    """Each configuration's closed form at every whole depth from the shallowest to the
+    deepest swept (at most 200 depths, geometrically spaced), for the plot's lines."""
+    lo, hi = int(sweep["n_layers"].min()), int(sweep["n_layers"].max())
+    depths = np.unique(np.round(np.geomspace(lo, hi, min(200, hi - lo + 1))).astype(int))
+    rows = []
+    for (recipe, pos), line in theory_lines.items():
+        for L, v in zip(depths, line.curve(depths), strict=True):
+            rows.append({"init": recipe, "norm_position": pos, "n_layers": int(L), "theory_v_final": v,
+                         "theory_v_final_rel": v / line.v0})  # fmt: skip
+    return pd.DataFrame(rows, columns=THEORY_COLUMNS)

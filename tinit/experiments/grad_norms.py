@@ -180,6 +180,9 @@ def _layerwise(net, cfg, ini, device, dtype, toks, stats, sq, losses, probes, re
     walk down the layers rebuilding, recomputing and back-propagating one block at a
     time. Records block gradient norms as it goes (``rec``)."""
     L = cfg.n_layers
+    if ini.scheme.x0_mix is not None:
+        raise ConfigError("stream", f"{ini.recipe} mixes x0 into every block: its streamed (layer-wise) "
+                          "backward is not implemented; use --no-stream")  # fmt: skip
     with torch.no_grad():
         xs = [[net.embed_tokens(tok, probes[i])] for i, tok in enumerate(toks)]
         for layer in range(L):
@@ -216,15 +219,24 @@ def _layerwise(net, cfg, ini, device, dtype, toks, stats, sq, losses, probes, re
         net.embed_tokens(tok).backward(grads[i])
 
 
-def stream_frame(sq: np.ndarray, count: int, stream_var: np.ndarray, norm_position: str, eps: float):
-    """stream_grads rows of one configuration, with the identity-path prediction."""
+def stream_frame(
+    sq: np.ndarray, count: int, stream_var: np.ndarray, norm_position: str, eps: float,
+    stream_mult: np.ndarray | None = None,
+):  # fmt: skip
+    """stream_grads rows of one configuration, with the identity-path prediction.
+    Only post-norm has a norm on the identity path; the others (pre, sandwich,
+    reordered, none) pass the gradient unchanged, times the scheme's stream
+    multipliers a_j (and x0-mix lambdas) above k when ``stream_mult`` gives them."""
     n_add = len(sq) - 1
     k = np.arange(n_add + 1)
     rms = np.sqrt(sq / count)
-    if norm_position == "pre":
+    if norm_position != "post":
         gain = theory.identity_gain_pre(n_add)
     else:
         gain = theory.identity_gain_post(stream_var[1:], eps)
+    if stream_mult is not None:
+        a = np.asarray(stream_mult, dtype=np.float64)
+        gain = gain * np.concatenate([np.cumprod(a[::-1])[::-1], [1.0]])
     return pd.DataFrame(
         {
             "k": k,
@@ -356,7 +368,9 @@ def run_grad_norms(
         # forward variances, averaged over the batches (each batch has equal size)
         stream_var = np.mean([p.frame()["stream_var"].to_numpy() for p in probes], axis=0)
         count = batches * run.batch * run.seq_len * cfg.d_model
-        streams = stream_frame(sq_host, count, stream_var, norm_position, cfg.norm_eps)
+        mult = theory.addition_multipliers(ini.scheme, cfg, ini)
+        a = mult["a"] * mult["lam"]
+        streams = stream_frame(sq_host, count, stream_var, norm_position, cfg.norm_eps, a)
         labels = {"init": recipe, "norm_position": norm_position, "n_layers": L, "seed": init.seed}
         grad_frames.append(grads.assign(**labels))
         stream_frames.append(streams.assign(**labels))

@@ -13,9 +13,8 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 from rich.table import Table
 
-from .. import theory
 from ..experiments.depth_sweep import SPREAD_K
-from .plots import config_color, config_label, new_figure, wants_log
+from .plots import config_color, config_label, new_figure, scheme_legend, wants_log
 from .tables import fmt, summary_table
 
 _MARKERS = ("o", "s", "^", "v")
@@ -38,91 +37,91 @@ def _depth_axis(ax, depths: np.ndarray, log: bool, label: str) -> None:
     ax.set_xlabel(label)
 
 
-def _theory_curve(fit_row, v0: float, lo: float, hi: float, log: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The configuration's theory line v_2L(L) on a dense grid of depths."""
-    grid = np.geomspace(lo, hi, 200) if log else np.linspace(lo, hi, 200)
-    pos, scaled = fit_row["norm_position"], bool(fit_row["depth_scaled"])
-    return grid, theory.v_final_depth(grid, v0, fit_row["theory_branch_var"], pos, scaled)
-
-
-def _errorbars(ax, d: pd.DataFrame, y: str, init: str, pos: str, i: int) -> None:
+def _errorbars(ax, d: pd.DataFrame, y: str, init: str, pos: str, i: int, many: bool = False) -> None:
     """Mean over seeds with one-standard-error bars; later configurations thinner."""
     ax.errorbar(d["n_layers"], d[f"{y}_mean"], yerr=d[f"{y}_se"].fillna(0.0),
-                color=config_color(init, pos, i), lw=max(2.4 - 0.4 * i, 1.0), marker=_MARKERS[i % 4],
-                ms=7 - i, mfc="none", capsize=3, label=config_label(init, pos))  # fmt: skip
+                color=config_color(init, pos, i), lw=1.4 if many else max(2.4 - 0.4 * i, 1.0),
+                marker=_MARKERS[i % 4], ms=5 if many else 7 - i, mfc="none", capsize=3,
+                label=config_label(init, pos))  # fmt: skip
 
 
-def plot_depth_sweep(summary: pd.DataFrame, fit: pd.DataFrame, title: str = "") -> Figure:
+def plot_depth_sweep(
+    summary: pd.DataFrame, fit: pd.DataFrame, title: str = "", theory_curves: pd.DataFrame | None = None
+) -> Figure:
     """The final stream variance against depth L, mean with error bars of one
-    standard error over seeds, with each configuration's theory line dashed:
+    standard error over seeds, with each configuration's own closed form dashed
+    (``theory_curves``: the ``depth_sweep_theory`` frame; without it, the closed form
+    at the swept depths). One panel per norm placement:
 
-    - pre-norm panel: v_2L / v0, theory 1 + 2L sigma^2 (naive) and 1 + sigma^2 (scaled),
-      sigma^2 = s^2 / v0 with s^2 the configuration's own mean (unscaled-equivalent)
-      branch variance (:func:`tinit.experiments.depth_sweep.theory_branch_var`);
-    - post-norm panel: v_2L itself (the sum before the last norm), theory 1 + s^2
-      (naive) and 1 + s^2 / 2L (scaled): the norm resets the stream, v0 plays no part;
+    - pre-norm style placements (pre, sandwich, reordered, none): v_2L / v0, so that
+      schemes with different embeddings share an axis;
+    - post-norm: v_2L itself (the sum before the last norm): the norm resets the
+      stream, v0 plays no part;
     - gradient panel: the first/last-layer W_down gradient-norm ratio (omitted when
       every ratio is missing, e.g. a run without gradients).
     """
-    positions = [p for p in ("pre", "post") if (summary["norm_position"] == p).any()]
+    positions = list(dict.fromkeys(summary["norm_position"]))
     has_grads = bool(summary["grad_ratio_mean"].notna().any())
-    fig, axes = new_figure(ncols=len(positions) + has_grads, width=5.6)
+    n = len(positions) + has_grads
+    fig, axes = new_figure(ncols=min(n, 3), nrows=-(-n // 3), width=5.6)
+    for ax in axes[n:]:
+        ax.set_visible(False)
     depths = np.sort(summary["n_layers"].unique()).astype(float)
     logx = _log_x(depths)
     n_seeds = int(summary["n_seeds"].max())
     groups = list(summary.groupby(["init", "norm_position"], sort=False))
+    many = len(groups) > 6
     spread = f"mean ± 1 s.e. over {n_seeds} seeds" if n_seeds > 1 else "measured (1 seed: no error bars)"
     for ax, pos in zip(axes, positions, strict=False):
         values = []
-        rel = pos == "pre"
+        rel = pos != "post"
         y = "v_final_rel" if rel else "v_final"
         for i, ((init, p), d) in enumerate(groups):
             if p != pos:
                 continue
             d = d.sort_values("n_layers")
-            _errorbars(ax, d, y, init, p, i)
+            _errorbars(ax, d, y, init, p, i, many)
             values.append(d[f"{y}_mean"])
-            row = fit[(fit["init"] == init) & (fit["norm_position"] == p)]
-            if len(row):
-                v0 = float(d["v0_mean"].mean())
-                x, curve = _theory_curve(row.iloc[0], v0, depths[0], depths[-1], logx)
-                curve = curve / v0 if rel else curve
-                ax.plot(x, curve, color=config_color(init, p, i), lw=1.3, ls="--", alpha=0.9)
-                values.append(pd.Series(curve))
+            if theory_curves is not None:
+                t = theory_curves[(theory_curves["init"] == init) & (theory_curves["norm_position"] == p)]
+                x, curve = t["n_layers"].to_numpy(), t["theory_v_final_rel" if rel else "theory_v_final"]
+            else:
+                x, curve = d["n_layers"].to_numpy(), d["theory_v_final_rel" if rel else "theory_v_final"]
+            ax.plot(x, curve, color=config_color(init, p, i), lw=1.3, ls="--", alpha=0.9)
+            values.append(pd.Series(np.asarray(curve)))
         _depth_axis(ax, depths, logx, "layers L (2L residual additions)")
-        if rel and wants_log(pd.concat(values)):
+        if wants_log(pd.concat(values)):
             ax.set_yscale("log")
-        if not rel:
+        elif not rel:
             ax.ticklabel_format(axis="y", useOffset=False, style="plain")
         if rel:
             ax.set_ylabel(r"final stream variance $v_{2L}\,/\,v_0$")
-            ax.set_title("Pre-norm: final stream variance")
-            law = r"theory: $1 + 2L\sigma^2$ (naive), $1 + \sigma^2$ (scaled)"
+            ax.set_title(f"{pos}-norm: final stream variance", fontsize=10)
         else:
             ax.set_ylabel(r"$v_{2L}$ (the sum before the last norm)")
-            ax.set_title("Post-norm: final sum's variance")
-            law = r"theory: $1 + s^2$ (naive), $1 + s^2/2L$ (scaled)"
-        handles, _ = ax.get_legend_handles_labels()
+            ax.set_title("post-norm: final sum's variance", fontsize=10)
         style = [
             Line2D([], [], color="0.3", lw=1.8, marker="o", mfc="none", label=spread),
-            Line2D([], [], color="0.3", lw=1.3, ls="--", label=law),
+            Line2D([], [], color="0.3", lw=1.3, ls="--", label="each scheme's closed form"),
         ]
-        ax.legend(handles=handles + style, fontsize=8, loc="best")
+        ax.legend(handles=style, fontsize=7, loc="best")
         ax.grid(True, which="major", alpha=0.3)
     if has_grads:
-        bx = axes[-1]
+        bx = axes[n - 1]
         for i, ((init, pos), d) in enumerate(groups):
-            _errorbars(bx, d.sort_values("n_layers"), "grad_ratio", init, pos, i)
+            _errorbars(bx, d.sort_values("n_layers"), "grad_ratio", init, pos, i, many)
         bx.axhline(1.0, color="0.4", ls=":", lw=1.2, label="equal first and last layer")
         _depth_axis(bx, depths, logx, "layers L")
         if wants_log(summary["grad_ratio_mean"], ratio=10):
             bx.set_yscale("log")
         bx.set_ylabel(r"$\|\nabla W_{down}\|$ first layer / last layer")
-        bx.set_title(r"$W_{down}$ gradient ratio, first/last layer")
-        bx.legend(fontsize=8, loc="best")
+        bx.set_title(r"$W_{down}$ gradient ratio, first/last layer", fontsize=10)
+        bx.legend(handles=[Line2D([], [], color="0.4", ls=":", label="equal first and last layer")],
+                  fontsize=7, loc="best")  # fmt: skip
         bx.grid(True, which="major", alpha=0.3)
+    scheme_legend(fig, [g for g, _ in groups])
     if title:  # wrapped to the figure's width (about 11 characters an inch)
-        fig.suptitle(textwrap.fill(title, int(fig.get_figwidth() * 11)))
+        fig.suptitle(textwrap.fill(title, int(fig.get_figwidth() * 11)), fontsize=10)
     return fig
 
 
@@ -145,11 +144,12 @@ def depth_sweep_table(fit: pd.DataFrame, summary: pd.DataFrame, title: str = "")
         title,
         f"ratio = v_2L(L={hi}) / v_2L(L={lo}) ± 1 s.e. over seeds. transfers: "
         f"|v_2L({hi}) − v_2L({lo})| ≤ {SPREAD_K:g}·sqrt(se({hi})² + se({lo})²) (needs ≥ 2 seeds). "
-        "slope: least squares of v_2L on L over every (L, seed) ± s.e. over seeds; theory: "
-        "2·mean(s²) naive pre-norm, 0 scaled or post-norm; z = (slope − theory) / s.e. "
+        "slope: least squares of v_2L on L over every (L, seed) ± s.e. over seeds; theory: the slope of "
+        "the scheme's own closed form over the same depths (s² measured); z = (slope − theory) / s.e.; "
+        "err: largest |v_2L / closed form − 1| over the depths (closed forms: depth_sweep_fit.csv). "
         f"grad: |∇W_down| first / last layer at L={hi}.",
     )
-    for col in ("config", "ratio", "transfers", "slope", "theory", "z", "grad"):
+    for col in ("config", "ratio", "transfers", "slope", "theory", "z", "err", "grad"):
         t.add_column(col, justify="left" if col == "config" else "right", no_wrap=True)
     for r in fit.itertuples(index=False):
         s = summary[(summary["init"] == r.init) & (summary["norm_position"] == r.norm_position)]
@@ -169,6 +169,7 @@ def depth_sweep_table(fit: pd.DataFrame, summary: pd.DataFrame, title: str = "")
             _pm(r.slope, slope_se),
             fmt(r.theory_slope, 3),
             f"[{z_style}]{fmt(z, 2)}[/]" if ok else "-",
+            f"{100 * r.theory_rel_err_max:.1f}%" if math.isfinite(r.theory_rel_err_max) else "-",
             fmt(float(grad.iloc[0]), 3) if len(grad) else "-",
         )
     return t

@@ -9,22 +9,37 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from ..model.schemes import CATALOGUE, get_scheme
+
 FORMATS = ("png", "pdf", "svg")
 
-# One colour per configuration, fixed so every plot of a run agrees.
-CONFIG_COLORS = {
-    ("naive", "pre"): "#d62728",
-    ("scaled", "pre"): "#1f77b4",
-    ("naive", "post"): "#ff7f0e",
-    ("scaled", "post"): "#2ca02c",
-}
+# One colour per scheme, by its place in the catalogue (naive red, gpt2 blue, ...), so
+# every plot of every run agrees; placements other than pre-norm get a darker shade.
+PALETTE = (
+    "#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+    "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354",
+)  # fmt: skip
+_SHADE = {"pre": 1.0, "post": 0.55, "sandwich": 0.75, "reordered": 0.85, "none": 0.7}
 
 
-def config_color(init: str, norm_position: str, i: int = 0) -> str:
-    return CONFIG_COLORS.get((init, norm_position), f"C{i % 10}")
+def scheme_color(init: str, i: int = 0) -> str:
+    """The scheme's colour (an alias shares its scheme's; a user's scheme a tab10 one)."""
+    try:
+        name = get_scheme(init).name
+    except KeyError:
+        return f"C{i % 10}"
+    order = list(CATALOGUE)
+    return PALETTE[order.index(name) % len(PALETTE)] if name in order else f"C{i % 10}"
+
+
+def config_color(init: str, norm_position: str, i: int = 0) -> tuple[float, float, float]:
+    r, g, b = to_rgb(scheme_color(init, i))
+    k = _SHADE.get(norm_position, 1.0)
+    return (r * k, g * k, b * k)
 
 
 def config_label(init: str, norm_position: str) -> str:
@@ -55,49 +70,76 @@ def new_figure(
     return fig, axes.ravel()
 
 
+def _facets(n: int, ncols_max: int = 3, width: float = 5.2, height: float = 4.2):
+    """A figure of ``n`` panels in rows of at most ``ncols_max``; unused axes hidden."""
+    ncols = min(n, ncols_max)
+    nrows = -(-n // ncols)
+    fig, axes = new_figure(ncols=ncols, nrows=nrows, width=width, height=height)
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    return fig, axes[:n]
+
+
+def scheme_legend(fig: Figure, groups, ncol_max: int = 6) -> None:
+    """One legend for the whole figure, below it: a colour per configuration."""
+    handles = [Line2D([], [], color=config_color(init, pos, i), lw=2.2, label=f"{init} ({pos})")
+               for i, (init, pos) in enumerate(groups)]  # fmt: skip
+    ncol = min(ncol_max, max(1, len(handles)))
+    fig.legend(handles=handles, loc="outside lower center", ncol=ncol, fontsize=8, frameon=False)
+
+
 def plot_variance(variance: pd.DataFrame, title: str = "") -> Figure:
-    """Left: stream variance v_k against k per configuration, with the cumulative law
-    (dashed) and the seed's closed form (dotted) beside each. Right: branch variance
-    per layer, attention (solid) and FFN (dash-dot)."""
-    fig, (ax, bx) = new_figure(ncols=2)
+    """One panel per norm placement: stream variance v_k against k for each scheme
+    (solid), with its cumulative law from the measured branches (dashed) and its closed
+    form (dotted). Last panel: branch variance per layer, attention (solid) and FFN
+    (dash-dot), every configuration. Colours: one per scheme, in a legend below."""
     groups = list(variance.groupby(["init", "norm_position"], sort=False))
+    positions = list(dict.fromkeys(pos for (_, pos), _ in groups))
+    many = len(groups) > 6
+    fig, axes = _facets(len(positions) + 1, ncols_max=3 if len(positions) + 1 > 2 else 2)
+    bx = axes[-1]
+    panel = {pos: axes[i] for i, pos in enumerate(positions)}
     for i, ((init, pos), df) in enumerate(groups):
         c = config_color(init, pos, i)
-        # later lines drawn thinner, so configurations that coincide stay visible
-        ax.plot(df["k"], df["stream_var"], color=c, lw=2.6 - 0.4 * i, label=config_label(init, pos))
-        ax.plot(df["k"], df["pred_cumulative"], color=c, lw=1.2, ls="--", alpha=0.9)
+        ax = panel[pos]
+        lw = 1.6 if many else 2.6 - 0.4 * i  # later lines thinner, so coinciding ones stay visible
+        ax.plot(df["k"], df["stream_var"], color=c, lw=max(lw, 1.0), label=config_label(init, pos))
+        ax.plot(df["k"], df["pred_cumulative"], color=c, lw=1.1, ls="--", alpha=0.9)
         ax.plot(df["k"], df["pred_closed"], color=c, lw=1.0, ls=":", alpha=0.9)
         for sub, ls in (("attn", "-"), ("ffn", "-.")):
             d = df[df["sublayer"] == sub]
-            bx.plot(d["layer"], d["branch_var"], color=c, ls=ls, lw=1.3, marker="o" if sub == "attn" else "^",
-                    ms=2.5)  # fmt: skip
-    if wants_log(variance["stream_var"]):
-        ax.set_yscale("log")
-    if wants_log(variance["branch_var"].dropna(), ratio=10):
-        bx.set_yscale("log")
-    ax.set_xlabel("residual addition k (0 = embedding)")
-    ax.set_ylabel("stream variance $v_k$ (post-norm: before the norm)")
-    ax.set_title("Residual-stream variance")
+            bx.plot(d["layer"], d["branch_var"], color=c, ls=ls, lw=1.1, marker="o" if sub == "attn" else "^",
+                    ms=2.0)  # fmt: skip
+    for pos, ax in panel.items():
+        d = variance[variance["norm_position"] == pos]
+        if wants_log(d["stream_var"]):
+            ax.set_yscale("log")
+        ax.set_xlabel("residual addition k (0 = embedding)")
+        ax.set_ylabel("stream variance $v_k$" + (" (the sum, before the norm)" if pos == "post" else ""))
+        ax.set_title(f"{pos}-norm: residual-stream variance", fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
     style = [
         Line2D([], [], color="0.3", lw=1.8, label="measured"),
-        Line2D([], [], color="0.3", lw=1.2, ls="--", label=r"law: $v_0 + \sum_{j\leq k} s_j^2$"),
-        Line2D([], [], color="0.3", lw=1.0, ls=":", label=r"closed form: $v_0 + k\,\overline{s^2}$"),
+        Line2D([], [], color="0.3", lw=1.1, ls="--",
+               label=r"law: $a^2 v_{k-1} + g^2 s_k^2$ (measured $s_k^2$)"),  # fmt: skip
+        Line2D([], [], color="0.3", lw=1.0, ls=":", label="the scheme's closed form"),
     ]
-    handles, _ = ax.get_legend_handles_labels()
-    ax.legend(handles=handles + style, fontsize=8, loc="best")
+    axes[0].legend(handles=style, fontsize=7, loc="best")
+    if wants_log(variance["branch_var"].dropna(), ratio=10):
+        bx.set_yscale("log")
     bx.set_xlabel("layer")
-    bx.set_ylabel("branch variance $s_k^2$")
-    bx.set_title("Branch variance per addition")
+    bx.set_ylabel("branch variance $s_k^2$ (before the multiplier g)")
+    bx.set_title("Branch variance per addition", fontsize=10)
     bx.legend(
         handles=[
             Line2D([], [], color="0.3", ls="-", marker="o", ms=3, label="attention branch"),
             Line2D([], [], color="0.3", ls="-.", marker="^", ms=3, label="FFN branch"),
         ],
-        fontsize=8,
+        fontsize=7,
         loc="best",
     )
-    for a in (ax, bx):
-        a.grid(True, which="major", alpha=0.3)
+    bx.grid(True, which="major", alpha=0.3)
+    scheme_legend(fig, [g for g, _ in groups])
     if title:
-        fig.suptitle(title)
+        fig.suptitle(title, fontsize=10)
     return fig
