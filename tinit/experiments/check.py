@@ -223,7 +223,8 @@ def measure_additions(
                     hook.remove()
             if on_block is not None:
                 on_block()
-    df = add_theory(var_probe.frame(), cfg.norm_position, cfg, init).merge(cov_probe.frame(), on="k", how="left")
+    df = add_theory(var_probe.frame(), cfg.norm_position, cfg, init)
+    df = df.merge(cov_probe.frame(), on="k", how="left")
     df["cov_z"] = df["cov"] / df["cov_se"]
     return df
 
