@@ -104,7 +104,7 @@ def role_of(param_name: str) -> tuple[str, str]:
     owner = path[-1] if path else ""
     if leaf == "bias":
         return "bias", param_name
-    if leaf == "gain" and not path:  # a block's learned branch gain (ReZero)
+    if leaf == "gain" and (not path or path[-1].isdigit()):  # a block's learned branch gain (ReZero)
         return "gain", param_name
     if owner.startswith("norm") or owner == "final_norm":
         return "norm", param_name
@@ -149,12 +149,13 @@ def draw_(p: torch.Tensor, dist: str, std: float, bound: float | None, gen: torc
         # drawn in place, in the parameter's dtype, on its device: no host copy
         p.normal_(0.0, std, generator=gen)
         return
-    z = torch.empty(p.shape, dtype=torch.float32, device=p.device).normal_(0.0, 1.0, generator=gen)
+    dtype = p.dtype if p.dtype in (torch.float32, torch.float64) else torch.float32
+    z = torch.empty(p.shape, dtype=dtype, device=p.device).normal_(0.0, 1.0, generator=gen)
     if dist == "trunc":
         c = bound / std if std > 0 else math.inf
         out = z.abs() > c
         while bool(out.any()):
-            z[out] = torch.randn(int(out.sum()), generator=gen, device=p.device, dtype=torch.float32)
+            z[out] = torch.randn(int(out.sum()), generator=gen, device=p.device, dtype=dtype)
             out = z.abs() > c
         z.mul_(std)
     elif dist == "uniform":
