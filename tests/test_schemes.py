@@ -27,7 +27,7 @@ def _xavier(fan_in, fan_out):
     return math.sqrt(2 / (fan_in + fan_out))
 
 
-def expected(scheme: str, role: str, l: int, fan_in: int, fan_out: int):
+def expected(scheme: str, role: str, l: int, fan_in: int, fan_out: int):  # noqa: E741
     """(distribution, std, absolute bound) of ``role`` at layer ``l``, from the catalogue
     text (shared/init-catalogue.md), written out by hand."""
     s, x = SIGMA, _xavier(fan_in, fan_out)
@@ -99,7 +99,8 @@ def truncated_std_factor(c: float) -> float:
 
 def test_catalogue_has_every_required_scheme_and_alias():
     required = {"naive", "gpt2", "megatron", "depth-init", "small-wang", "mitchell", "full-megatron", "olmo2",
-                "deepnet", "t-fixup", "rezero", "zero-out", "nanochat", "mup", "completep", "depth-mup", "gemma",
+                "deepnet", "t-fixup", "rezero", "zero-out", "nanochat", "mup", "completep", "depth-mup",
+                "gemma",
                 "scaled-embed"}  # fmt: skip
     assert required <= set(CATALOGUE)
     assert get_scheme("scaled") is get_scheme("gpt2")
@@ -123,7 +124,8 @@ def test_every_role_and_layer_matches_the_source_formula(scheme):
         if role == "gain":  # ReZero's learned gain starts at 0
             assert torch.all(w == 0.0), name
             continue
-        layer = int(name.split(".")[1]) if name.startswith("blocks.") else (-1 if role in ("embed", "pos") else L)
+        outside = -1 if role in ("embed", "pos") else L
+        layer = int(name.split(".")[1]) if name.startswith("blocks.") else outside
         shape = tuple(p.shape)
         dist, std, bound = expected(scheme, role, layer, shape[1], shape[0])
         checked.add(role)
@@ -134,7 +136,8 @@ def test_every_role_and_layer_matches_the_source_formula(scheme):
         target = std * (truncated_std_factor(bound / std) if dist == "trunc" else 1.0)
         # sample std of n draws: relative standard error <= 1/sqrt(2n) (normal; smaller for
         # the uniform and the truncated normal); 5 standard errors
-        assert w.std().item() / target == pytest.approx(1.0, abs=5 / math.sqrt(2 * n)), (name, w.std(), target)
+        ratio = w.std().item() / target
+        assert ratio == pytest.approx(1.0, abs=5 / math.sqrt(2 * n)), (name, ratio)
         assert abs(w.mean().item()) < 5 * target / math.sqrt(n), name
         if dist == "trunc":
             assert w.abs().max().item() <= bound + 1e-12, name
@@ -150,7 +153,8 @@ def test_multipliers_have_their_values():
 
     net = blocks("deepnet")
     assert [b.a for b in net.blocks] == pytest.approx([(2 * L) ** 0.25] * L)
-    assert [blocks("completep").blocks[i].g for i in range(L)] == pytest.approx([1 / L] * L)  # (L/L0)^-1, L0 = 1
+    # (L/L0)^-1 with L0 = 1
+    assert [blocks("completep").blocks[i].g for i in range(L)] == pytest.approx([1 / L] * L)
     assert blocks("depth-mup").blocks[0].g == pytest.approx(L**-0.5)
     rz = blocks("rezero")
     assert all(float(b.gain.detach()) == 0.0 for b in rz.blocks) and rz.blocks[0].gain.requires_grad
