@@ -1,5 +1,7 @@
 """``tinit variance``: residual-stream variance at every addition vs the law."""
 
+from rich.text import Text
+
 from ..experiments.variance import run_variance
 from ..model.config import ModelConfig
 from ..results.plots import plot_variance
@@ -7,6 +9,17 @@ from ..results.tables import variance_table
 from . import app
 from .options import SharedOptions, shared_options
 from .runner import Outputs, configs_or_exit, execute
+
+
+def nonfinite_notes(summary) -> list[Text]:
+    """One warning line per configuration whose stream overflowed (not a finite number)."""
+    out = []
+    for r in summary.itertuples(index=False):
+        k = r.first_nonfinite_k
+        if k is not None and k == k:
+            out.append(Text(f"warning: {r.init}/{r.norm_position}: the stream variance is not finite from "
+                            f"addition k={int(k)} on (overflow); its v_2L is shown as '-'", style="bold red"))
+    return out
 
 
 def describe(opts: SharedOptions, model: ModelConfig) -> str:
@@ -36,6 +49,9 @@ def variance(*, opts: SharedOptions) -> None:
         lambda progress: run_variance(model, init, run, opts.inits, opts.placements, progress),
         Outputs(
             figures=lambda r: {"variance": plot_variance(r["variance"], title)},
-            tables=lambda r: [variance_table(r["summary"], f"Residual-stream variance ({title})")],
+            tables=lambda r: [
+                variance_table(r["summary"], f"Residual-stream variance ({title})"),
+                *nonfinite_notes(r["summary"]),
+            ],
         ),
     )

@@ -4,6 +4,7 @@ writes it in every requested format."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -80,42 +81,66 @@ def _facets(n: int, ncols_max: int = 3, width: float = 5.2, height: float = 4.2)
     return fig, axes[:n]
 
 
-def scheme_legend(fig: Figure, groups, ncol_max: int = 6) -> None:
-    """One legend for the whole figure, below it: a colour per configuration."""
-    handles = [Line2D([], [], color=config_color(init, pos, i), lw=2.2, label=f"{init} ({pos})")
+def scheme_legend(fig: Figure, groups, ncol_max: int = 5, suffix: dict | None = None) -> None:
+    """One legend for the whole figure, below it: a colour per configuration
+    (``suffix``: extra words for some configurations, e.g. that they are off scale)."""
+    suffix = suffix or {}
+    handles = [Line2D([], [], color=config_color(init, pos, i), lw=2.2,
+                      label=f"{init} ({pos})" + suffix.get((init, pos), ""))
                for i, (init, pos) in enumerate(groups)]  # fmt: skip
     ncol = min(ncol_max, max(1, len(handles)))
     fig.legend(handles=handles, loc="outside lower center", ncol=ncol, fontsize=8, frameon=False)
 
 
+#: A configuration whose stream grows past this many times v0 (or overflows) is drawn
+#: but left out of its panel's y range, and marked in the legend.
+OFF_SCALE = 1e8
+
+
 def plot_variance(variance: pd.DataFrame, title: str = "") -> Figure:
-    """One panel per norm placement: stream variance v_k against k for each scheme
-    (solid), with its cumulative law from the measured branches (dashed) and its closed
-    form (dotted). Last panel: branch variance per layer, attention (solid) and FFN
-    (dash-dot), every configuration. Colours: one per scheme, in a legend below."""
+    """One panel per norm placement: stream variance against k for each scheme, over
+    its own v0 (post-norm: the sum itself, which the norm resets), measured (solid),
+    with its cumulative law from the measured branches (dashed) and its closed form
+    (dotted). Last panel: branch variance per layer, attention (solid) and FFN
+    (dash-dot), every configuration. Colours: one per scheme, in a legend below; a
+    configuration that overflows or grows past 1e8 v0 is marked there and does not set
+    its panel's scale."""
     groups = list(variance.groupby(["init", "norm_position"], sort=False))
     positions = list(dict.fromkeys(pos for (_, pos), _ in groups))
     many = len(groups) > 6
-    fig, axes = _facets(len(positions) + 1, ncols_max=3 if len(positions) + 1 > 2 else 2)
+    n_panels = len(positions) + 1
+    fig, axes = _facets(n_panels, ncols_max=3 if n_panels > 2 else 2, width=4.6, height=3.8)
     bx = axes[-1]
     panel = {pos: axes[i] for i, pos in enumerate(positions)}
+    in_range: dict[str, list] = {pos: [] for pos in positions}
+    off: dict = {}
     for i, ((init, pos), df) in enumerate(groups):
         c = config_color(init, pos, i)
         ax = panel[pos]
+        scale = 1.0 if pos == "post" else float(df["stream_var"].iloc[0])
+        y = [df[col] / scale for col in ("stream_var", "pred_cumulative", "pred_closed")]
+        if not np.isfinite(y[0]).all() or float(np.nanmax(y[0])) > OFF_SCALE:
+            off[(init, pos)] = " — off scale (overflow)" if not np.isfinite(y[0]).all() else " — off scale"
+        else:
+            in_range[pos] += [v for series in y for v in series if np.isfinite(v) and v > 0]
         lw = 1.6 if many else 2.6 - 0.4 * i  # later lines thinner, so coinciding ones stay visible
-        ax.plot(df["k"], df["stream_var"], color=c, lw=max(lw, 1.0), label=config_label(init, pos))
-        ax.plot(df["k"], df["pred_cumulative"], color=c, lw=1.1, ls="--", alpha=0.9)
-        ax.plot(df["k"], df["pred_closed"], color=c, lw=1.0, ls=":", alpha=0.9)
+        ax.plot(df["k"], y[0], color=c, lw=max(lw, 1.0), label=config_label(init, pos))
+        ax.plot(df["k"], y[1], color=c, lw=1.1, ls="--", alpha=0.9)
+        ax.plot(df["k"], y[2], color=c, lw=1.0, ls=":", alpha=0.9)
         for sub, ls in (("attn", "-"), ("ffn", "-.")):
             d = df[df["sublayer"] == sub]
             bx.plot(d["layer"], d["branch_var"], color=c, ls=ls, lw=1.1, marker="o" if sub == "attn" else "^",
                     ms=2.0)  # fmt: skip
     for pos, ax in panel.items():
-        d = variance[variance["norm_position"] == pos]
-        if wants_log(d["stream_var"]):
+        vals = np.asarray(in_range[pos])
+        if vals.size and wants_log(vals):
             ax.set_yscale("log")
+        if vals.size:
+            lo, hi = vals.min(), vals.max()
+            pad = 0.05 * (hi - lo) + 1e-12 * hi
+            ax.set_ylim(*((lo / 1.5, hi * 1.5) if ax.get_yscale() == "log" else (lo - pad, hi + pad)))
         ax.set_xlabel("residual addition k (0 = embedding)")
-        ax.set_ylabel("stream variance $v_k$" + (" (the sum, before the norm)" if pos == "post" else ""))
+        ax.set_ylabel("$v_k$ (the sum, before the norm)" if pos == "post" else "stream variance $v_k / v_0$")
         ax.set_title(f"{pos}-norm: residual-stream variance", fontsize=10)
         ax.grid(True, which="major", alpha=0.3)
     style = [
@@ -128,7 +153,7 @@ def plot_variance(variance: pd.DataFrame, title: str = "") -> Figure:
     if wants_log(variance["branch_var"].dropna(), ratio=10):
         bx.set_yscale("log")
     bx.set_xlabel("layer")
-    bx.set_ylabel("branch variance $s_k^2$ (before the multiplier g)")
+    bx.set_ylabel("branch variance $s_k^2$ (before g)")
     bx.set_title("Branch variance per addition", fontsize=10)
     bx.legend(
         handles=[
@@ -139,7 +164,7 @@ def plot_variance(variance: pd.DataFrame, title: str = "") -> Figure:
         loc="best",
     )
     bx.grid(True, which="major", alpha=0.3)
-    scheme_legend(fig, [g for g, _ in groups])
+    scheme_legend(fig, [g for g, _ in groups], suffix=off)
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(textwrap.fill(title, int(fig.get_figwidth() * 11)), fontsize=10)
     return fig
