@@ -37,16 +37,17 @@ from .variance import run_variance
 SWEEP_COLUMNS = [
     "init", "norm_position", "n_layers", "seed", "v0", "v_final", "v_final_rel",
     "branch_var_mean", "sigma2_rel", "pred_closed_final", "rel_err_closed",
-    "max_abs_cross_corr", "grad_ratio", "s2_ref_attn", "s2_ref_ffn",
+    "max_abs_cross_corr", "grad_ratio", "s2_ref_attn", "s2_ref_ffn", "v_growth",
 ]  # fmt: skip
 #: Quantities averaged over seeds in depth_sweep_summary.csv (``<q>_mean``, ``<q>_se``).
 SUMMARY_QUANTITIES = (
     "v0", "v_final", "v_final_rel", "branch_var_mean", "sigma2_rel", "pred_closed_final", "grad_ratio",
+    "v_growth",
 )  # fmt: skip
 SUMMARY_COLUMNS = [
     "init", "norm_position", "n_layers", "n_seeds",
     *(f"{q}_{s}" for q in SUMMARY_QUANTITIES for s in ("mean", "se")),
-    "theory_v_final", "theory_v_final_rel",
+    "theory_v_final", "theory_v_final_rel", "theory_v_growth",
 ]  # fmt: skip
 #: depth_sweep_fit.csv: one row per (init, norm_position).
 FIT_COLUMNS = [
@@ -58,7 +59,9 @@ FIT_COLUMNS = [
     "closed_form", "theory_rel_err_max",
 ]  # fmt: skip
 #: depth_sweep_theory.csv: each configuration's closed form v_2L(L) at every whole L in range.
-THEORY_COLUMNS = ["init", "norm_position", "n_layers", "theory_v_final", "theory_v_final_rel"]
+THEORY_COLUMNS = [
+    "init", "norm_position", "n_layers", "theory_v_final", "theory_v_final_rel", "theory_v_growth",
+]  # fmt: skip
 
 #: The transfer criterion: |v(L_max) - v(L_min)| <= SPREAD_K * sqrt(se_max^2 + se_min^2).
 SPREAD_K = 2.0
@@ -245,6 +248,7 @@ def summarize_points(sweep: pd.DataFrame, theory_lines: dict) -> pd.DataFrame:
         line = theory_lines[(recipe, pos)]
         row["theory_v_final"] = line.v_final(L)
         row["theory_v_final_rel"] = row["theory_v_final"] / line.v0
+        row["theory_v_growth"] = row["theory_v_final"] - line.v0
         rows.append(row)
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
@@ -380,6 +384,7 @@ def run_depth_sweep(
                     ratios[(g.init, g.norm_position)] = float(g.down_ratio_first_last)
             for row in var["summary"].to_dict("records"):
                 row["grad_ratio"] = ratios.get((row["init"], row["norm_position"]), math.nan)
+                row["v_growth"] = row["v_final"] - row["v0"]
                 records.append(row)
             if progress is not None:
                 progress(done, total)
@@ -436,5 +441,5 @@ def theory_frame(sweep: pd.DataFrame, theory_lines: dict) -> pd.DataFrame:
     for (recipe, pos), line in theory_lines.items():
         for L, v in zip(depths, line.curve(depths), strict=True):
             rows.append({"init": recipe, "norm_position": pos, "n_layers": int(L), "theory_v_final": v,
-                         "theory_v_final_rel": v / line.v0})  # fmt: skip
+                         "theory_v_final_rel": v / line.v0, "theory_v_growth": v - line.v0})  # fmt: skip
     return pd.DataFrame(rows, columns=THEORY_COLUMNS)

@@ -98,3 +98,19 @@ def run_inits(
     if progress is not None:
         progress(1, 1)
     return ExperimentResult(frames, meta)
+
+
+def catalogue_markdown() -> str:
+    """The catalogue as the README's markdown table (tests check that README holds
+    exactly this text, so the two cannot drift)."""
+    lines = [
+        "| scheme | roles it changes | rules | multipliers | presumes | v_2L(L) | source |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in catalogue_frame(names(custom=False)).itertuples(index=False):
+        name = f"`{r.name}`" + (f" (alias `{r.aliases}`)" if r.aliases else "")
+        place = (r.placement or "-") + (" + QK-norm" if r.qk_norm else "")
+        cells = [name, r.roles.replace(",", ", "), r.formula, r.multipliers, place, r.closed_form or "-",
+                 r.sources.split("; ")[-1]]  # fmt: skip
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)

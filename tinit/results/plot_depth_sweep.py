@@ -53,8 +53,10 @@ def plot_depth_sweep(
     (``theory_curves``: the ``depth_sweep_theory`` frame; without it, the closed form
     at the swept depths). One panel per norm placement:
 
-    - pre-norm style placements (pre, sandwich, reordered, none): v_2L / v0, so that
-      schemes with different embeddings share an axis;
+    - pre-norm style placements (pre, sandwich, reordered, none): v_2L - v0, what the
+      2L additions added to the embedding's variance (mean over seeds of each seed's
+      difference), so that a scheme whose embedding dwarfs its branches (depth-init's
+      N(0, 1)) still shows its depth law: ln L, flat, 1/L;
     - post-norm: v_2L itself (the sum before the last norm): the norm resets the
       stream, v0 plays no part;
     - gradient panel: the first/last-layer W_down gradient-norm ratio (omitted when
@@ -75,7 +77,7 @@ def plot_depth_sweep(
     for ax, pos in zip(axes, positions, strict=False):
         values = []
         rel = pos != "post"
-        y = "v_final_rel" if rel else "v_final"
+        y = "v_growth" if rel else "v_final"
         for i, ((init, p), d) in enumerate(groups):
             if p != pos:
                 continue
@@ -84,9 +86,9 @@ def plot_depth_sweep(
             values.append(d[f"{y}_mean"])
             if theory_curves is not None:
                 t = theory_curves[(theory_curves["init"] == init) & (theory_curves["norm_position"] == p)]
-                x, curve = t["n_layers"].to_numpy(), t["theory_v_final_rel" if rel else "theory_v_final"]
+                x, curve = t["n_layers"].to_numpy(), t["theory_v_growth" if rel else "theory_v_final"]
             else:
-                x, curve = d["n_layers"].to_numpy(), d["theory_v_final_rel" if rel else "theory_v_final"]
+                x, curve = d["n_layers"].to_numpy(), d["theory_v_growth" if rel else "theory_v_final"]
             ax.plot(x, curve, color=config_color(init, p, i), lw=1.3, ls="--", alpha=0.9)
             values.append(pd.Series(np.asarray(curve)))
         _depth_axis(ax, depths, logx, "layers L (2L residual additions)")
@@ -95,7 +97,7 @@ def plot_depth_sweep(
         elif not rel:
             ax.ticklabel_format(axis="y", useOffset=False, style="plain")
         if rel:
-            ax.set_ylabel(r"final stream variance $v_{2L}\,/\,v_0$")
+            ax.set_ylabel(r"$v_{2L} - v_0$ (added by the 2L branches)")
             ax.set_title(f"{pos}-norm: final stream variance", fontsize=10)
         else:
             ax.set_ylabel(r"$v_{2L}$ (the sum before the last norm)")
