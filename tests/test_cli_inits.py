@@ -29,7 +29,8 @@ def test_inits_writes_the_catalogue(tmp_path):
 
 def test_inits_name_writes_stds_per_role_and_layer(tmp_path):
     out = tmp_path / "b"
-    res = runner.invoke(app, ["inits", "depth-init", "--layers", "4", "--d-model", "64", "--out", str(out)])
+    args = ["inits", "depth-init", "--layers", "4", "--d-model", "64", "--out", str(out)]
+    res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     df = pd.read_csv(out / "init_stds.csv")
     assert list(df.columns) == STDS_COLUMNS
@@ -46,7 +47,8 @@ def test_bad_scheme_names_are_one_line_errors(tmp_path):
     assert_one_line_error(res, "NAME", tmp_path / "c")
     res = runner.invoke(app, ["variance", *TINY, "--init", "naive,nope", "--out", str(tmp_path / "d")])
     assert_one_line_error(res, "--init", tmp_path / "d")
-    res = runner.invoke(app, ["variance", *TINY, "--norm-position", "pre,middle", "--out", str(tmp_path / "e")])
+    args = ["variance", *TINY, "--norm-position", "pre,middle", "--out", str(tmp_path / "e")]
+    res = runner.invoke(app, args)
     assert_one_line_error(res, "--norm-position", tmp_path / "e")
 
 
@@ -62,8 +64,9 @@ def test_variance_all_schemes_one_row_each(tmp_path):
 
 def test_norm_position_list_runs_every_placement(tmp_path):
     out = tmp_path / "np"
-    res = runner.invoke(app, ["variance", *TINY, "--init", "naive", "--norm-position", "sandwich,reordered,none",
-                              "--out", str(out)])  # fmt: skip
+    placements = "sandwich,reordered,none"
+    args = ["variance", *TINY, "--init", "naive", "--norm-position", placements, "--out", str(out)]
+    res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     v = pd.read_csv(out / "variance.csv")
     assert list(dict.fromkeys(v["norm_position"])) == ["sandwich", "reordered", "none"]
@@ -74,8 +77,8 @@ def test_formula_whitelist():
     assert Formula("sigma / sqrt(2 * L)")(sigma=0.02, L=8) == pytest.approx(0.005)
     assert Formula("2 ^ 3 * d")(d=2) == 16  # ^ is power, with power's precedence
     assert Formula("(9 * L)^(-1/4)")(L=1) == pytest.approx(9**-0.25)
-    for bad in ("__import__('os')", "sigma.real", "[1][0]", "x", "sigma if L else 1", "open", "1 < 2", "lambda: 1",
-                "sigma +"):  # fmt: skip
+    for bad in ("__import__('os')", "sigma.real", "[1][0]", "x", "sigma if L else 1", "open", "1 < 2",
+                "lambda: 1", "sigma +"):  # fmt: skip
         with pytest.raises(FormulaError):
             Formula(bad)
     with pytest.raises(FormulaError):

@@ -384,7 +384,6 @@ def run_depth_sweep(
                     ratios[(g.init, g.norm_position)] = float(g.down_ratio_first_last)
             for row in var["summary"].to_dict("records"):
                 row["grad_ratio"] = ratios.get((row["init"], row["norm_position"]), math.nan)
-                row["v_growth"] = row["v_final"] - row["v0"]
                 records.append(row)
             if progress is not None:
                 progress(done, total)

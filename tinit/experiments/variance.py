@@ -45,7 +45,7 @@ SUMMARY_COLUMNS = [
     "init", "norm_position", "n_layers", "seed", "v0", "v_final", "v_final_rel",
     "branch_var_mean", "sigma2_rel", "pred_closed_final", "pred_cumulative_final",
     "rel_err_closed", "rel_err_cumulative", "max_abs_cross_corr", "v_final_normed",
-    "s2_ref_attn", "s2_ref_ffn", "closed_form", "first_nonfinite_k",
+    "s2_ref_attn", "s2_ref_ffn", "closed_form", "first_nonfinite_k", "v_growth",
 ]  # fmt: skip
 
 
@@ -115,6 +115,7 @@ def summarize(df: pd.DataFrame, closed_form: str = "") -> dict:
         "s2_ref_attn": refs[0],
         "s2_ref_ffn": refs[1],
         "closed_form": closed_form,
+        "v_growth": v_final - v0,
         # the first addition whose stream variance is not a finite number (overflow), or None
         "first_nonfinite_k": next((int(k) for k, v in zip(df["k"], df["stream_var"], strict=True)
                                    if not np.isfinite(v)), None),  # fmt: skip
