@@ -39,7 +39,7 @@ from .probes import VarianceProbe
 VARIANCE_COLUMNS = [
     "init", "norm_position", "n_layers", "seed", "k", "layer", "sublayer",
     "stream_var", "branch_var", "cross_corr", "stream_var_rel",
-    "pred_cumulative", "pred_closed", "stream_var_normed",
+    "pred_cumulative", "pred_closed", "stream_var_normed", "cos_sim", "res_ratio",
 ]  # fmt: skip
 SUMMARY_COLUMNS = [
     "init", "norm_position", "n_layers", "seed", "v0", "v_final", "v_final_rel",

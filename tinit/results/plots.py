@@ -108,9 +108,11 @@ def plot_variance(variance: pd.DataFrame, title: str = "") -> Figure:
     groups = list(variance.groupby(["init", "norm_position"], sort=False))
     positions = list(dict.fromkeys(pos for (_, pos), _ in groups))
     many = len(groups) > 6
-    n_panels = len(positions) + 1
+    rank = "cos_sim" in variance and bool(variance["cos_sim"].notna().any())
+    n_panels = len(positions) + 1 + rank
     fig, axes = _facets(n_panels, ncols_max=3 if n_panels > 2 else 2, width=4.6, height=3.8)
-    bx = axes[-1]
+    bx = axes[len(positions)]
+    cx = axes[-1] if rank else None
     panel = {pos: axes[i] for i, pos in enumerate(positions)}
     in_range: dict[str, list] = {pos: [] for pos in positions}
     off: dict = {}
@@ -127,6 +129,9 @@ def plot_variance(variance: pd.DataFrame, title: str = "") -> Figure:
         ax.plot(df["k"], y[0], color=c, lw=max(lw, 1.0), label=config_label(init, pos))
         ax.plot(df["k"], y[1], color=c, lw=1.1, ls="--", alpha=0.9)
         ax.plot(df["k"], y[2], color=c, lw=1.0, ls=":", alpha=0.9)
+        if cx is not None:
+            cx.plot(df["k"], df["cos_sim"], color=c, lw=1.3)
+            cx.plot(df["k"], df["res_ratio"], color=c, lw=1.0, ls="--")
         for sub, ls in (("attn", "-"), ("ffn", "-.")):
             d = df[df["sublayer"] == sub]
             bx.plot(d["layer"], d["branch_var"], color=c, ls=ls, lw=1.1, marker="o" if sub == "attn" else "^",
@@ -164,6 +169,16 @@ def plot_variance(variance: pd.DataFrame, title: str = "") -> Figure:
         loc="best",
     )
     bx.grid(True, which="major", alpha=0.3)
+    if cx is not None:
+        cx.set_xlabel("residual addition k (0 = embedding)")
+        cx.set_ylabel("token similarity")
+        cx.set_title("Rank collapse: tokens of a sequence", fontsize=10)
+        cx.set_ylim(-0.05, 1.05)
+        cx.legend(handles=[
+            Line2D([], [], color="0.3", lw=1.3, label="mean pairwise cosine (1: collapsed)"),
+            Line2D([], [], color="0.3", lw=1.0, ls="--", label="Dong et al. residual ratio (0: collapsed)"),
+        ], fontsize=7, loc="best")  # fmt: skip
+        cx.grid(True, which="major", alpha=0.3)
     scheme_legend(fig, [g for g, _ in groups], suffix=off)
     if title:
         fig.suptitle(textwrap.fill(title, int(fig.get_figwidth() * 11)), fontsize=10)
