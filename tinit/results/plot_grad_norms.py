@@ -56,7 +56,11 @@ def plot_stream_grads(stream_grads: pd.DataFrame, title: str = "") -> Figure:
         ax.plot(df["k"], df["stream_grad_rms"], color=c, lw=_width(i), marker=_MARKERS[i % 4], ms=7 - i,
                 mfc="none", markevery=max(1, len(df) // 12), label=config_label(init, pos))  # fmt: skip
         ax.plot(df["k"], df["pred_stream_grad_rms"], color=c, lw=1.2, ls="--", alpha=0.9)
-    values = pd.concat([stream_grads["stream_grad_rms"], stream_grads["pred_stream_grad_rms"]])
+        if "pred_full_stream_grad_rms" in df:
+            ax.plot(df["k"], df["pred_full_stream_grad_rms"], color=c, lw=1.2, ls=":", alpha=0.9)
+    wanted = ("stream_grad_rms", "pred_stream_grad_rms", "pred_full_stream_grad_rms")
+    cols = [c for c in wanted if c in stream_grads]
+    values = pd.concat([stream_grads[c] for c in cols])
     if wants_log(values, ratio=5):
         ax.set_yscale("log")
     ax.set_xlabel("residual addition k (0 = embedding output)")
@@ -66,6 +70,7 @@ def plot_stream_grads(stream_grads: pd.DataFrame, title: str = "") -> Figure:
     style = [
         Line2D([], [], color="0.3", lw=2.0, label="measured"),
         Line2D([], [], color="0.3", lw=1.2, ls="--", label="identity-path prediction"),
+        Line2D([], [], color="0.3", lw=1.2, ls=":", label="full-path prediction (measured branch gains)"),
     ]
     ax.legend(handles=handles + style, fontsize=8, loc="best")
     ax.grid(True, which="major", alpha=0.3)
@@ -93,7 +98,8 @@ def grad_norms_table(summary: pd.DataFrame, title: str = "") -> Table:
     t = summary_table(
         title,
         "f/l: gradient norm of W_down, W_O at layer 0 / layer L-1; stream: RMS of "
-        "d loss/d stream at k=0 / k=2L; pred: its identity-path prediction",
+        "d loss/d stream at k=0 / k=2L; pred: its identity-path prediction; full: the full-path "
+        "prediction (identity and branch, measured branch backward gains)",
     )
     cols = (
         "config",
@@ -104,6 +110,8 @@ def grad_norms_table(summary: pd.DataFrame, title: str = "") -> Table:
         "stream\nk0/k2L",
         "pred",
         "meas/\npred",
+        "full",
+        "meas/\nfull",
     )
     for col in cols:
         t.add_column(col, justify="left" if col == "config" else "right", no_wrap=True)
@@ -115,5 +123,7 @@ def grad_norms_table(summary: pd.DataFrame, title: str = "") -> Table:
             _num(r.stream_grad_ratio),
             _num(r.pred_stream_grad_ratio),
             f"[{error_style(ratio - 1)}]{_num(ratio)}[/]",
+            _num(r.pred_full_stream_grad_ratio),
+            f"[{error_style(r.full_stream_grad_ratio_err)}]{_num(r.full_stream_grad_ratio_err + 1)}[/]",
         )
     return t
