@@ -355,7 +355,8 @@ def test_full_path_decomposition_and_prediction():
     the full path (measured branch gains) lands within a factor 2 (the issue's finding)."""
     cfg = dataclasses.replace(TINY, n_layers=6, vocab_size=128)
     run = RunConfig(batch=2, seq_len=16, device="cpu")
-    res = run_grad_norms(cfg, InitConfig(sigma="inv-sqrt-d"), run, inits=("naive",), norm_positions=("pre", "post"))
+    res = run_grad_norms(cfg, InitConfig(sigma="inv-sqrt-d"), run, inits=("naive",),
+                         norm_positions=("pre", "post"))  # fmt: skip
     s = res["stream_grads"]
     pre = s[s["norm_position"] == "pre"].sort_values("k")
     u2 = pre["stream_grad_rms"].to_numpy() ** 2
