@@ -28,7 +28,8 @@ import pandas as pd
 
 from .. import theory
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
-from ..model.schemes import get_scheme
+from ..model.init import role_shape_of
+from ..model.schemes import environment, evaluate, get_scheme, resolved_rule
 from .common import ExperimentResult, IncompleteRun, Meter, Progress, grid, resolve_device, run_meta
 from .grad_norms import require_gradients, run_grad_norms
 from .variance import run_variance
@@ -203,14 +204,20 @@ def theory_branch_var(rows: pd.DataFrame, depth_scaled: bool | None = None) -> f
 @dataclasses.dataclass(frozen=True)
 class TheoryLine:
     """One configuration's closed form v_2L(L): the scheme's recursion with the
-    reference branch variances (means over every depth and seed) and the mean v0."""
+    reference branch variances (means over every depth and seed) and v0 at L: the mean
+    over rows of v0 / e(L_row), times e(L), where e(L) is the variance the scheme gives
+    the embedding output at depth L (std^2 times its multiplier^2; constant for most
+    schemes, (9L)^(-1/2) / d for T-Fixup)."""
 
     recipe: str
     position: str
-    v0: float
+    v0_unit: float
     refs: tuple[float, float]
     model: ModelConfig
     init: InitConfig
+
+    def v0_at(self, L: int) -> float:
+        return self.v0_unit * embed_variance(self.recipe, self.model, self.init, L)
 
     @property
     def depth_scaled(self) -> bool:
@@ -224,7 +231,7 @@ class TheoryLine:
         cfg = dataclasses.replace(self.model, n_layers=int(L))
         ini = dataclasses.replace(self.init, recipe=self.recipe)
         mult = theory.addition_multipliers(ini.scheme, cfg, ini)
-        return float(theory.pred_closed_scheme(self.v0, self.refs, mult, self.position)[-1])
+        return float(theory.pred_closed_scheme(self.v0_at(L), self.refs, mult, self.position)[-1])
 
     def curve(self, depths) -> np.ndarray:
         return np.array([self.v_final(L) for L in depths], dtype=np.float64)
@@ -235,7 +242,20 @@ def theory_line(
 ) -> TheoryLine:
     refs = tuple(float(np.nanmean(rows[c])) if rows[c].notna().any() else math.nan
                  for c in ("s2_ref_attn", "s2_ref_ffn"))  # fmt: skip
-    return TheoryLine(recipe, pos, float(rows["v0"].mean()), refs, model, init)
+    e = np.array([embed_variance(recipe, model, init, int(L)) for L in rows["n_layers"]])
+    return TheoryLine(recipe, pos, float(np.mean(rows["v0"].to_numpy() / e)), refs, model, init)
+
+
+def embed_variance(recipe: str, model: ModelConfig, init: InitConfig, L: int) -> float:
+    """The embedding output's variance under the scheme at depth L, up to the draws:
+    (embed std x embedding multiplier)^2."""
+    s = get_scheme(recipe)
+    cfg = dataclasses.replace(model, n_layers=int(L))
+    ini = dataclasses.replace(init, recipe=recipe)
+    env = environment(cfg, ini, -1, role_shape_of(cfg, "embed"))
+    std = resolved_rule(s, "embed", env)[1]
+    mult = evaluate(s.embed_mult, env, s.name)
+    return (std * mult) ** 2 if std > 0 else 1.0
 
 
 def summarize_points(sweep: pd.DataFrame, theory_lines: dict) -> pd.DataFrame:
@@ -247,8 +267,9 @@ def summarize_points(sweep: pd.DataFrame, theory_lines: dict) -> pd.DataFrame:
             row[f"{q}_mean"], row[f"{q}_se"] = _mean_se(d[q])
         line = theory_lines[(recipe, pos)]
         row["theory_v_final"] = line.v_final(L)
-        row["theory_v_final_rel"] = row["theory_v_final"] / line.v0
-        row["theory_v_growth"] = row["theory_v_final"] - line.v0
+        v0 = line.v0_at(L)
+        row["theory_v_final_rel"] = row["theory_v_final"] / v0
+        row["theory_v_growth"] = row["theory_v_final"] - v0
         rows.append(row)
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
@@ -440,5 +461,6 @@ def theory_frame(sweep: pd.DataFrame, theory_lines: dict) -> pd.DataFrame:
     for (recipe, pos), line in theory_lines.items():
         for L, v in zip(depths, line.curve(depths), strict=True):
             rows.append({"init": recipe, "norm_position": pos, "n_layers": int(L), "theory_v_final": v,
-                         "theory_v_final_rel": v / line.v0, "theory_v_growth": v - line.v0})  # fmt: skip
+                         "theory_v_final_rel": v / line.v0_at(L),
+                         "theory_v_growth": v - line.v0_at(L)})  # fmt: skip
     return pd.DataFrame(rows, columns=THEORY_COLUMNS)
