@@ -36,8 +36,10 @@ def describe(opts: SharedOptions, model: ModelConfig) -> str:
 )
 @shared_options(defaults={"layers": 12})
 def variance(*, opts: SharedOptions) -> None:
-    """Measure the residual-stream variance at every one of the 2L additions, naive vs
-    depth-scaled init and pre- vs post-norm, against v_2L = v0 + 2L s^2.
+    """Measure the residual-stream variance at every one of the 2L additions for each
+    init scheme (--init: a comma list or 'all'; default naive and depth-scaled) and norm
+    placement, against each scheme's law and closed form (naive: v_2L = v0 + 2L s^2),
+    with the tokens' similarity (rank collapse) at every addition.
 
     Writes variance.csv, summary.csv, variance.png and config.json to a new run folder.
     """
