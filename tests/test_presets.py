@@ -4,6 +4,7 @@ total (less the GQA difference tinit does not model), a preset sets every shared
 option it defines on every command, explicit options override it, batch and sequence
 length stay the command's, and an unknown name is a one-line usage error."""
 
+import dataclasses
 import json
 
 import pytest
@@ -19,7 +20,8 @@ from tinit.model.transformer import Transformer
 runner = CliRunner()
 
 #: Options a preset may set: shapes and architecture, never run sizes or init.
-SHAPE_OPTIONS = {"layers", "d_model", "heads", "d_ff", "vocab", "norm", "ffn", "positions", "untie", "bias"}
+SHAPE_OPTIONS = {"layers", "d_model", "heads", "d_ff", "vocab", "norm", "ffn", "positions", "untie", "bias",
+                 "kv_heads"}  # fmt: skip
 
 
 def preset_model(name: str) -> ModelConfig:
@@ -46,8 +48,12 @@ def test_presets_set_shapes_only(name):
 def test_preset_count_is_the_published_total(name):
     p = PRESETS[name]
     cfg = preset_model(name)
-    gqa = gqa_attention_saving(cfg, p.n_kv_heads) if p.n_kv_heads else 0
-    assert count_params(cfg).total - gqa == p.published_total
+    # the GQA presets set --kv-heads: tinit builds and counts the real attention
+    assert cfg.n_kv_heads == p.n_kv_heads
+    assert count_params(cfg).total == p.published_total
+    if p.n_kv_heads:  # and the multi-head variant counts gqa_attention_saving more
+        mha = dataclasses.replace(cfg, n_kv_heads=None)
+        assert count_params(mha).total - gqa_attention_saving(mha, p.n_kv_heads) == p.published_total
     # and the count is that of the real module tree, built on the meta device
     net = Transformer(cfg, InitConfig(), "meta")
     assert sum(t.numel() for t in net.parameters()) == count_params(cfg).total
@@ -78,7 +84,7 @@ def test_preset_shapes():
 def test_gqa_is_documented():
     for name in ("llama2-70b", "llama3-8b"):
         p = PRESETS[name]
-        assert p.n_kv_heads == 8 and "grouped-query" in p.note
+        assert p.n_kv_heads == 8 and "grouped-query" in p.note and p.options["kv_heads"] == 8
         assert "GQA" in p.description
 
 

@@ -163,3 +163,132 @@ def v_final_depth(
     if norm_position == "pre":
         return v0 + 2 * L * s2
     return normed_var + s2
+
+
+# --- Init schemes (tinit.model.schemes): every addition, every placement ---
+#
+# Addition k (k = 2l+1 attention, 2l+2 FFN of block l) computes, with the scheme's
+# stream multiplier a_k and branch multiplier g_k, y = a_k x + g_k f_k (pre, sandwich,
+# reordered, none) or the sum a_k x + g_k f_k before the norm (post). A scheme with an
+# x0 mix first sets x <- lambda_l x + mu_l x0 at the start of block l. The stream is
+# tracked as c_k x0 + u_k with u_k uncorrelated with x0 (and the branches uncorrelated
+# with everything before them):  v_k = c_k^2 v0 + u_k,
+#   mix:       c <- lambda c + mu,   u <- lambda^2 u
+#   addition:  c <- a c,             u <- a^2 u + g^2 s_k^2
+# which for a = 1, g = 1 and no mix is the variance law v_k = v_{k-1} + s_k^2.
+
+
+def plain_multipliers(n_additions: int) -> dict[str, np.ndarray]:
+    """The multipliers of :func:`addition_multipliers` for a plain residual stack
+    (a = g = 1, no x0 mix, depth factor 1): the variance law v_k = v_{k-1} + s_k^2."""
+    ones = np.ones(n_additions)
+    return {"a": ones, "g": ones.copy(), "lam": ones.copy(), "r": ones.copy(), "mu": np.zeros(n_additions)}
+
+
+def addition_multipliers(scheme, cfg, init) -> dict[str, np.ndarray]:
+    """Per addition k = 1..2L: the stream multiplier a, the branch multiplier g, the
+    x0 mix (lambda, mu: 1 and 0 where there is none, and at every FFN addition) and
+    the depth factor r of the branch variance (NaN when the scheme has none; 1 for
+    Gaussian branches, which ignore the init)."""
+    from .model.schemes import environment, evaluate
+
+    L = cfg.n_layers
+    out = {name: np.ones(2 * L) for name in ("a", "g", "lam", "r")}
+    out["mu"] = np.zeros(2 * L)
+    for layer in range(L):
+        env = environment(cfg, init, layer)
+        for j in range(2):
+            k = 2 * layer + j
+            out["a"][k] = evaluate(scheme.stream_mult, env, scheme.name)
+            out["g"][k] = evaluate(scheme.branch_mult, env, scheme.name)
+            factor = scheme.depth_factor
+            if getattr(cfg, "branch", "model") == "gaussian":  # noise branches: S2 whatever the init
+                out["r"][k] = 1.0
+            else:
+                out["r"][k] = math.nan if factor is None else evaluate(factor[j], env, scheme.name)
+        if scheme.x0_mix is not None:
+            out["lam"][2 * layer] = evaluate(scheme.x0_mix[0], env, scheme.name)
+            out["mu"][2 * layer] = evaluate(scheme.x0_mix[1], env, scheme.name)
+    return out
+
+
+def pred_cumulative_scheme(
+    v0: float,
+    branch_vars: np.ndarray,
+    mult: dict[str, np.ndarray],
+    placement: str,
+    stream_in_vars: np.ndarray | None = None,
+) -> np.ndarray:
+    """Predicted v_k, k = 1..2L, from the *measured* branch variances s_k^2 (of F
+    before g; after the branch's own norm in sandwich and reordered) and the scheme's
+    multipliers. Post-norm: the sum's variance a^2 var(x_in) + g^2 s^2 from the
+    measured (normalised, mixed) stream entering each addition; nothing accumulates."""
+    s2 = np.asarray(branch_vars, dtype=np.float64)
+    a, g = mult["a"], mult["g"]
+    if placement == "post":
+        return a**2 * np.asarray(stream_in_vars, dtype=np.float64) + g**2 * s2
+    c, u, out = 1.0, 0.0, np.empty(len(s2))
+    for k in range(len(s2)):
+        c, u = mult["lam"][k] * c + mult["mu"][k], mult["lam"][k] ** 2 * u
+        c, u = a[k] * c, a[k] ** 2 * u + g[k] ** 2 * s2[k]
+        out[k] = c * c * v0 + u
+    return out
+
+
+def reference_branch_vars(
+    branch_vars: np.ndarray, mult: dict[str, np.ndarray], placement: str, stream_in_vars: np.ndarray
+) -> tuple[float, float]:
+    """The L-independent reference branch variance per sublayer (attention, FFN):
+    mean of s_k^2 / r_k over the additions with r_k > 0, where r_k is the scheme's
+    depth factor (the normed branches of sandwich and reordered have r = 1 whenever
+    the branch is not exactly zero). With no norm before the branch (``none``) the
+    branch scales with its input, so the reference is s_k^2 / (r_k var(x_in))."""
+    s2 = np.asarray(branch_vars, dtype=np.float64)
+    r = _placement_factor(mult["r"], placement)
+    scale = np.asarray(stream_in_vars, dtype=np.float64) if placement == "none" else np.ones_like(s2)
+    refs = []
+    for j in range(2):
+        rj, sj, vj = r[j::2], s2[j::2], scale[j::2]
+        ok = np.isfinite(rj) & (rj > 0) & np.isfinite(sj) & (vj > 0)
+        refs.append(float(np.mean(sj[ok] / (rj[ok] * vj[ok]))) if ok.any() else math.nan)
+    return refs[0], refs[1]
+
+
+def _placement_factor(r: np.ndarray, placement: str) -> np.ndarray:
+    r = np.asarray(r, dtype=np.float64)
+    if placement in ("sandwich", "reordered"):
+        return np.where(r > 0, 1.0, r)  # a normed branch has variance ~ its gain^2, whatever the init
+    return r
+
+
+def pred_closed_scheme(
+    v0: float, refs: tuple[float, float], mult: dict[str, np.ndarray], placement: str, normed_var: float = 1.0
+) -> np.ndarray:
+    """The scheme's closed form at every addition k = 1..2L: the recursion of
+    :func:`pred_cumulative_scheme` with the *modelled* branch variances
+    s_k^2 = ref_sublayer * r_k (times the stream entering, for ``none``), so its last
+    value is v_2L(L): naive v0 + 2L s^2, gpt2 v0 + s^2, depth-init v0 + s_a^2 H_L / 2 +
+    s_f^2 H2_L / 4, completep v0 + 2 s^2 L0^2 / L, zero-out and rezero v0, reordered
+    v0 + 2L (unit normed branches), nanochat c_L^2 v0. Post-norm: the sum before the
+    norm, a^2 v_in + g^2 s_k^2 with v_in = v0 at k = 1 and ``normed_var`` after."""
+    r = _placement_factor(mult["r"], placement)
+    n = len(r)
+    ref = np.array([refs[k % 2] for k in range(n)], dtype=np.float64)
+    modelled = np.where(r == 0, 0.0, ref * r)
+    a, g = mult["a"], mult["g"]
+    if placement == "post":
+        v_in = np.full(n, normed_var)
+        v_in[0] = mult["lam"][0] ** 2 * v0 if n else v0
+        return a**2 * v_in + g**2 * modelled
+    c, u, out = 1.0, 0.0, np.empty(n)
+    for k in range(n):
+        c, u = mult["lam"][k] * c + mult["mu"][k], mult["lam"][k] ** 2 * u
+        s2 = modelled[k] * (c * c * v0 + u) if placement == "none" else modelled[k]
+        c, u = a[k] * c, a[k] ** 2 * u + g[k] ** 2 * s2
+        out[k] = c * c * v0 + u
+    return out
+
+
+def harmonic(n: int, power: int = 1) -> float:
+    """H_n^(p) = sum_{l=1..n} 1 / l^p."""
+    return float(sum(1.0 / j**power for j in range(1, n + 1)))

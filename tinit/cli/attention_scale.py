@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 #: stream (d_model is n_heads * d_h here).
 NOT_APPLICABLE = (
     "layers", "d_model", "d_ff", "ffn", "untie", "bias", "no_attn_scale", "init", "pre_norm", "post_norm",
-    "branch", "branch_var", "stream", "embed_std",
+    "branch", "branch_var", "stream", "embed_std", "norm_position", "init_file", "base_width", "base_depth",
+    "qk_norm", "kv_heads",
 )  # fmt: skip
 
 

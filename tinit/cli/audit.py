@@ -1,8 +1,6 @@
 """``tinit audit``: measure the init of a model tinit did not build (a Hugging Face
 config, or a user's module), against a scheme; exit 3 when any weight deviates."""
 
-from __future__ import annotations
-
 import math
 from typing import TYPE_CHECKING, Annotated
 
@@ -37,7 +35,7 @@ def _scheme(value: str, option: str, extra: tuple[str, ...]) -> str:
     return ALIASES.get(value, value)
 
 
-def _declared(model, sites, sigma: float | None) -> Expectation:
+def _declared(model, sites, sigma: float | None) -> "Expectation":
     """What the model says its init is: tinit's InitConfig, an HF config's
     initializer_range plus the family's own rule, or (nothing declared) naive."""
     from ..experiments.audit import Expectation

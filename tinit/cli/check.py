@@ -15,7 +15,8 @@ CHECK = "Check"
 
 #: The check chooses these itself: both recipes, both norm positions, model and
 #: Gaussian branches, each where its item needs them.
-CHOSEN_BY_CHECK = ("init", "pre_norm", "post_norm", "branch", "branch_var")
+CHOSEN_BY_CHECK = ("init", "pre_norm", "post_norm", "branch", "branch_var", "norm_position", "init_file",
+                   "base_width", "base_depth")  # fmt: skip
 
 #: The library's check defaults (experiments.check.CHECK_MODEL, CHECK_RUN) as options,
 #: so ``tinit check`` and ``run_check()`` measure the same thing.

@@ -96,12 +96,14 @@ def depth_sweep(
         "depth-sweep",
         opts,
         lambda progress, on_partial=None: run_depth_sweep(
-            model, init, run, depths, seeds, opts.inits, opts.norm_positions, not no_grads, progress,
+            model, init, run, depths, seeds, opts.inits, opts.placements, not no_grads, progress,
             on_partial, ref,
         ),
         Outputs(
             figures=lambda r: {
-                "depth_sweep": plot_depth_sweep(r["depth_sweep_summary"], r["depth_sweep_fit"], title)
+                "depth_sweep": plot_depth_sweep(
+                    r["depth_sweep_summary"], r["depth_sweep_fit"], title, r["depth_sweep_theory"]
+                )
             },
             tables=lambda r: [
                 depth_sweep_table(r["depth_sweep_fit"], r["depth_sweep_summary"], f"Transfer ({title})"),

@@ -57,7 +57,7 @@ def grad_norms(
         "grad-norms",
         opts,
         lambda progress, on_partial=None: run_grad_norms(
-            model, init, run, opts.inits, opts.norm_positions, batches, progress, on_partial
+            model, init, run, opts.inits, opts.placements, batches, progress, on_partial
         ),
         Outputs(
             figures=lambda r: {

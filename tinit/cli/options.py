@@ -25,8 +25,11 @@ from ..model.config import (
     RunConfig,
 )
 from ..model.presets import PRESETS, get_preset
+from ..model.schemes import PLACEMENTS, parse_init_list
+from ..model.schemes import names as scheme_names
 from ..results.formats import FORMATS
 from .clickcompat import ParameterSource, get_current_context
+from .init_file import load_init_file
 
 MODEL, INIT, RUN, OUTPUT = "Model", "Initialisation", "Run", "Output"
 
@@ -37,8 +40,9 @@ FIELD_OPTIONS = {
     "norm": "--norm", "ffn": "--ffn", "positions": "--positions", "attention": "--attention",
     "sigma": "--sigma", "embed_std": "--embed-std", "seed": "--seed", "device": "--device",
     "dtype": "--dtype", "recipe": "--init", "branch": "--branch", "branch_var": "--branch-var",
-    "norm_position": "--pre-norm/--post-norm", "norm_eps": "--norm-eps", "head_dims": "--head-dims",
+    "norm_position": "--norm-position", "norm_eps": "--norm-eps", "head_dims": "--head-dims",
     "transfer_from": "--transfer-from",
+    "n_kv_heads": "--kv-heads", "base_width": "--base-width", "base_depth": "--base-depth",
 }  # fmt: skip
 
 
@@ -100,6 +104,27 @@ def _nonneg_float(value: float) -> float:
     return value
 
 
+def _placements(value: str | None) -> str | None:
+    if value is None:
+        return None
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [v for v in items if v not in PLACEMENTS]
+    if bad or not items:
+        raise typer.BadParameter(f"{value!r}: give a comma list of {', '.join(PLACEMENTS)}")
+    return ",".join(dict.fromkeys(items))
+
+
+def _init_list(value: str) -> str:
+    try:
+        parse_init_list(value)
+    except KeyError as exc:
+        if "unknown init scheme" in str(exc) and value.strip() and "," not in value:
+            # may name the scheme of --init-file, registered after parsing: checked then
+            return value
+        raise typer.BadParameter(str(exc.args[0])) from None
+    return value
+
+
 @dataclass(frozen=True)
 class SharedOptions:
     """The parsed shared options of one command call."""
@@ -135,15 +160,37 @@ class SharedOptions:
     quiet: bool
     preset: str | None = None  # its values are already in the fields above
     threads: int | None = None  # torch's CPU threads; None: default_threads()
+    norm_position: str | None = None  # comma list of placements; None: --pre-norm/--post-norm or the scheme's
+    qk_norm: bool | None = None  # None: what each scheme presumes
+    kv_heads: int | None = None
+    init_file: Path | None = None
+    base_width: int = 256
+    base_depth: int = 1
 
     @property
     def inits(self) -> tuple[str, ...]:
-        return ("naive", "scaled") if self.init == "both" else (self.init,)
+        """The schemes of --init (a comma list, ``all`` or ``both``); with --init-file and
+        --init left at its default, the file's scheme alone."""
+        custom = load_init_file(self.init_file) if self.init_file is not None else None
+        if custom is not None and self.init == "both":
+            return (custom,)
+        try:
+            return parse_init_list(self.init)
+        except KeyError as exc:
+            raise typer.BadParameter(str(exc.args[0]), param_hint="'--init'") from None
+
+    @property
+    def placements(self) -> tuple[str, ...] | None:
+        """The placements the user chose (--norm-position, --pre-norm, --post-norm), or
+        None: each scheme then runs in its presumed placement, or pre and post."""
+        if self.norm_position:
+            return tuple(self.norm_position.split(","))
+        chosen = tuple(p for p, on in (("pre", self.pre_norm), ("post", self.post_norm)) if on)
+        return chosen or None
 
     @property
     def norm_positions(self) -> tuple[str, ...]:
-        chosen = tuple(p for p, on in (("pre", self.pre_norm), ("post", self.post_norm)) if on)
-        return chosen or ("pre", "post")
+        return self.placements or ("pre", "post")
 
     def model_config(self, **override: Any) -> ModelConfig:
         kw = {
@@ -151,7 +198,7 @@ class SharedOptions:
             "vocab_size": self.vocab, "max_seq_len": self.seq_len, "norm": self.norm, "ffn": self.ffn,
             "positions": self.positions, "attention": self.attention, "attn_scale": not self.no_attn_scale,
             "tie_embeddings": not self.untie, "bias": self.bias, "branch": self.branch,
-            "branch_var": self.branch_var,
+            "branch_var": self.branch_var, "qk_norm": self.qk_norm, "n_kv_heads": self.kv_heads,
         }  # fmt: skip
         if self.preset is not None:
             # fields with no option; the context sizes the learned table (a run may use less)
@@ -162,7 +209,8 @@ class SharedOptions:
         return ModelConfig(**kw)
 
     def init_config(self) -> InitConfig:
-        return InitConfig(sigma=self.sigma, embed_std=self.embed_std, seed=self.seed)
+        return InitConfig(sigma=self.sigma, embed_std=self.embed_std, seed=self.seed,
+                          base_width=self.base_width, base_depth=self.base_depth)  # fmt: skip
 
     def run_config(self, **extra: Any) -> RunConfig:
         if self.preset is not None:
@@ -299,6 +347,47 @@ SHARED: dict[str, tuple[Any, Any]] = {
         ],
         False,
     ),
+    "norm_position": (
+        Annotated[
+            str | None,
+            _opt(
+                "--norm-position",
+                help="Norm placements, a comma list of pre (x+F(N(x))), post (N(x+F(x))), sandwich "
+                "(x+N(F(N(x)))), reordered (x+N(F(x))), none (default: --pre-norm/--post-norm if given, "
+                "else each scheme's own placement, or pre and post).",
+                panel=MODEL,
+                callback=_placements,
+                show_default=False,
+                metavar="pre,post,sandwich,reordered,none",
+            ),
+        ],
+        None,
+    ),
+    "qk_norm": (
+        Annotated[
+            bool | None,
+            _opt(
+                "--qk-norm/--no-qk-norm",
+                help="RMSNorm on every head's q and k (default: as the scheme presumes; olmo2, nanochat).",
+                panel=MODEL,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    "kv_heads": (
+        Annotated[
+            int | None,
+            _opt(
+                "--kv-heads",
+                help="K/V heads (grouped-query attention); must divide --heads (default: --heads).",
+                panel=MODEL,
+                min=1,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
     "branch": (
         Annotated[
             BranchKind,
@@ -325,14 +414,43 @@ SHARED: dict[str, tuple[Any, Any]] = {
     ),
     "init": (
         Annotated[
-            Literal["naive", "scaled", "both"],
+            str,
             _opt(
                 "--init",
-                help="Init recipe: naive, depth-scaled (W_O, W_down / sqrt(2L)), or both.",
+                help="Init schemes, a comma list of " + ", ".join(scheme_names(custom=False))
+                + " (scaled = gpt2); 'all' for the whole catalogue; 'both' = naive,scaled. "
+                "'tinit inits' lists them.",
                 panel=INIT,
+                callback=_init_list,
+                metavar="SCHEME[,SCHEME...]|all|both",
             ),
         ],
         "both",
+    ),
+    "init_file": (
+        Annotated[
+            Path | None,
+            _opt(
+                "--init-file",
+                help="A TOML file declaring your own scheme (per-role std formulas); see README. "
+                "Runs alone unless --init names it (or 'all').",
+                panel=INIT,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    "base_width": (
+        Annotated[
+            int, _opt("--base-width", help="Base width d0 of mup/completep/depth-mup.", panel=INIT, min=1)
+        ],
+        256,
+    ),
+    "base_depth": (
+        Annotated[
+            int, _opt("--base-depth", help="Base depth L0 of completep/depth-mup.", panel=INIT, min=1)
+        ],
+        1,
     ),
     "sigma": (
         Annotated[
@@ -500,7 +618,10 @@ def shared_options(*, exclude: tuple[str, ...] = (), defaults: dict[str, Any] | 
                 values["sigma"] = _sigma(values["sigma"])
             if "threads" not in exclude:  # (a command that excludes it sets threads itself)
                 values["threads"] = set_threads(values["threads"])
-            return func(opts=SharedOptions(**values), **kwargs)
+            opts = SharedOptions(**values)
+            if "init" not in exclude:
+                opts.inits  # noqa: B018 -- loads --init-file and checks --init before any run folder exists
+            return func(opts=opts, **kwargs)
 
         command.__signature__ = sig.replace(parameters=own + added)
         return command

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 #: Shared options that do not change a parameter count.
 NOT_COUNTED = (
     "batch", "sigma", "embed_std", "attention", "no_attn_scale", "init", "branch", "branch_var",
-    "device", "dtype", "stream", "tf32", "seed",
+    "device", "dtype", "stream", "tf32", "seed", "init_file", "base_width", "base_depth",
 )  # fmt: skip
 
 
@@ -98,8 +98,10 @@ def params_lines(summary: "pd.DataFrame", ffn: "pd.DataFrame", preset: str | Non
     if preset is not None:
         p = get_preset(preset)
         if p.n_kv_heads:
+            counted = int(s["n_kv_heads_model"]) if not pd.isna(s.get("n_kv_heads_model")) else None
             lines.append(
-                f"{preset} uses GQA ({p.n_kv_heads} K/V heads): not modelled, tinit's attention is MHA"
+                f"{preset} uses GQA ({p.n_kv_heads} K/V heads): counted with --kv-heads {counted}"
+                if counted else f"{preset} uses GQA ({p.n_kv_heads} K/V heads): this count is multi-head"
             )
             if not pd.isna(s["gqa_saving"]):
                 lines.append(f"  with GQA: {int(s['total_gqa']):,} ({int(s['gqa_saving']):,} fewer)")
@@ -150,9 +152,11 @@ def params(
     from ..results.plot_params import plot_params
     from .runner import Outputs, configs_or_exit, execute
 
-    position = "post" if opts.post_norm and not opts.pre_norm else "pre"
+    position = opts.placements[0] if opts.placements else "pre"
     model = configs_or_exit(lambda: opts.model_config(norm_position=position))
     kv = get_preset(opts.preset).n_kv_heads if opts.preset else None
+    if model.n_kv_heads is not None and model.n_kv_heads != model.n_heads:
+        kv = None  # the model is built (and counted) with its GQA already
     if kv and model.n_heads % kv:
         kv = None  # the heads were overridden: the preset's GQA grouping no longer applies
     title = describe(model, opts.preset)

@@ -10,8 +10,10 @@ from .options import SharedOptions, shared_options
 )
 @shared_options(defaults={"layers": 12})
 def variance(*, opts: SharedOptions) -> None:
-    """Measure the residual-stream variance at every one of the 2L additions, naive vs
-    depth-scaled init and pre- vs post-norm, against v_2L = v0 + 2L s^2.
+    """Measure the residual-stream variance at every one of the 2L additions for each
+    init scheme (--init: a comma list or 'all'; default naive and depth-scaled) and norm
+    placement, against each scheme's law and closed form (naive: v_2L = v0 + 2L s^2),
+    with the tokens' similarity (rank collapse) at every addition.
 
     Writes variance.csv, summary.csv, variance.png and config.json to a new run folder.
     """
@@ -27,7 +29,7 @@ def variance(*, opts: SharedOptions) -> None:
         "variance",
         opts,
         lambda progress, on_partial=None: run_variance(
-            model, init, run, opts.inits, opts.norm_positions, progress, on_partial
+            model, init, run, opts.inits, opts.placements, progress, on_partial
         ),
         Outputs(
             figures=lambda r: {"variance": plot_variance(r["variance"], title)},

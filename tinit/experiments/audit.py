@@ -44,7 +44,8 @@ from torch import nn
 
 from ..adapters.roles import ParamRole
 from ..adapters.sites import Sites, block_input, first_tensor
-from ..model.init import RECIPES, StdContext, generator
+from ..model.init import generator
+from ..model.schemes import get_scheme, resolved_rule
 from .common import (
     RUN_FAILURES,
     ExperimentResult,
@@ -91,25 +92,52 @@ AS_BUILT = "as-built"
 
 @dataclass(frozen=True)
 class Expectation:
-    """What the weights are checked against: a recipe of :data:`tinit.model.init.RECIPES`
+    """What the weights are checked against: a scheme of the catalogue (tinit.model.schemes)
     at a base std, and the tolerances of the verdict."""
 
-    scheme: str  # a RECIPES key ("naive", "scaled")
+    scheme: str  # a catalogue scheme name ("naive", "gpt2" alias "scaled", "mitchell", ...)
     sigma: float
     embed_std: float
     source: str  # where it came from: "--expect scaled", "declared by the model: ..."
     z_max: float = 5.0
     rtol: float = 0.01
 
-    def expected(self, role: str, n_layers: int, norm_offset: float) -> tuple[str | None, float]:
-        """(kind, value): ("std", s) for Gaussian roles, ("value", c) for constants."""
+    def expected(
+        self, role: str, n_layers: int, norm_offset: float, layer: int = 0, shape: tuple[int, ...] = ()
+    ) -> tuple[str | None, float]:
+        """(kind, value): ("std", s) for Gaussian roles, ("value", c) for constants, under
+        the catalogue scheme ``self.scheme`` (tinit.model.schemes) for a parameter of
+        ``shape`` at ``layer``. The width variables of a rule (d, d_ff, d_h, V) are read
+        off the parameter's shape by its role; those a role's shape does not give are
+        NaN, so a scheme whose rule for that role needs them yields NaN (unchecked)."""
         if role not in GAUSSIAN and role not in ("norm", "bias"):
             return None, math.nan
-        rule = RECIPES[self.scheme][RECIPE_ROLE.get(role, role)]
-        value = rule(StdContext(self.sigma, self.embed_std, n_layers))
+        scheme = get_scheme(self.scheme)
+        env = _environment(RECIPE_ROLE.get(role, role), shape, layer, n_layers, self.sigma, self.embed_std)
+        with np.errstate(all="ignore"):
+            _, value, _ = resolved_rule(scheme, RECIPE_ROLE.get(role, role), env)
         if role == "norm":
             return "value", value - norm_offset
         return ("std", value) if role in GAUSSIAN else ("value", value)
+
+
+def _environment(
+    role: str, shape: tuple[int, ...], layer: int, n_layers: int, sigma: float, embed_std: float
+) -> dict[str, float]:
+    """The variables of a scheme's rule for one audited parameter (see
+    :func:`tinit.model.schemes.environment` for tinit's own models)."""
+    shape = tuple(shape)
+    out, inp = (float(shape[0]), float(shape[1])) if len(shape) >= 2 else (math.nan, math.nan)
+    d = {"embed": inp, "pos": inp, "head": inp, "q": inp, "k": inp, "v": inp, "gate": inp, "up": inp,
+         "o": out, "down": out}.get(role, float(shape[0]) if len(shape) == 1 else math.nan)  # fmt: skip
+    d_ff = {"gate": out, "up": out, "down": inp}.get(role, math.nan)
+    vocab = out if role in ("embed", "head") else math.nan
+    return {
+        "l": float(max(layer, 0)), "L": float(n_layers), "d": d, "d_ff": d_ff, "d_h": math.nan,
+        "fan_in": inp if len(shape) >= 2 else (float(shape[0]) if shape else 1.0),
+        "fan_out": out if len(shape) >= 2 else (float(shape[0]) if shape else 1.0),
+        "sigma": sigma, "sigma_emb": embed_std, "V": vocab, "d0": 256.0, "L0": 1.0,
+    }  # fmt: skip
 
 
 def _close(measured: float, expected: float, se: float, z_max: float, rtol: float) -> tuple[bool, float]:
@@ -131,7 +159,7 @@ def audit_weights(
         mean = float(w.mean()) if finite else math.nan
         std = float(w.std(unbiased=False)) if finite else math.nan
         max_abs = float(w.abs().max()) if finite else math.nan
-        kind, exp = expect.expected(r.role, sites.n_layers, sites.norm_offset)
+        kind, exp = expect.expected(r.role, sites.n_layers, sites.norm_offset, r.layer, tuple(p.shape))
         z_std = z_mean = rel = math.nan
         verdict = None
         if not finite:
@@ -382,8 +410,8 @@ def reinit_(
     params = dict(model.named_parameters())
     kept = []
     for r in roles:
-        kind, value = expect.expected(r.role, sites.n_layers, sites.norm_offset)
         p = params[r.name]
+        kind, value = expect.expected(r.role, sites.n_layers, sites.norm_offset, r.layer, tuple(p.shape))
         if kind == "std":
             p.normal_(0.0, value, generator=generator(seed, r.layer, r.name, p.device))
         elif kind == "value":

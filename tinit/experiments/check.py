@@ -44,6 +44,7 @@ from ..criteria import (  # noqa: F401 (ITEMS and the CHECK_ defaults: re-export
 )
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ..model.init import role_std
+from ..model.schemes import get_scheme
 from ..model.transformer import Transformer
 from .attention_scale import NOT_APPLICABLE as ATTENTION_NOT_APPLICABLE
 from .attention_scale import check_head_dims, run_attention_scale
@@ -170,7 +171,8 @@ def measure_additions(
                     hook.remove()
             if on_block is not None:
                 on_block()
-    df = add_theory(var_probe.frame(), cfg.norm_position).merge(cov_probe.frame(), on="k", how="left")
+    df = add_theory(var_probe.frame(), cfg.norm_position, cfg, init)
+    df = df.merge(cov_probe.frame(), on="k", how="left")
     df["cov_z"] = df["cov"] / df["cov_se"]
     return df
 
@@ -255,11 +257,19 @@ def law_rows(df: pd.DataFrame, gauss: pd.DataFrame, s2: float, n_el: int, alpha:
 # --- (b) ---
 
 
+def _depth_weight(recipe: str, L: int) -> float:
+    """The scheme's depth factor of the branch variance at depth L (1/(2L) for gpt2,
+    1 for naive); the check uses schemes whose factor does not depend on the layer."""
+    factor = get_scheme(recipe).depth_factor
+    return 1.0 if factor is None else factor[0](l=0.0, L=float(L))
+
+
 def _unscaled(df: pd.DataFrame, recipe: str) -> pd.DataFrame:
-    """Per-addition branch variance in units of the unscaled recipe: u = s^2 * 2L for
-    the depth-scaled init (its W_O, W_down have variance sigma^2 / 2L), s^2 for naive."""
+    """Per-addition branch variance in units of the unscaled recipe: u = s^2 / w(L),
+    i.e. s^2 * 2L for the depth-scaled init (its W_O, W_down have variance
+    sigma^2 / 2L), s^2 for naive."""
     adds = df[df["k"] > 0]
-    factor = 2 * int(adds["n_layers"].iloc[0]) if recipe == "scaled" else 1
+    factor = 1.0 / _depth_weight(recipe, int(adds["n_layers"].iloc[0]))
     u = adds["branch_var"].to_numpy() * factor
     return pd.DataFrame({"sublayer": adds["sublayer"].to_numpy(), "u": u})
 
@@ -278,7 +288,7 @@ def depth_prediction(short: pd.DataFrame, long: pd.DataFrame, recipe: str) -> di
         sd2[sub] = ss / max(len(a) + len(b) - 2, 1)
 
     def w(L: int) -> float:
-        return 1.0 / (2 * L) if recipe == "scaled" else 1.0
+        return _depth_weight(recipe, L)
 
     v0 = _f(short["stream_var"].iloc[0])
     pred_a = v0 + w(L_a) * L_a * means.sum()

@@ -18,6 +18,7 @@ import torch
 
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ..model.init import generator
+from ..model.schemes import PLACEMENTS, placements_for
 from ..model.transformer import Block
 
 #: Callback for progress: (steps done so far, total steps). Experiments never print.
@@ -315,17 +316,31 @@ def should_stream(
     return need > 0.5 * available_memory(device)
 
 
-def grid(inits: Iterable[str], norm_positions: Iterable[str]) -> Iterator[tuple[str, str]]:
-    """The (init recipe, norm position) configurations of a run, in a fixed order."""
+#: Placements a run uses when neither the user nor the scheme chose one.
+DEFAULT_PLACEMENTS = ("pre", "post")
+
+
+def grid(inits: Iterable[str], norm_positions: Iterable[str] | None) -> Iterator[tuple[str, str]]:
+    """The (init scheme, norm position) configurations of a run, in a fixed order
+    (placement, then scheme). ``norm_positions`` None: each scheme in the placement
+    it presumes (olmo2 reordered, deepnet post, ...), the others in pre and post."""
+    inits = list(inits)
+    if norm_positions is None:
+        wanted = {recipe: placements_for(recipe, DEFAULT_PLACEMENTS) for recipe in inits}
+        norm_positions = [p for p in PLACEMENTS if any(p in w for w in wanted.values())]
+    else:
+        wanted = {recipe: tuple(norm_positions) for recipe in inits}
     for norm_position in norm_positions:
         for recipe in inits:
-            yield recipe, norm_position
+            if norm_position in wanted[recipe]:
+                yield recipe, norm_position
 
 
 def configure(
     model: ModelConfig, init: InitConfig, run: RunConfig, recipe: str, norm_position: str
 ) -> tuple[ModelConfig, InitConfig]:
-    """The model and init of one configuration; the model's sequence cache fits the run."""
+    """The model and init of one configuration; the model's sequence cache fits the run.
+    (QK-norm left unset in ``model`` is decided by the scheme when the blocks are built.)"""
     cfg = dataclasses.replace(
         model, norm_position=norm_position, max_seq_len=max(model.max_seq_len, run.seq_len)
     )

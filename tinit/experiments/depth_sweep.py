@@ -29,6 +29,8 @@ import pandas as pd
 from .. import theory
 from ..criteria import LAW_TOL, SPREAD_K, TRANSFER_FROM, TRANSFER_TOL
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ..model.init import role_shape_of
+from ..model.schemes import environment, evaluate, get_scheme, resolved_rule
 from .common import (
     ExperimentResult,
     IncompleteRun,
@@ -47,16 +49,17 @@ from .variance import run_variance
 SWEEP_COLUMNS = [
     "init", "norm_position", "n_layers", "seed", "v0", "v_final", "v_final_rel",
     "branch_var_mean", "sigma2_rel", "pred_closed_final", "rel_err_closed",
-    "max_abs_cross_corr", "grad_ratio",
+    "max_abs_cross_corr", "grad_ratio", "s2_ref_attn", "s2_ref_ffn", "v_growth",
 ]  # fmt: skip
 #: Quantities averaged over seeds in depth_sweep_summary.csv (``<q>_mean``, ``<q>_se``).
 SUMMARY_QUANTITIES = (
     "v0", "v_final", "v_final_rel", "branch_var_mean", "sigma2_rel", "pred_closed_final", "grad_ratio",
+    "v_growth",
 )  # fmt: skip
 SUMMARY_COLUMNS = [
     "init", "norm_position", "n_layers", "n_seeds",
     *(f"{q}_{s}" for q in SUMMARY_QUANTITIES for s in ("mean", "se")),
-    "theory_v_final", "theory_v_final_rel",
+    "theory_v_final", "theory_v_final_rel", "theory_v_growth",
 ]  # fmt: skip
 #: depth_sweep_fit.csv: one row per (init, norm_position).
 FIT_COLUMNS = [
@@ -67,6 +70,11 @@ FIT_COLUMNS = [
     "ratio_max_min", "ratio_max_min_se", "diff_max_min", "diff_se", "within_spread",
     "transfer_from", "transfer_to", "transfer_ratio", "transfer_ratio_se", "transfer_tol",
     "transfer_significant", "transfers", "law_max_rel_err", "law_tol", "law_holds",
+    "closed_form", "theory_rel_err_max",
+]  # fmt: skip
+#: depth_sweep_theory.csv: each configuration's closed form v_2L(L) at every whole L in range.
+THEORY_COLUMNS = [
+    "init", "norm_position", "n_layers", "theory_v_final", "theory_v_final_rel", "theory_v_growth",
 ]  # fmt: skip
 
 
@@ -237,22 +245,80 @@ def _mean_se(values: pd.Series) -> tuple[float, float]:
 
 
 def is_depth_scaled(recipe: str, model: ModelConfig) -> bool:
-    """Whether the recipe divides the branch variances by 2L. Gaussian branches
-    (``--branch gaussian``) ignore the recipe: their variance is S2 at every depth."""
-    return recipe == "scaled" and model.branch == "model"
+    """Whether the scheme makes a branch's variance depend on the depth L (its depth
+    factor or its branch multiplier names L). Gaussian branches (``--branch
+    gaussian``) ignore the init: their variance is S2 at every depth."""
+    s = get_scheme(recipe)
+    names = set(s.branch_mult.names)
+    for f in s.depth_factor or ():
+        names |= f.names
+    return "L" in names and model.branch == "model"
 
 
-def theory_branch_var(rows: pd.DataFrame, depth_scaled: bool) -> float:
+def theory_branch_var(rows: pd.DataFrame, depth_scaled: bool | None = None) -> float:
     """The s^2 the theory lines use, from one configuration's rows (all depths and
-    seeds): the mean branch variance when it does not depend on L (naive init,
-    Gaussian branches); with depth scaling, the mean *unscaled-equivalent* branch
-    variance 2L * mean(s^2) of the scaled runs themselves, which is the s^2 in
-    v_2L = v0 + s^2 and needs no naive run."""
-    s2 = rows["branch_var_mean"].to_numpy(dtype=np.float64)
-    if depth_scaled:
-        s2 = s2 * 2 * rows["n_layers"].to_numpy(dtype=np.float64)
-    s2 = s2[~np.isnan(s2)]
-    return float(s2.mean()) if len(s2) else math.nan
+    seeds): the mean over rows of the two sublayers' reference branch variances (the
+    s^2 of the scheme's closed form: the branch variance itself when it does not depend
+    on L, 2L s_k^2 for gpt2's 1/sqrt(2L), ...), which needs no naive run."""
+    refs = rows[["s2_ref_attn", "s2_ref_ffn"]].to_numpy(dtype=np.float64)
+    return float(np.nanmean(refs)) if np.isfinite(refs).any() else math.nan
+
+
+@dataclasses.dataclass(frozen=True)
+class TheoryLine:
+    """One configuration's closed form v_2L(L): the scheme's recursion with the
+    reference branch variances (means over every depth and seed) and v0 at L: the mean
+    over rows of v0 / e(L_row), times e(L), where e(L) is the variance the scheme gives
+    the embedding output at depth L (std^2 times its multiplier^2; constant for most
+    schemes, (9L)^(-1/2) / d for T-Fixup)."""
+
+    recipe: str
+    position: str
+    v0_unit: float
+    refs: tuple[float, float]
+    model: ModelConfig
+    init: InitConfig
+
+    def v0_at(self, L: int) -> float:
+        return self.v0_unit * embed_variance(self.recipe, self.model, self.init, L)
+
+    @property
+    def depth_scaled(self) -> bool:
+        return is_depth_scaled(self.recipe, self.model)
+
+    @property
+    def branch_var(self) -> float:
+        return float(np.nanmean(self.refs)) if np.isfinite(self.refs).any() else math.nan
+
+    def v_final(self, L: int) -> float:
+        cfg = dataclasses.replace(self.model, n_layers=int(L))
+        ini = dataclasses.replace(self.init, recipe=self.recipe)
+        mult = theory.addition_multipliers(ini.scheme, cfg, ini)
+        return float(theory.pred_closed_scheme(self.v0_at(L), self.refs, mult, self.position)[-1])
+
+    def curve(self, depths) -> np.ndarray:
+        return np.array([self.v_final(L) for L in depths], dtype=np.float64)
+
+
+def theory_line(
+    rows: pd.DataFrame, recipe: str, pos: str, model: ModelConfig, init: InitConfig
+) -> TheoryLine:
+    refs = tuple(float(np.nanmean(rows[c])) if rows[c].notna().any() else math.nan
+                 for c in ("s2_ref_attn", "s2_ref_ffn"))  # fmt: skip
+    e = np.array([embed_variance(recipe, model, init, int(L)) for L in rows["n_layers"]])
+    return TheoryLine(recipe, pos, float(np.mean(rows["v0"].to_numpy() / e)), refs, model, init)
+
+
+def embed_variance(recipe: str, model: ModelConfig, init: InitConfig, L: int) -> float:
+    """The embedding output's variance under the scheme at depth L, up to the draws:
+    (embed std x embedding multiplier)^2."""
+    s = get_scheme(recipe)
+    cfg = dataclasses.replace(model, n_layers=int(L))
+    ini = dataclasses.replace(init, recipe=recipe)
+    env = environment(cfg, ini, -1, role_shape_of(cfg, "embed"))
+    std = resolved_rule(s, "embed", env)[1]
+    mult = evaluate(s.embed_mult, env, s.name)
+    return (std * mult) ** 2 if std > 0 else 1.0
 
 
 def summarize_points(sweep: pd.DataFrame, theory_lines: dict) -> pd.DataFrame:
@@ -262,9 +328,11 @@ def summarize_points(sweep: pd.DataFrame, theory_lines: dict) -> pd.DataFrame:
         row = {"init": recipe, "norm_position": pos, "n_layers": L, "n_seeds": len(d)}
         for q in SUMMARY_QUANTITIES:
             row[f"{q}_mean"], row[f"{q}_se"] = _mean_se(d[q])
-        v0, depth_scaled, s2 = theory_lines[(recipe, pos)]
-        row["theory_v_final"] = float(theory.v_final_depth(L, v0, s2, pos, depth_scaled))
+        line = theory_lines[(recipe, pos)]
+        row["theory_v_final"] = line.v_final(L)
+        v0 = line.v0_at(L)
         row["theory_v_final_rel"] = row["theory_v_final"] / v0
+        row["theory_v_growth"] = row["theory_v_final"] - v0
         rows.append(row)
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
@@ -279,7 +347,7 @@ def fit_configs(
     and the per-depth law's largest error."""
     rows = []
     for (recipe, pos), d in sweep.groupby(["init", "norm_position"], sort=False):
-        v0, depth_scaled, s2 = theory_lines[(recipe, pos)]
+        line = theory_lines[(recipe, pos)]
         fit = fit_line(d["n_layers"], d["v_final"])
         # per-seed slopes: independent draws, so their spread is a standard error that
         # does not assume independent residuals (depths of one seed share their layers)
@@ -289,7 +357,7 @@ def fit_configs(
             float(np.std(per_seed, ddof=1) / math.sqrt(len(per_seed))) if len(seeds) > 1 else math.nan
         )
         depths = np.sort(d["n_layers"].unique())
-        curve = theory.v_final_depth(depths, v0, s2, pos, depth_scaled)
+        curve = line.curve(depths)
         th = fit_line(depths, curve) if len(depths) > 1 else {"slope": math.nan, "intercept": math.nan}
         th["slope"] = round_to_inputs(th["slope"], curve, depths)
         s = summary[(summary["init"] == recipe) & (summary["norm_position"] == pos)].set_index("n_layers")
@@ -312,7 +380,7 @@ def fit_configs(
             **fit, "slope_se_seeds": slope_se_seeds,
             "theory_slope": th["slope"], "theory_intercept": th["intercept"],
             "slope_z": (fit["slope"] - th["slope"]) / se_used if se_used > 0 else math.nan,
-            "depth_scaled": depth_scaled, "theory_branch_var": s2,
+            "depth_scaled": line.depth_scaled, "theory_branch_var": line.branch_var,
             "v_final_min_mean": a, "v_final_min_se": a_se, "v_final_max_mean": b, "v_final_max_se": b_se,
             "ratio_max_min": ratio, "ratio_max_min_se": ratio_se,
             "diff_max_min": diff, "diff_se": diff_se,
@@ -325,6 +393,8 @@ def fit_configs(
             "transfers": transfer_verdict(t_ratio, t_ratio_se),
             "law_max_rel_err": float(law_err), "law_tol": LAW_TOL,
             "law_holds": bool(law_err <= LAW_TOL) if math.isfinite(law_err) else None,
+            "closed_form": get_scheme(recipe).closed_form,
+            "theory_rel_err_max": float(np.nanmax(np.abs(s["v_final_mean"] / s["theory_v_final"] - 1.0))),
         })  # fmt: skip
     return pd.DataFrame(rows, columns=FIT_COLUMNS)
 
@@ -336,7 +406,7 @@ def run_depth_sweep(
     layers: str | Sequence[int] = (1, 2, 4, 8, 12, 24, 48, 80),
     seeds: int = 1,
     inits: Sequence[str] = ("naive", "scaled"),
-    norm_positions: Sequence[str] = ("pre", "post"),
+    norm_positions: Sequence[str] | None = ("pre", "post"),
     grads: bool = True,
     progress: Progress | None = None,
     on_partial: Partial | None = None,
@@ -387,7 +457,7 @@ def run_depth_sweep(
         meter.record(meta)
         meta["streamed"] = streamed
         na = not_applicable(grads and model.branch == "model")
-        return ExperimentResult(assemble(records, configs, model, ref), meta, complete, error, na)
+        return ExperimentResult(assemble(records, configs, model, init, ref), meta, complete, error, na)
 
     for L in depths:
         cfg = dataclasses.replace(model, n_layers=L)
@@ -470,14 +540,17 @@ def _span(progress: Progress | None, start: int, width: int, total: int) -> Prog
 
 
 def assemble(
-    records: list[dict], configs: list[tuple[str, str]], model: ModelConfig, transfer_from: int | None = None
+    records: list[dict], configs: list[tuple[str, str]], model: ModelConfig, init: InitConfig | None = None,
+    transfer_from: int | None = None,
 ) -> dict[str, pd.DataFrame]:
-    """The three frames from the per-point rows (empty frames when there are none)."""
+    """The four frames from the per-point rows (empty frames when there are none)."""
+    init = init or InitConfig()
     if not records:
         return {
             "depth_sweep": pd.DataFrame(columns=SWEEP_COLUMNS),
             "depth_sweep_summary": pd.DataFrame(columns=SUMMARY_COLUMNS),
             "depth_sweep_fit": pd.DataFrame(columns=FIT_COLUMNS),
+            "depth_sweep_theory": pd.DataFrame(columns=THEORY_COLUMNS),
         }
     order = {c: i for i, c in enumerate(configs)}
     sweep = pd.DataFrame(records)
@@ -487,13 +560,17 @@ def assemble(
     )
     theory_lines = {}
     for (recipe, pos), d in sweep.groupby(["init", "norm_position"], sort=False):
-        scaled = is_depth_scaled(recipe, model)
-        # float64: a vanished v0 gives inf / nan (flagged), not ZeroDivisionError
-        theory_lines[(recipe, pos)] = (np.float64(d["v0"].mean()), scaled, theory_branch_var(d, scaled))
-    with np.errstate(all="ignore"):
+        theory_lines[(recipe, pos)] = theory_line(d, recipe, pos, model, init)
+    with np.errstate(all="ignore"):  # a vanished v0 gives inf / nan (flagged), not a warning
         summary = summarize_points(sweep, theory_lines)
         fit = fit_configs(sweep, summary, theory_lines, _swept_reference(sweep, transfer_from))
-    return {"depth_sweep": sweep, "depth_sweep_summary": summary, "depth_sweep_fit": fit}
+        theory_curves = theory_frame(sweep, theory_lines)
+    return {
+        "depth_sweep": sweep,
+        "depth_sweep_summary": summary,
+        "depth_sweep_fit": fit,
+        "depth_sweep_theory": theory_curves,
+    }
 
 
 def _swept_reference(sweep: pd.DataFrame, transfer_from: int | None) -> int | None:
@@ -501,3 +578,17 @@ def _swept_reference(sweep: pd.DataFrame, transfer_from: int | None) -> int | No
     may not have reached it): else the default rule on what was measured."""
     done = sorted(sweep["n_layers"].unique())
     return transfer_from if transfer_from in done and transfer_from < done[-1] else None
+
+
+def theory_frame(sweep: pd.DataFrame, theory_lines: dict) -> pd.DataFrame:
+    """Each configuration's closed form at every whole depth from the shallowest to the
+    deepest swept (at most 200 depths, geometrically spaced), for the plot's lines."""
+    lo, hi = int(sweep["n_layers"].min()), int(sweep["n_layers"].max())
+    depths = np.unique(np.round(np.geomspace(lo, hi, min(200, hi - lo + 1))).astype(int))
+    rows = []
+    for (recipe, pos), line in theory_lines.items():
+        for L, v in zip(depths, line.curve(depths), strict=True):
+            rows.append({"init": recipe, "norm_position": pos, "n_layers": int(L), "theory_v_final": v,
+                         "theory_v_final_rel": v / line.v0_at(L),
+                         "theory_v_growth": v - line.v0_at(L)})  # fmt: skip
+    return pd.DataFrame(rows, columns=THEORY_COLUMNS)

@@ -75,12 +75,14 @@ GRAD_COLUMNS = [
 STREAM_COLUMNS = [
     "init", "norm_position", "n_layers", "seed", "k", "layer", "sublayer", "stream_grad_rms",
     "stream_grad_rel", "pred_identity_gain", "pred_stream_grad_rms", "stream_var",
+    "branch_back_gain", "grad_cross_corr", "pred_full_gain", "pred_full_stream_grad_rms",
 ]  # fmt: skip
 SUMMARY_COLUMNS = [
     "init", "norm_position", "n_layers", "seed", "batches", "loss",
     "down_ratio_first_last", "down_max_min", "down_max_layer",
     "o_ratio_first_last", "o_max_min", "o_max_layer",
     "stream_grad_ratio", "pred_stream_grad_ratio", "stream_grad_ratio_err",
+    "pred_full_stream_grad_ratio", "full_stream_grad_ratio_err", "better_path",
 ]  # fmt: skip
 #: The summary's W_down and W_O statistics (not applicable without those tensors).
 TENSOR_STAT_COLUMNS = [
@@ -130,6 +132,7 @@ class GradTap:
         self, variance: VarianceProbe | None = None, on_block_grad: Callable[[], None] | None = None
     ):
         self.streams: dict[int, torch.Tensor] = {}
+        self.sums: dict[int, torch.Tensor] = {}  # post-norm: the sum before the norm
         self.variance = variance
         self.on_block_grad = on_block_grad
         self.block_grads = 0
@@ -148,6 +151,31 @@ class GradTap:
             self.streams[k] = t
             if self.on_block_grad is not None and sublayer == "ffn":  # the block's last addition
                 t.register_hook(self._reached)
+        if normed is not None and stream_out.requires_grad:
+            stream_out.retain_grad()
+            self.sums[k] = stream_out
+
+
+def branch_paths(tap: GradTap, ks, coef, acc: torch.Tensor, stats: torch.dtype, extra=None) -> None:
+    """Split the gradient reaching the stream before addition k into its identity part
+    and its branch part, for every k in ``ks``, and accumulate into ``acc`` (3, 2L+1):
+    |r_k|^2, |w_k|^2 and <c_k w_k, r_k>. w_k is the gradient at the addition's output
+    (post-norm: at the sum, before the norm), c_k the scheme's stream multiplier (times
+    the x0-mix lambda), and r_k = u_{k-1} - c_k w_k what came back through the branch
+    (u_{k-1}: the gradient at the stream entering addition k; ``extra`` supplies those
+    the tap did not see, e.g. a block's input)."""
+    extra = extra or {}
+    for k in ks:
+        prev = extra[k - 1] if k - 1 in extra else tap.streams[k - 1].grad
+        out = tap.sums[k] if k in tap.sums else tap.streams[k]
+        if prev is None or out.grad is None:
+            continue
+        w = out.grad.to(stats)
+        ident = float(coef[k - 1]) * w
+        r = prev.to(stats) - ident
+        acc[0, k] += r.square().sum()
+        acc[1, k] += w.square().sum()
+        acc[2, k] += (ident * r).sum()
 
 
 class _Recorder:
@@ -177,7 +205,7 @@ class _Recorder:
         return df.sort_values("layer", kind="stable").reset_index(drop=True)
 
 
-def _autograd(net, toks, stats, sq, losses, probes, tick) -> None:
+def _autograd(net, toks, stats, sq, losses, probes, tick, coef=None, acc=None) -> None:
     """Ordinary autograd on a fully built model, one backward per batch (grads sum)."""
     L = net.cfg.n_layers
     for i, tok in enumerate(toks):
@@ -188,16 +216,22 @@ def _autograd(net, toks, stats, sq, losses, probes, tick) -> None:
         losses.append(loss.detach())
         for k, t in tap.streams.items():
             sq[k] += t.grad.to(stats).square().sum()
+        if acc is not None:
+            branch_paths(tap, range(1, 2 * L + 1), coef, acc, stats)
         if tap.block_grads < L:  # (never, unless the backward missed a block's output)
             tick(L - tap.block_grads)
         del tap, x, loss
 
 
-def _layerwise(net, cfg, ini, device, dtype, toks, stats, sq, losses, probes, rec: _Recorder, tick) -> None:
+def _layerwise(net, cfg, ini, device, dtype, toks, stats, sq, losses, probes, rec: _Recorder, tick,
+               coef=None, acc=None) -> None:  # fmt: skip
     """The streamed backward: no-grad forward keeping layer-boundary streams, then a
     walk down the layers rebuilding, recomputing and back-propagating one block at a
     time. Records block gradient norms as it goes (``rec``)."""
     L = cfg.n_layers
+    if ini.scheme.x0_mix is not None:
+        raise ConfigError("stream", f"{ini.recipe} mixes x0 into every block: its streamed (layer-wise) "
+                          "backward is not implemented; use --no-stream")  # fmt: skip
     with torch.no_grad():
         xs = [[net.embed_tokens(tok, probes[i])] for i, tok in enumerate(toks)]
         for layer in range(L):
@@ -223,6 +257,8 @@ def _layerwise(net, cfg, ini, device, dtype, toks, stats, sq, losses, probes, re
             out = block(x_in, net.rope, tap)
             out.backward(grads[i])
             sq[2 * layer + 1] += tap.streams[2 * layer + 1].grad.to(stats).square().sum()
+            if acc is not None:
+                branch_paths(tap, (2 * layer + 1, 2 * layer + 2), coef, acc, stats, {2 * layer: x_in.grad})
             grads[i] = x_in.grad  # d loss / d stream at addition 2*layer (layer 0: the embedding)
             sq[2 * layer] += grads[i].to(stats).square().sum()
             xs[i][layer] = None
@@ -234,17 +270,43 @@ def _layerwise(net, cfg, ini, device, dtype, toks, stats, sq, losses, probes, re
         net.embed_tokens(tok).backward(grads[i])
 
 
-def stream_frame(sq: np.ndarray, count: int, stream_var: np.ndarray, norm_position: str, eps: float):
-    """stream_grads rows of one configuration, with the identity-path prediction."""
+def stream_frame(
+    sq: np.ndarray, count: int, stream_var: np.ndarray, norm_position: str, eps: float,
+    stream_mult: np.ndarray | None = None, paths: np.ndarray | None = None,
+):  # fmt: skip
+    """stream_grads rows of one configuration, with the identity-path prediction and,
+    with ``paths`` (from :func:`branch_paths`), the full-path one.
+
+    Identity path: only post-norm has a norm on it; the others (pre, sandwich,
+    reordered, none) pass the gradient unchanged, times the scheme's stream
+    multipliers a_j (and x0-mix lambdas) above k. Full path: the gradient entering
+    addition j from above is split into the identity part c_j w_j and the branch part
+    r_j; with b_j = |r_j|^2 / |w_j|^2 the branch's backward gain (squared) and the two
+    parts uncorrelated, |u_{j-1}|^2 = (c_j^2 + b_j) |w_j|^2, so the gain from 2L down to
+    k is the product over j > k of sqrt(c_j^2 + b_j) (times post-norm's norm gain
+    1/sqrt(var(s_j) + eps)). ``grad_cross_corr`` measures that uncorrelatedness."""
     n_add = len(sq) - 1
     k = np.arange(n_add + 1)
     rms = np.sqrt(sq / count)
     with np.errstate(divide="ignore", invalid="ignore"):  # a vanished gradient: nan, flagged
         rel = rms / rms[-1]
-    if norm_position == "pre":
+    a = np.ones(n_add) if stream_mult is None else np.asarray(stream_mult, dtype=np.float64)
+    if norm_position != "post":
         gain = theory.identity_gain_pre(n_add)
+        norm_gain = np.ones(n_add)
     else:
         gain = theory.identity_gain_post(stream_var[1:], eps)
+        norm_gain = 1.0 / np.sqrt(np.asarray(stream_var[1:], dtype=np.float64) + eps)
+    gain = gain * np.concatenate([np.cumprod(a[::-1])[::-1], [1.0]])
+    nan = np.full(n_add + 1, np.nan)
+    b, corr, full = nan.copy(), nan.copy(), nan.copy()
+    if paths is not None:
+        rr, ww, cross = paths[0, 1:], paths[1, 1:], paths[2, 1:]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            b[1:] = rr / ww
+            corr[1:] = cross / np.sqrt(a**2 * ww * rr)
+            step = np.sqrt(a**2 + b[1:]) * norm_gain
+        full = np.concatenate([np.cumprod(step[::-1])[::-1], [1.0]])
     return pd.DataFrame(
         {
             "k": k,
@@ -255,6 +317,10 @@ def stream_frame(sq: np.ndarray, count: int, stream_var: np.ndarray, norm_positi
             "pred_identity_gain": gain,
             "pred_stream_grad_rms": rms[-1] * gain,
             "stream_var": stream_var,
+            "branch_back_gain": b,
+            "grad_cross_corr": corr,
+            "pred_full_gain": full,
+            "pred_full_stream_grad_rms": rms[-1] * full,
         }
     )
 
@@ -286,12 +352,21 @@ def summarize(grads: pd.DataFrame, streams: pd.DataFrame) -> dict:
     """One summary row from one configuration's grad_norms and stream_grads rows."""
     rel0 = np.float64(streams["stream_grad_rel"].iloc[0])
     pred0 = np.float64(streams["pred_identity_gain"].iloc[0])
+    full0 = np.float64(streams["pred_full_gain"].iloc[0])
+    # which prediction explains the measurement: the smaller |log(measured / predicted)|
+    with np.errstate(all="ignore"):  # inf / nan (flagged) rather than a warning
+        logs = {name: float(abs(np.log(rel0 / p))) if p > 0 and rel0 > 0 and np.isfinite(p) else math.inf
+                for name, p in (("identity", pred0), ("full", full0))}  # fmt: skip
+    better = min(logs, key=logs.get) if any(math.isfinite(v) for v in logs.values()) else ""
     return {
         **_tensor_stats(grads, "down", "down"),
         **_tensor_stats(grads, "o", "o"),
         "stream_grad_ratio": float(rel0),
         "pred_stream_grad_ratio": float(pred0),
         "stream_grad_ratio_err": _ratio(rel0, pred0) - 1.0,
+        "pred_full_stream_grad_ratio": float(full0),
+        "full_stream_grad_ratio_err": _ratio(rel0, full0) - 1.0,
+        "better_path": better,
     }
 
 
@@ -314,7 +389,7 @@ def run_grad_norms(
     init: InitConfig | None = None,
     run: RunConfig | None = None,
     inits: Sequence[str] = ("naive", "scaled"),
-    norm_positions: Sequence[str] = ("pre", "post"),
+    norm_positions: Sequence[str] | None = ("pre", "post"),
     batches: int = 1,
     progress: Progress | None = None,
     on_partial: Partial | None = None,
@@ -370,16 +445,21 @@ def run_grad_norms(
             net = Transformer(cfg, ini, device, dtype, stream=stream)
             rec = _Recorder(L, batches, stats)
             sq = torch.zeros(2 * L + 1, dtype=stats, device=device)
+            mult = theory.addition_multipliers(ini.scheme, cfg, ini)
+            coef = mult["a"] * mult["lam"]
+            acc = torch.zeros(3, 2 * L + 1, dtype=stats, device=device)
             losses: list[torch.Tensor] = []
             probes = [VarianceProbe(stats) for _ in toks]
             with matmul_precision(run):
                 if stream:
-                    _layerwise(net, cfg, ini, device, dtype, toks, stats, sq, losses, probes, rec, tick)
+                    _layerwise(net, cfg, ini, device, dtype, toks, stats, sq, losses, probes, rec, tick,
+                               coef, acc)  # fmt: skip
                 else:
-                    _autograd(net, toks, stats, sq, losses, probes, tick)
+                    _autograd(net, toks, stats, sq, losses, probes, tick, coef, acc)
             rec.record(net.named_parameters())
             grads = rec.frame()
             sq_host = sq.cpu().to(torch.float64).numpy()
+            acc_host = acc.cpu().to(torch.float64).numpy()
             loss = float(torch.stack(losses).mean())
             del net, rec, sq, losses
         except RUN_FAILURES as exc:
@@ -389,7 +469,7 @@ def run_grad_norms(
         # forward variances, averaged over the batches (each batch has equal size)
         stream_var = np.mean([p.frame()["stream_var"].to_numpy() for p in probes], axis=0)
         count = batches * run.batch * run.seq_len * cfg.d_model
-        streams = stream_frame(sq_host, count, stream_var, norm_position, cfg.norm_eps)
+        streams = stream_frame(sq_host, count, stream_var, norm_position, cfg.norm_eps, coef, acc_host)
         labels = {"init": recipe, "norm_position": norm_position, "n_layers": L, "seed": init.seed}
         grad_frames.append(grads.assign(**labels))
         stream_frames.append(streams.assign(**labels))

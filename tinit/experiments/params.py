@@ -24,7 +24,7 @@ SUMMARY_COLUMNS = [
     "n_layers", "d_model", "n_heads", "d_ff", "vocab_size", "ffn", "norm", "norm_position", "positions",
     "bias", "tying", "per_block", "total_tied", "total_untied", "total", "saved", "saved_theory",
     "saved_frac_untied", "saved_frac_tied", "reference_total", "saved_frac_reference",
-    "n_kv_heads", "gqa_saving", "total_gqa",
+    "n_kv_heads", "gqa_saving", "total_gqa", "n_kv_heads_model",
 ]  # fmt: skip
 
 
@@ -126,6 +126,7 @@ def run_params(
         "reference_total": reference_total,
         "saved_frac_reference": saved / reference_total if reference_total else math.nan,
         "n_kv_heads": n_kv_heads, "gqa_saving": gqa, "total_gqa": total - gqa if gqa is not None else None,
+        "n_kv_heads_model": model.n_kv_heads if model.n_kv_heads not in (None, model.n_heads) else None,
     }  # fmt: skip
     frames = {
         "params": pd.DataFrame(component_rows(model), columns=PARAMS_COLUMNS),

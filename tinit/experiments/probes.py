@@ -13,7 +13,34 @@ import pandas as pd
 import torch
 
 #: Columns a VarianceProbe records per addition, in order.
-STAT_COLUMNS = ("stream_var", "branch_var", "cross_corr", "stream_in_var", "stream_var_normed")
+STAT_COLUMNS = ("stream_var", "branch_var", "cross_corr", "stream_in_var", "stream_var_normed", "cos_sim",
+                "res_ratio")  # fmt: skip
+
+
+def token_similarity(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rank-collapse metrics of a stream x (batch, tokens, d), averaged over sequences:
+
+    - the mean pairwise cosine similarity of a sequence's token vectors (Noci et al.
+      2022), *exactly* and in O(T d) rather than over sampled pairs: with unit rows
+      u_i, sum_{i != j} u_i . u_j = |sum_i u_i|^2 - T, over the T (T - 1) pairs;
+    - Dong et al. (2021)'s residual ratio |X - 1 xbar^T| / |X|, xbar the token mean,
+      with their composite norm |M| = sqrt(|M|_1 |M|_inf) (largest column and row
+      absolute sums).
+    Both are 1 (cosine) and 0 (ratio) for a collapsed sequence whose tokens are all
+    the same vector. Sequences of one token give NaN."""
+    x = x.to(dtype)
+    T = x.shape[-2]
+    u = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(torch.finfo(dtype).tiny)
+    s = u.sum(dim=-2)
+    cos = ((torch.linalg.vecdot(s, s) - T) / (T * (T - 1))).mean() if T > 1 else x.new_full((), math.nan)
+
+    def composite(m: torch.Tensor) -> torch.Tensor:
+        a = m.abs()
+        return torch.sqrt(a.sum(dim=-2).amax(dim=-1) * a.sum(dim=-1).amax(dim=-1))
+
+    res = x - x.mean(dim=-2, keepdim=True)
+    ratio = (composite(res) / composite(x).clamp_min(torch.finfo(dtype).tiny)).mean()
+    return cos, ratio
 
 
 def pooled_var_mean(t: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -59,8 +86,11 @@ class VarianceProbe:
         dt = self.dtype
         v_out, m_out = pooled_var_mean(stream_out, dt)
         nan = torch.full((), math.nan, dtype=dt, device=stream_out.device)
+        # the stream that continues along the path: post-norm's normed output
+        cos, ratio = token_similarity(stream_out if normed is None else normed, dt) if stream_out.dim() == 3 \
+            else (nan, nan)
         if stream_in is None:
-            stats = (v_out, nan, nan, nan, nan)
+            stats = (v_out, nan, nan, nan, nan, cos, ratio)
         else:
             v_in, m_in = self._var_mean(stream_in)
             v_f, m_f = pooled_var_mean(branch, dt)
@@ -69,7 +99,7 @@ class VarianceProbe:
             v_n = nan
             if normed is not None:
                 v_n, m_n = pooled_var_mean(normed, dt)
-            stats = (v_out, v_f, corr, v_in, v_n)
+            stats = (v_out, v_f, corr, v_in, v_n, cos, ratio)
         self._last = (stream_out, v_out, m_out) if normed is None else (normed, v_n, m_n)
         self.keys.append((k, layer, sublayer))
         self._stats.append(torch.stack(stats))

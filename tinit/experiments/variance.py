@@ -40,12 +40,13 @@ from .probes import VarianceProbe
 VARIANCE_COLUMNS = [
     "init", "norm_position", "n_layers", "seed", "k", "layer", "sublayer",
     "stream_var", "branch_var", "cross_corr", "stream_var_rel",
-    "pred_cumulative", "pred_closed", "stream_var_normed",
+    "pred_cumulative", "pred_closed", "stream_var_normed", "cos_sim", "res_ratio",
 ]  # fmt: skip
 SUMMARY_COLUMNS = [
     "init", "norm_position", "n_layers", "seed", "v0", "v_final", "v_final_rel",
     "branch_var_mean", "sigma2_rel", "pred_closed_final", "pred_cumulative_final",
     "rel_err_closed", "rel_err_cumulative", "max_abs_cross_corr", "v_final_normed",
+    "s2_ref_attn", "s2_ref_ffn", "closed_form", "first_nonfinite_k", "v_growth",
 ]  # fmt: skip
 
 
@@ -79,15 +80,35 @@ def measure_stream(
     return probe.frame()
 
 
-def add_theory(raw: pd.DataFrame, norm_position: str) -> pd.DataFrame:
-    """Add stream_var_rel, pred_cumulative and pred_closed to one configuration's rows."""
+def add_theory(
+    raw: pd.DataFrame, norm_position: str, cfg: ModelConfig | None = None, init: InitConfig | None = None
+) -> pd.DataFrame:
+    """Add stream_var_rel, pred_cumulative and pred_closed to one configuration's rows.
+
+    With ``cfg`` and ``init``, the init scheme's theory (:mod:`tinit.theory`): the
+    cumulative prediction from the measured branch variances and the scheme's
+    multipliers, and its closed form from the reference branch variances (attrs
+    ``s2_ref``). Without them, the plain variance law (a = g = 1, no depth factor: the
+    naive scheme's theory), so a model tinit did not build gets the same columns as
+    tinit's own naive model."""
     df = raw.sort_values("k").reset_index(drop=True)
     v0 = float(df.loc[0, "stream_var"])
     adds = df["k"] > 0
     s2 = df.loc[adds, "branch_var"].to_numpy()
     mean_s2 = float(np.mean(s2)) if len(s2) else float("nan")
     k = df.loc[adds, "k"].to_numpy()
-    if norm_position == "pre":
+    mult = None
+    if cfg is not None and init is not None and len(s2) == 2 * cfg.n_layers:
+        mult = theory.addition_multipliers(init.scheme, cfg, init)
+    elif len(s2) and len(s2) % 2 == 0:  # a model tinit did not build: the plain law, as for naive
+        mult = theory.plain_multipliers(len(s2))
+    if mult is not None:
+        v_in = df.loc[adds, "stream_in_var"].to_numpy()
+        cumulative = theory.pred_cumulative_scheme(v0, s2, mult, norm_position, v_in)
+        refs = theory.reference_branch_vars(s2, mult, norm_position, v_in)
+        closed = theory.pred_closed_scheme(v0, refs, mult, norm_position)
+        df.attrs["s2_ref"] = refs
+    elif norm_position == "pre":
         cumulative = theory.pred_cumulative_pre(v0, s2)
         closed = theory.pred_closed_pre(v0, k, mean_s2)
     else:
@@ -99,9 +120,10 @@ def add_theory(raw: pd.DataFrame, norm_position: str) -> pd.DataFrame:
     return df
 
 
-def summarize(df: pd.DataFrame) -> dict:
+def summarize(df: pd.DataFrame, closed_form: str = "") -> dict:
     """One summary row from one configuration's rows (with theory)."""
     first, last = df.iloc[0], df.iloc[-1]
+    refs = df.attrs.get("s2_ref", (np.nan, np.nan))
     adds = df[df["k"] > 0]
     # float64 scalars: a vanished v0 or law gives inf / nan (flagged), not ZeroDivisionError
     v0, v_final = np.float64(first["stream_var"]), np.float64(last["stream_var"])
@@ -120,6 +142,13 @@ def summarize(df: pd.DataFrame) -> dict:
             "rel_err_cumulative": float(v_final / cumulative - 1.0),
             "max_abs_cross_corr": float(adds["cross_corr"].abs().max()),
             "v_final_normed": float(last["stream_var_normed"]),
+            "s2_ref_attn": refs[0],
+            "s2_ref_ffn": refs[1],
+            "closed_form": closed_form,
+            "v_growth": float(v_final - v0),
+            # the first addition whose stream variance is not a finite number (overflow), or None
+            "first_nonfinite_k": next((int(k) for k, v in zip(df["k"], df["stream_var"], strict=True)
+                                       if not np.isfinite(v)), None),  # fmt: skip
         }
 
 
@@ -128,7 +157,7 @@ def run_variance(
     init: InitConfig | None = None,
     run: RunConfig | None = None,
     inits: Sequence[str] = ("naive", "scaled"),
-    norm_positions: Sequence[str] = ("pre", "post"),
+    norm_positions: Sequence[str] | None = ("pre", "post"),
     progress: Progress | None = None,
     on_partial: Partial | None = None,
 ) -> ExperimentResult:
@@ -170,10 +199,10 @@ def run_variance(
             what = failure_reason(exc)
             raise IncompleteRun(f"{recipe}/{norm_position}-norm: {what}", result(False, what)) from exc
         meter.stop(f"{recipe}/{norm_position}")
-        df = add_theory(raw, norm_position)
+        df = add_theory(raw, norm_position, cfg, ini)
         labels = {"init": recipe, "norm_position": norm_position, "n_layers": cfg.n_layers, "seed": init.seed}
         frames.append(df.assign(**labels))
-        summaries.append({**labels, **summarize(df)})
+        summaries.append({**labels, **summarize(df, ini.scheme.closed_form)})
         if on_partial is not None:
             on_partial(result(False))
     return result(True)

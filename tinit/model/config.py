@@ -11,13 +11,15 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, get_args
 
+from .schemes import get_scheme, known, names
+
 NormKind = Literal["rmsnorm", "layernorm"]
-NormPosition = Literal["pre", "post"]
+NormPosition = Literal["pre", "post", "sandwich", "reordered", "none"]
 FfnKind = Literal["swiglu", "gelu"]
 PositionsKind = Literal["rope", "none", "learned"]
 AttentionKind = Literal["causal", "bidirectional"]
 BranchKind = Literal["model", "gaussian"]
-RecipeName = Literal["naive", "scaled"]
+RecipeName = str  # a scheme of tinit.model.schemes (naive, gpt2 alias scaled, ...)
 DTypeName = Literal["float32", "bfloat16", "float64"]
 
 
@@ -77,7 +79,9 @@ class ModelConfig:
     vocab_size: int = 1024  # V: rows of the embedding (and of the head)
     max_seq_len: int = 128  # longest sequence: sizes the learned position table and RoPE cache
     norm: NormKind = "rmsnorm"  # RMSNorm drops LayerNorm's centring and bias
-    norm_position: NormPosition = "pre"  # pre: norm on the branch input; post: on the stream
+    norm_position: NormPosition = "pre"  # pre x+F(N(x)); post N(x+F(x)); sandwich; reordered; none
+    qk_norm: bool | None = None  # RMSNorm on q and k per head; None -> what the init scheme presumes
+    n_kv_heads: int | None = None  # grouped-query attention: K/V heads (None -> n_heads)
     ffn: FfnKind = "swiglu"  # gated (3 matrices) or classic GELU (2 matrices)
     positions: PositionsKind = "rope"  # RoPE has no parameters; learned adds a table to x0
     attention: AttentionKind = "causal"  # causal mask or full bidirectional attention
@@ -97,6 +101,11 @@ class ModelConfig:
                 raise ConfigError(name, f"must be a string, got {getattr(self, name)!r}")
         if self.d_model % self.n_heads:
             raise ConfigError("n_heads", f"{self.n_heads} does not divide d_model {self.d_model}")
+        if self.n_kv_heads is not None:
+            _check_positive_int("n_kv_heads", self.n_kv_heads)
+            if self.n_heads % self.n_kv_heads:
+                msg = f"{self.n_kv_heads} K/V heads do not divide {self.n_heads} heads"
+                raise ConfigError("n_kv_heads", msg)
         _check_choice("norm", self.norm, NormKind)
         _check_choice("norm_position", self.norm_position, NormPosition)
         _check_choice("ffn", self.ffn, FfnKind)
@@ -121,6 +130,10 @@ class ModelConfig:
         return self.d_model // self.n_heads
 
     @property
+    def kv_heads(self) -> int:
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
     def n_additions(self) -> int:
         return 2 * self.n_layers
 
@@ -130,17 +143,21 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class InitConfig:
-    """Which init recipe, at which scale, from which seed."""
+    """Which init scheme (``recipe``: a name of :mod:`tinit.model.schemes`), at which
+    scale, from which seed."""
 
-    recipe: RecipeName = "naive"  # naive or depth-scaled (GPT-2: W_O, W_down / sqrt(2L))
+    recipe: RecipeName = "naive"  # a catalogue scheme: naive, gpt2 (alias scaled), depth-init, ...
     sigma: float | Literal["inv-sqrt-d"] = 0.02  # base std; "inv-sqrt-d" means 1/sqrt(d_model)
     embed_std: float | None = None  # std of the embedding (and learned positions); None -> sigma
     seed: int = 0  # weights are drawn per (seed, layer, role): configs share their draws
+    base_width: int = 256  # d0 of muP / CompleteP (width multiplier m = d / d0)
+    base_depth: int = 1  # L0 of CompleteP / depth-muP (branch multiplier (L / L0)^-alpha)
 
     def __post_init__(self) -> None:
-        _check_choice("recipe", self.recipe, RecipeName)
-        if not isinstance(self.recipe, str):
-            raise ConfigError("recipe", f"must be a string, got {self.recipe!r}")
+        if not isinstance(self.recipe, str) or not known(self.recipe):
+            raise ConfigError("recipe", f"{self.recipe!r} is not one of {', '.join(names())}")
+        _check_positive_int("base_width", self.base_width)
+        _check_positive_int("base_depth", self.base_depth)
         if isinstance(self.sigma, str):
             if self.sigma != "inv-sqrt-d":
                 raise ConfigError("sigma", f"must be a positive number or 'inv-sqrt-d', got {self.sigma!r}")
@@ -153,6 +170,11 @@ class InitConfig:
 
     def resolved_sigma(self, d_model: int) -> float:
         return 1.0 / math.sqrt(d_model) if self.sigma == "inv-sqrt-d" else float(self.sigma)
+
+    @property
+    def scheme(self):
+        """The :class:`tinit.model.schemes.Scheme` this config names."""
+        return get_scheme(self.recipe)
 
     def resolved_embed_std(self, d_model: int) -> float:
         return self.resolved_sigma(d_model) if self.embed_std is None else float(self.embed_std)

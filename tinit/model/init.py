@@ -1,6 +1,7 @@
 """Init recipes as data, and the one function that initialises every weight.
 
-A recipe is a table from a weight's *role* to a rule that gives its std. Every
+A recipe (an init *scheme*, :mod:`tinit.model.schemes`) is a table from a weight's
+*role* to a rule that gives its std and distribution. Every
 parameter of the model has exactly one explicit role (see :func:`role_of`), so a
 depth-scaled init cannot silently miss its matrices because a name match failed
 (the bug class of HF transformers #47458, llama2.c #579).
@@ -11,7 +12,8 @@ run (naive and scaled, pre- and post-norm) therefore share their draws, and a
 block can be rebuilt on the device at any time with identical weights, which is
 what streaming and the layer-wise backward rely on.
 
-Recipes (DESIGN.md section 2; GPT-2, Radford et al. 2019, section 2.3):
+The first two schemes of the catalogue (DESIGN.md section 2; GPT-2, Radford et al.
+2019, section 2.3; ``scaled`` is an alias of ``gpt2``):
 
 ======================  ==================  ===========================
 role                    naive               scaled
@@ -31,90 +33,51 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from .config import InitConfig, ModelConfig
+from .schemes import ALIASES, CATALOGUE, environment, get_scheme, resolved_rule, role_shape
 
-# Roles drawn from N(0, std^2); the others are constants.
+# Roles drawn from a distribution; the others are constants.
 GAUSSIAN_ROLES = ("embed", "pos", "q", "k", "v", "o", "gate", "up", "down", "head")
-CONSTANT_ROLES = ("norm", "bias")
+CONSTANT_ROLES = ("norm", "bias", "gain")
 ROLES = GAUSSIAN_ROLES + CONSTANT_ROLES
 #: Roles that write into the residual stream: the ones depth scaling touches.
 STREAM_WRITERS = ("o", "down")
 
 
-@dataclass(frozen=True)
-class StdContext:
-    """What a std rule may depend on."""
-
-    sigma: float
-    embed_std: float
-    n_layers: int
-
-
-StdRule = Callable[[StdContext], float]
-
-
-def _sigma(c: StdContext) -> float:
-    return c.sigma
-
-
-def _embed(c: StdContext) -> float:
-    return c.embed_std
-
-
-def _depth_scaled(c: StdContext) -> float:
-    """GPT-2's rule: each of the 2L stream-writing branches gets variance sigma^2 / 2L."""
-    return depth_scaled_std(c.sigma, c.n_layers)
-
-
-def _one(c: StdContext) -> float:
-    return 1.0
-
-
-def _zero(c: StdContext) -> float:
-    return 0.0
+#: Each catalogue scheme's rule table by name (aliases included), role -> Rule.
+RECIPES = {name: get_scheme(name).rules for name in [*CATALOGUE, *ALIASES]}
 
 
 def depth_scaled_std(sigma: float, n_layers: int) -> float:
-    """sigma / sqrt(2L): the std of W_O and W_down under the scaled recipe."""
+    """sigma / sqrt(2L): the std of W_O and W_down under GPT-2's scheme."""
     return sigma / math.sqrt(2 * n_layers)
 
 
-_NAIVE: dict[str, StdRule] = {
-    "embed": _embed,
-    "pos": _embed,
-    "q": _sigma,
-    "k": _sigma,
-    "v": _sigma,
-    "o": _sigma,
-    "gate": _sigma,
-    "up": _sigma,
-    "down": _sigma,
-    "head": _sigma,
-    "norm": _one,  # gains start at 1: the block begins as a pure pass-through
-    "bias": _zero,
-}
-
-#: The recipes, by name. Adding one (DeepNorm, small_init, ...) is a new table here.
-RECIPES: Mapping[str, Mapping[str, StdRule]] = {
-    "naive": _NAIVE,
-    "scaled": {**_NAIVE, "o": _depth_scaled, "down": _depth_scaled},
-}
+def role_shape_of(cfg: ModelConfig, role: str) -> tuple[int, ...]:
+    """The shape of ``role``'s weight in a model ``cfg`` (torch's (out, in))."""
+    c = cfg
+    return role_shape(role, c.d_model, c.d_ff, c.head_dim, c.kv_heads, c.vocab_size, c.max_seq_len)
 
 
-def role_std(init: InitConfig, cfg: ModelConfig, role: str) -> float:
-    """The std (or constant, for norm gains and biases) the recipe gives ``role``."""
-    ctx = StdContext(
-        sigma=init.resolved_sigma(cfg.d_model),
-        embed_std=init.resolved_embed_std(cfg.d_model),
-        n_layers=cfg.n_layers,
-    )
-    return RECIPES[init.recipe][role](ctx)
+def role_rule(
+    init: InitConfig, cfg: ModelConfig, role: str, layer: int = 0, shape: tuple[int, ...] | None = None
+) -> tuple[str, float, float | None]:
+    """(distribution, std or constant, absolute truncation bound) of ``role`` at
+    ``layer`` under the init's scheme, for a weight of ``shape`` (default: the role's)."""
+    scheme = init.scheme
+    env = environment(cfg, init, layer, role_shape_of(cfg, role) if shape is None else shape)
+    return resolved_rule(scheme, role, env)
+
+
+def role_std(init: InitConfig, cfg: ModelConfig, role: str, layer: int = 0) -> float:
+    """The std (or constant, for norm gains and biases) the scheme gives ``role``
+    (the nominal std: a truncated normal's drawn std is a little smaller, see
+    :func:`tinit.model.schemes.effective_std`)."""
+    return role_rule(init, cfg, role, layer)[1]
 
 
 def draw_seed(seed: int, layer: int, role: str) -> int:
@@ -141,6 +104,8 @@ def role_of(param_name: str) -> tuple[str, str]:
     owner = path[-1] if path else ""
     if leaf == "bias":
         return "bias", param_name
+    if leaf == "gain" and (not path or path[-1].isdigit()):  # a block's learned branch gain (ReZero)
+        return "gain", param_name
     if owner.startswith("norm") or owner == "final_norm":
         return "norm", param_name
     if owner in ("q", "k", "v", "o", "gate", "up", "down", "embed", "pos", "head"):
@@ -165,9 +130,36 @@ def init_weights_(
         role, key = role_of(name)  # every parameter needs a role, even on the meta device
         if p.device.type == "meta":  # shapes only (parameter counting): nothing to draw
             continue
-        std = role_std(init, cfg, role)
-        if role in CONSTANT_ROLES:
+        dist, std, bound = role_rule(init, cfg, role, layer, tuple(p.shape))
+        if role in CONSTANT_ROLES or dist == "const":
             p.fill_(std)
+        elif dist == "zero":
+            p.zero_()
         else:
-            # drawn in place, in the parameter's dtype, on its device: no host copy
-            p.normal_(0.0, std, generator=generator(init.seed, layer, key, p.device))
+            draw_(p, dist, std, bound, generator(init.seed, layer, key, p.device))
+
+
+def draw_(p: torch.Tensor, dist: str, std: float, bound: float | None, gen: torch.Generator) -> None:
+    """Fill ``p`` in place from ``gen``. Every distribution starts from the same
+    standard-normal draw, so schemes share their draws: ``normal`` is std * z;
+    ``trunc`` redraws the z outside +-bound/std (from the same generator) until none
+    is; ``uniform`` maps z through the normal CDF, sqrt(3) std erf(z / sqrt 2), which is
+    exactly U(-sqrt(3) std, sqrt(3) std)."""
+    if dist == "normal":
+        # drawn in place, in the parameter's dtype, on its device: no host copy
+        p.normal_(0.0, std, generator=gen)
+        return
+    dtype = p.dtype if p.dtype in (torch.float32, torch.float64) else torch.float32
+    z = torch.empty(p.shape, dtype=dtype, device=p.device).normal_(0.0, 1.0, generator=gen)
+    if dist == "trunc":
+        c = bound / std if std > 0 else math.inf
+        out = z.abs() > c
+        while bool(out.any()):
+            z[out] = torch.randn(int(out.sum()), generator=gen, device=p.device, dtype=dtype)
+            out = z.abs() > c
+        z.mul_(std)
+    elif dist == "uniform":
+        z = torch.erf(z / math.sqrt(2.0)).mul_(math.sqrt(3.0) * std)
+    else:
+        raise ValueError(f"unknown distribution {dist!r}")
+    p.copy_(z)

@@ -17,12 +17,14 @@ from .config import ModelConfig
 from .init import generator
 
 
-def make_norm(cfg: ModelConfig, device=None, dtype=None) -> nn.Module:
+def make_norm(cfg: ModelConfig, device=None, dtype=None, dim: int | None = None) -> nn.Module:
     """RMSNorm ``x / sqrt(mean(x^2) + eps) * g`` (Zhang & Sennrich 2019) or LayerNorm
-    ``(x - mean) / sqrt(var + eps) * g + b`` (Ba et al. 2016), eps from the config."""
+    ``(x - mean) / sqrt(var + eps) * g + b`` (Ba et al. 2016), eps from the config,
+    over ``dim`` features (default d_model; QK-norm uses d_h)."""
+    dim = cfg.d_model if dim is None else dim
     if cfg.norm == "rmsnorm":
-        return nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps, device=device, dtype=dtype)
-    return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, device=device, dtype=dtype)
+        return nn.RMSNorm(dim, eps=cfg.norm_eps, device=device, dtype=dtype)
+    return nn.LayerNorm(dim, eps=cfg.norm_eps, device=device, dtype=dtype)
 
 
 def rope_cache(
@@ -47,28 +49,38 @@ class Attention(nn.Module):
     """Multi-head self-attention: softmax(q k^T / sqrt(d_h)) v, then W_O.
 
     The 1/sqrt(d_h) scale keeps the logits at order one: a dot product of two
-    d_h-dimensional unit-variance vectors has variance d_h.
+    d_h-dimensional unit-variance vectors has variance d_h. ``scale`` overrides it
+    (muP's 1/d_h). With ``cfg.n_kv_heads`` < heads, K and V have that many heads, each
+    shared by heads / kv_heads query heads (grouped-query attention, Ainslie et al.
+    2023). ``qk_norm`` normalises every head's q and k over d_h before RoPE.
     """
 
-    def __init__(self, cfg: ModelConfig, device=None, dtype=None):
+    def __init__(self, cfg: ModelConfig, device=None, dtype=None, scale: float | None = None,
+                 qk_norm: bool = False):  # fmt: skip
         super().__init__()
-        d = cfg.d_model
+        d, kv = cfg.d_model, cfg.kv_heads * cfg.head_dim
         kw = {"bias": cfg.bias, "device": device, "dtype": dtype}
         self.q = nn.Linear(d, d, **kw)
-        self.k = nn.Linear(d, d, **kw)
-        self.v = nn.Linear(d, d, **kw)
+        self.k = nn.Linear(d, kv, **kw)
+        self.v = nn.Linear(d, kv, **kw)
         self.o = nn.Linear(d, d, **kw)  # writes the stream: depth-scaled
-        self.n_heads = cfg.n_heads
+        self.n_heads, self.kv_heads = cfg.n_heads, cfg.kv_heads
         self.head_dim = cfg.head_dim
         self.causal = cfg.attention == "causal"
-        self.scale = 1.0 / math.sqrt(cfg.head_dim) if cfg.attn_scale else 1.0
+        self.scale = scale if scale is not None else 1.0 / math.sqrt(cfg.head_dim) if cfg.attn_scale else 1.0
+        self.norm_q = make_norm(cfg, device, dtype, cfg.head_dim) if qk_norm else None
+        self.norm_k = make_norm(cfg, device, dtype, cfg.head_dim) if qk_norm else None
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
         b, t, d = x.shape
-        shape = (b, t, self.n_heads, self.head_dim)
-        q = self.q(x).view(shape).transpose(1, 2)
-        k = self.k(x).view(shape).transpose(1, 2)
-        v = self.v(x).view(shape).transpose(1, 2)
+        q = self.q(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.k(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        if self.kv_heads != self.n_heads:
+            group = self.n_heads // self.kv_heads
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        if self.norm_q is not None:
+            q, k = self.norm_q(q), self.norm_k(k)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, scale=self.scale)

@@ -16,8 +16,11 @@ head            0 tied, V * d (+ V bias) untied
 ==============  ===============================================================
 
 Gaussian-branch models (``branch="gaussian"``) have no attention or FFN weights.
-Grouped-query attention is not modelled by tinit (every head has its own K and V);
-:func:`gqa_attention_saving` says how many parameters a GQA variant would drop.
+Grouped-query attention (``n_kv_heads``) shrinks W_K and W_V to d x (kv_heads d_h);
+QK-norm adds two d_h norms per block; sandwich has four norms per block, ``none``
+none (and no final norm); ReZero adds one learned gain per block.
+:func:`gqa_attention_saving` says how many parameters a GQA variant would drop
+from the multi-head count.
 """
 
 from __future__ import annotations
@@ -45,9 +48,13 @@ def linear_params(d_in: int, d_out: int, bias: bool) -> int:
     return d_in * d_out + (d_out if bias else 0)
 
 
-def attention_params(cfg: ModelConfig) -> int:
-    """W_Q, W_K, W_V, W_O, each d x d (multi-head attention, no GQA)."""
-    return 4 * linear_params(cfg.d_model, cfg.d_model, cfg.bias)
+def attention_params(cfg: ModelConfig, qk_norm: bool | None = None) -> int:
+    """W_Q and W_O d x d; W_K and W_V d x (kv_heads d_h) (d x d without GQA); plus two
+    d_h norms with QK-norm."""
+    d, kv = cfg.d_model, cfg.kv_heads * cfg.head_dim
+    qk = cfg.qk_norm if qk_norm is None else qk_norm
+    norms = 2 * (cfg.head_dim if cfg.norm == "rmsnorm" else 2 * cfg.head_dim) if qk else 0
+    return 2 * linear_params(d, d, cfg.bias) + 2 * linear_params(d, kv, cfg.bias) + norms
 
 
 def ffn_params(d_model: int, d_ff: int, ffn: str, bias: bool = False) -> int:
@@ -64,7 +71,7 @@ class ParamCount:
     positions: int
     attention: int  # per block
     ffn: int  # per block
-    norms: int  # per block: norm1 + norm2
+    norms: int  # per block: norm1 + norm2 (+ the two output norms of sandwich; + ReZero's gain)
     final_norm: int
     head: int  # 0 when tied
     n_layers: int
@@ -90,17 +97,24 @@ class ParamCount:
         }
 
 
-def count_params(cfg: ModelConfig) -> ParamCount:
-    """Exact parameter count of the model ``cfg`` describes (as built by tinit)."""
+def count_params(cfg: ModelConfig, scheme: str = "naive") -> ParamCount:
+    """Exact parameter count of the model ``cfg`` describes (as built by tinit with the
+    init scheme ``scheme``, which decides QK-norm when ``cfg.qk_norm`` is None and adds
+    ReZero's learned gain)."""
+    from .schemes import get_scheme
+
+    sch = get_scheme(scheme)
     d, V = cfg.d_model, cfg.vocab_size
     gaussian = cfg.branch == "gaussian"
+    qk = sch.qk_norm if cfg.qk_norm is None else cfg.qk_norm
+    per_block_norms = {"none": 0, "sandwich": 4}.get(cfg.norm_position, 2)
     return ParamCount(
         embedding=V * d,
         positions=cfg.max_seq_len * d if cfg.positions == "learned" else 0,
-        attention=0 if gaussian else attention_params(cfg),
+        attention=0 if gaussian else attention_params(cfg, qk),
         ffn=0 if gaussian else ffn_params(d, cfg.d_ff, cfg.ffn, cfg.bias),
-        norms=2 * norm_params(cfg),
-        final_norm=norm_params(cfg) if cfg.norm_position == "pre" else 0,
+        norms=per_block_norms * norm_params(cfg) + (1 if sch.branch_learned else 0),
+        final_norm=norm_params(cfg) if cfg.norm_position in ("pre", "sandwich", "reordered") else 0,
         head=0 if cfg.tie_embeddings else linear_params(d, V, cfg.bias),
         n_layers=cfg.n_layers,
         tied=cfg.tie_embeddings,

@@ -21,8 +21,8 @@ Shapes are the published configs:
   rms_norm_eps 1e-5, untied) -- Llama 3 model card / Dubey et al. 2024.
 
 ``published_total`` is the exact parameter count of the real model (with its GQA);
-tinit's attention is multi-head (every head has its own K and V), so for the GQA
-models tinit's count is larger by :func:`tinit.model.params.gqa_attention_saving`.
+the GQA presets set ``--kv-heads`` so tinit builds and counts their attention as it
+really is (``--kv-heads`` = ``--heads`` gives the multi-head variant).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class Preset:
     options: Mapping[str, Any]  # shared option (SharedOptions field) -> value
     context: int  # the model's context length: sizes the learned position table / RoPE cache
     model: Mapping[str, Any] = field(default_factory=dict)  # ModelConfig fields with no option
-    n_kv_heads: int | None = None  # K/V heads of the real model when it uses GQA (not modelled)
+    n_kv_heads: int | None = None  # K/V heads of the real model when it uses GQA (also in options)
     published_total: int | None = None  # exact parameter count of the real model
     note: str = ""
 
@@ -54,8 +54,8 @@ def _preset(name, description, options, context, model=None, **kw) -> Preset:
 
 
 _GQA_NOTE = (
-    "the real model uses grouped-query attention with {kv} K/V heads; tinit models "
-    "multi-head attention, so its count (and its W_K, W_V) are larger than the real model's"
+    "the real model uses grouped-query attention with {kv} K/V heads; the preset sets --kv-heads {kv}, "
+    "so tinit builds and counts W_K, W_V as d x ({kv} d_h)"
 )
 
 PRESETS: Mapping[str, Preset] = MappingProxyType(
@@ -104,7 +104,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             _preset(
                 "llama2-70b",
                 "Llama 2 70B: 80 x 8192, 64 heads, d_ff 28672, RMSNorm, SwiGLU, RoPE, untied head "
-                "(its GQA with 8 K/V heads is not modelled: tinit's attention is multi-head)",
+                "and grouped-query attention (GQA) with 8 K/V heads (--kv-heads 8)",
                 {
                     "layers": 80,
                     "d_model": 8192,
@@ -116,17 +116,18 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
                     "positions": "rope",
                     "untie": True,
                     "bias": False,
+                    "kv_heads": 8,
                 },  # fmt: skip
                 context=4096,
                 model={"norm_eps": 1e-5, "rope_base": 10000.0},
                 n_kv_heads=8,
-                published_total=68_976_648_192,
                 note=_GQA_NOTE.format(kv=8),
+                published_total=68_976_648_192,
             ),
             _preset(
                 "llama3-8b",
                 "Llama 3 8B: 32 x 4096, 32 heads, d_ff 14336, vocab 128256, RMSNorm, SwiGLU, "
-                "RoPE base 500000, untied head (its GQA with 8 K/V heads is not modelled)",
+                "RoPE base 500000, untied head, GQA with 8 K/V heads (--kv-heads 8)",
                 {
                     "layers": 32,
                     "d_model": 4096,
@@ -138,12 +139,13 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
                     "positions": "rope",
                     "untie": True,
                     "bias": False,
+                    "kv_heads": 8,
                 },  # fmt: skip
                 context=8192,
                 model={"norm_eps": 1e-5, "rope_base": 500000.0},
                 n_kv_heads=8,
-                published_total=8_030_261_248,
                 note=_GQA_NOTE.format(kv=8),
+                published_total=8_030_261_248,
             ),
         )
     }

@@ -1,12 +1,23 @@
 """Blocks with explicit residual additions, and the stack, built whole or streamed.
 
-Pre-norm (GPT-2 onwards):  x <- x + Attn(Norm1(x));  x <- x + FFN(Norm2(x))
-Post-norm (Vaswani 2017):  x <- Norm1(x + Attn(x));  x <- Norm2(x + FFN(x))
+Placements (``cfg.norm_position``), each addition x <- a x + g F with the init
+scheme's stream multiplier a and branch multiplier g (1 and 1 for most schemes):
+
+pre (GPT-2 onwards):      x <- a x + g Attn(Norm1(x));          x <- a x + g FFN(Norm2(x))
+post (Vaswani 2017):      x <- Norm1(a x + g Attn(x));          x <- Norm2(a x + g FFN(x))
+sandwich (Gemma 2, Peri-LN): x <- a x + g Norm1o(Attn(Norm1(x))); likewise for the FFN
+reordered (OLMo 2):       x <- a x + g Norm1(Attn(x));          x <- a x + g Norm2(FFN(x))
+none (ReZero, T-Fixup):   x <- a x + g Attn(x);                 x <- a x + g FFN(x)
+
+A scheme with an x0 mix (nanochat) first sets x <- lambda_l x + mu_l x0 before block l.
 
 An L-layer stack performs 2L additions, k = 1..2L (attention k = 2l+1, FFN
-k = 2l+2); k = 0 is the embedding output. Each addition calls the optional probe
-with (k, layer, sublayer, stream_in, branch, stream_out) and, for post-norm, the
-normalised stream as ``normed``; with no probe the model is a plain model.
+k = 2l+2); k = 0 is the embedding output. Each addition, in every placement, calls
+the optional probe with (k, layer, sublayer, stream_in, branch, stream_out) and,
+for post-norm, the normalised stream as ``normed``; ``branch`` is F's output before
+the multiplier g (after the branch's own output norm in sandwich and reordered), and
+``stream_in`` the stream entering the addition (after the x0 mix). With no probe
+the model is a plain model.
 
 A block's weights depend only on (seed, layer, role), so a model can be
 *streamed*: each block is built on the device just before it runs and dropped
@@ -26,6 +37,7 @@ from torch import nn
 from .config import InitConfig, ModelConfig
 from .init import init_weights_
 from .layers import Attention, GaussianBranch, make_ffn, make_norm, rope_cache
+from .schemes import Scheme, environment, evaluate, get_scheme
 
 
 class Probe(Protocol):
@@ -43,40 +55,96 @@ class Probe(Protocol):
     ) -> None: ...
 
 
-class Block(nn.Module):
-    """One layer: an attention addition and an FFN addition, pre- or post-norm."""
+#: Placements with a final norm before the head (post-norm's stream is already normed).
+FINAL_NORM_PLACEMENTS = ("pre", "sandwich", "reordered")
 
-    def __init__(self, cfg: ModelConfig, layer: int, seed: int = 0, device=None, dtype=None):
+
+def block_multipliers(cfg: ModelConfig, scheme: Scheme, init: InitConfig | None, layer: int) -> dict:
+    """The scheme's multipliers at block ``layer``: stream a, branch g, the x0 mix
+    (lambda, mu) or None, and the attention logit scale or None."""
+    env = environment(cfg, init or InitConfig(), layer)
+    what = f"{scheme.name} multipliers"
+    mix = None
+    if scheme.x0_mix is not None:
+        mix = (evaluate(scheme.x0_mix[0], env, what), evaluate(scheme.x0_mix[1], env, what))
+    return {
+        "a": evaluate(scheme.stream_mult, env, what),
+        "g": evaluate(scheme.branch_mult, env, what),
+        "mix": mix,
+        "attn_scale": None if scheme.attn_scale is None else evaluate(scheme.attn_scale, env, what),
+    }
+
+
+def _times(m: float, t: torch.Tensor) -> torch.Tensor:
+    """m * t, skipping the multiply when m is 1 (the common case costs nothing)."""
+    return t if m == 1.0 else m * t
+
+
+class Block(nn.Module):
+    """One layer: an attention addition and an FFN addition, in one of five placements."""
+
+    def __init__(self, cfg: ModelConfig, layer: int, seed: int = 0, device=None, dtype=None,
+                 init: InitConfig | None = None):  # fmt: skip
         super().__init__()
         self.layer = layer
-        self.post_norm = cfg.norm_position == "post"
-        self.norm1 = make_norm(cfg, device=device, dtype=dtype)
-        self.norm2 = make_norm(cfg, device=device, dtype=dtype)
+        scheme = get_scheme(init.recipe if init is not None else "naive")
+        m = block_multipliers(cfg, scheme, init, layer)
+        self.placement = cfg.norm_position
+        self.post_norm = self.placement == "post"
+        self.a, self.mix = m["a"], m["mix"]
+        # ReZero trains its gain: a parameter (role "gain"), valued by init_weights_
+        learned = scheme.branch_learned
+        self.gain = nn.Parameter(torch.empty((), device=device, dtype=dtype)) if learned else None
+        self.g = m["g"]
+        has_norms = self.placement != "none"
+        self.norm1 = make_norm(cfg, device=device, dtype=dtype) if has_norms else None
+        self.norm2 = make_norm(cfg, device=device, dtype=dtype) if has_norms else None
+        sandwich = self.placement == "sandwich"
+        self.norm1o = make_norm(cfg, device=device, dtype=dtype) if sandwich else None
+        self.norm2o = make_norm(cfg, device=device, dtype=dtype) if sandwich else None
+        qk_norm = scheme.qk_norm if cfg.qk_norm is None else cfg.qk_norm
         if cfg.branch == "gaussian":
             self.attn = GaussianBranch(cfg.branch_var, seed, layer, "attn")
             self.ffn = GaussianBranch(cfg.branch_var, seed, layer, "ffn")
         else:
-            self.attn = Attention(cfg, device=device, dtype=dtype)
+            self.attn = Attention(cfg, device=device, dtype=dtype, scale=m["attn_scale"], qk_norm=qk_norm)
             self.ffn = make_ffn(cfg, device=device, dtype=dtype)
 
-    def _add(self, k, sublayer, x, branch_fn, norm, rope, probe):
-        if self.post_norm:
+    def _add(self, k, sublayer, x, branch_fn, norm, norm_out, rope, probe):
+        """One residual addition; each placement's sum written out."""
+        a, g = self.a, (self.gain if self.gain is not None else self.g)
+        if self.placement == "post":
             f = branch_fn(x, rope)
-            s = x + f
+            s = _times(a, x) + _times(g, f)
             y = norm(s)
             if probe is not None:
                 probe(k, self.layer, sublayer, x, f, s, normed=y)
             return y
-        f = branch_fn(norm(x), rope)
-        y = x + f
+        if self.placement == "pre":
+            f = branch_fn(norm(x), rope)
+            y = _times(a, x) + _times(g, f)
+        elif self.placement == "sandwich":
+            f = norm_out(branch_fn(norm(x), rope))
+            y = _times(a, x) + _times(g, f)
+        elif self.placement == "reordered":
+            f = norm(branch_fn(x, rope))
+            y = _times(a, x) + _times(g, f)
+        else:  # none
+            f = branch_fn(x, rope)
+            y = _times(a, x) + _times(g, f)
         if probe is not None:
             probe(k, self.layer, sublayer, x, f, y)
         return y
 
-    def forward(self, x: torch.Tensor, rope=None, probe: Probe | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope=None, probe: Probe | None = None,
+                x0: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
         k = 2 * self.layer + 1
-        x = self._add(k, "attn", x, self.attn, self.norm1, rope, probe)
-        return self._add(k + 1, "ffn", x, self.ffn, self.norm2, rope, probe)
+        if self.mix is not None:
+            if x0 is None:
+                raise ValueError("this scheme mixes the embedding x0 into every block: pass x0")
+            x = self.mix[0] * x + self.mix[1] * x0
+        x = self._add(k, "attn", x, self.attn, self.norm1, self.norm1o, rope, probe)
+        return self._add(k + 1, "ffn", x, self.ffn, self.norm2, self.norm2o, rope, probe)
 
 
 def to_empty(module: nn.Module, device) -> nn.Module:
@@ -120,7 +188,7 @@ def _embedding(rows: int, dim: int, dtype: torch.dtype) -> nn.Embedding:
 def build_block(cfg: ModelConfig, init: InitConfig, layer: int, device="cpu", dtype=torch.float32) -> Block:
     """Block ``layer`` with its recipe weights, built directly on ``device`` in ``dtype``."""
     with torch.device("meta"):
-        block = Block(cfg, layer, seed=init.seed, dtype=dtype)
+        block = Block(cfg, layer, seed=init.seed, dtype=dtype, init=init)
     return _materialize(block, cfg, init, layer, device)
 
 
@@ -143,12 +211,16 @@ class Transformer(nn.Module):
     ):
         super().__init__()
         self.cfg, self.init, self.streamed, self.overlap = cfg, init, stream, overlap
+        scheme, env = init.scheme, environment(cfg, init, -1)
+        self.embed_mult = evaluate(scheme.embed_mult, env, f"{scheme.name} embedding multiplier")
+        self.logit_mult = evaluate(scheme.logit_mult, env, f"{scheme.name} logit multiplier")
         self._device, self._dtype = torch.device(device), dtype
         d, L = cfg.d_model, cfg.n_layers
         with torch.device("meta"):
             self.embed = _embedding(cfg.vocab_size, d, dtype)
             self.pos = _embedding(cfg.max_seq_len, d, dtype) if cfg.positions == "learned" else None
-            self.final_norm = make_norm(cfg, dtype=dtype) if cfg.norm_position == "pre" else None
+            final = cfg.norm_position in FINAL_NORM_PLACEMENTS
+            self.final_norm = make_norm(cfg, dtype=dtype) if final else None
             self.head = (
                 None if cfg.tie_embeddings else nn.Linear(d, cfg.vocab_size, bias=cfg.bias, dtype=dtype)
             )
@@ -212,7 +284,7 @@ class Transformer(nn.Module):
 
     def embed_tokens(self, tokens: torch.Tensor, probe: Probe | None = None) -> torch.Tensor:
         """x0 = E[tokens] (+ learned positions): the stream entering addition 1."""
-        x = self.embed(tokens)
+        x = _times(self.embed_mult, self.embed(tokens))
         if self.pos is not None:
             x = x + self.pos.weight[: tokens.shape[1]]
         if probe is not None:
@@ -220,12 +292,13 @@ class Transformer(nn.Module):
         return x
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
-        """Final norm (pre-norm only: post-norm's stream is already normalised), then head."""
+        """Final norm (not post-norm, whose stream is already normalised, nor the norm-free
+        placement), then head, times the scheme's logit multiplier."""
         if self.final_norm is not None:
             x = self.final_norm(x)
         weight = self.embed.weight if self.head is None else self.head.weight
         bias = None if self.head is None else self.head.bias
-        return F.linear(x, weight, bias)
+        return _times(self.logit_mult, F.linear(x, weight, bias))
 
     def forward_stream(
         self,
@@ -235,9 +308,9 @@ class Transformer(nn.Module):
     ) -> torch.Tensor:
         """The residual stream after the last addition (no final norm, no head).
         ``after_block(layer)`` is called after each block (progress reporting)."""
-        x = self.embed_tokens(tokens, probe)
+        x = x0 = self.embed_tokens(tokens, probe)
         for block in self.iter_blocks():
-            x = block(x, self.rope, probe)
+            x = block(x, self.rope, probe, x0=x0)
             if after_block is not None:
                 after_block(block.layer)
         return x

@@ -71,7 +71,9 @@ def _panels(fig: Figure, n: int) -> list:
 
 
 @styled
-def plot_depth_sweep(summary: pd.DataFrame, fit: pd.DataFrame, title: str = "") -> Figure:
+def plot_depth_sweep(
+    summary: pd.DataFrame, fit: pd.DataFrame, title: str = "", theory: pd.DataFrame | None = None
+) -> Figure:
     """Against depth L, each configuration in its colour and marker, mean ± 1 standard
     error over seeds (thick), with the law *at each depth* on top (dashed, thin):
 
@@ -86,7 +88,7 @@ def plot_depth_sweep(summary: pd.DataFrame, fit: pd.DataFrame, title: str = "") 
     The y ranges are the measurements'; a prediction outside is clipped and marked.
     Coinciding configurations are named under the figure.
     """
-    positions = [p for p in ("pre", "post") if (summary["norm_position"] == p).any()]
+    positions = list(dict.fromkeys(summary["norm_position"]))
     has_grads = bool(summary["grad_ratio_mean"].notna().any())
     n = len(positions) + 1 + has_grads
     fig = Figure(figsize=(7.0, 2.9 * ((n + 1) // 2)), layout="constrained")

@@ -15,6 +15,7 @@ from .style import (
     MEASURED_UNDER,
     NEUTRAL,
     THEORY,
+    THEORY_ALT,
     coincidence_note,
     coincidences,
     config_label,
@@ -83,9 +84,13 @@ def plot_stream_grads(stream_grads: pd.DataFrame, title: str = "") -> Figure:
                 ms=nested_marker_size(i), markevery=markevery(len(df), i, len(groups)),
                 label=config_label(init, pos), gid=f"measured:{init}/{pos}", **MEASURED_UNDER)  # fmt: skip
         ax.plot(df["k"], df["pred_stream_grad_rms"], color=st["color"], gid=f"theory:{init}/{pos}", **THEORY)
+        if "pred_full_stream_grad_rms" in df:
+            ax.plot(df["k"], df["pred_full_stream_grad_rms"], color=st["color"], gid=f"full:{init}/{pos}",
+                    **THEORY_ALT)  # fmt: skip
         series[f"{init}/{pos}"] = df["stream_grad_rms"].to_numpy()
     meas = stream_grads["stream_grad_rms"]
-    pred = near(meas, stream_grads["pred_stream_grad_rms"])
+    pred_cols = [c for c in ("pred_stream_grad_rms", "pred_full_stream_grad_rms") if c in stream_grads]
+    pred = near(meas, pd.concat([stream_grads[c] for c in pred_cols]))
     lim = value_axis(ax, meas, log_ratio=5, min_rel_span=0.2, include=pred)
     notes = []
     for (init, pos), df in groups:
@@ -114,6 +119,8 @@ def plot_stream_grads(stream_grads: pd.DataFrame, title: str = "") -> Figure:
     style = [
         Line2D([], [], color=NEUTRAL, **{**MEASURED_UNDER, "zorder": None}, label="measured"),
         Line2D([], [], color=NEUTRAL, **{**THEORY, "zorder": None}, label="identity-path prediction"),
+        Line2D([], [], color=NEUTRAL, **{**THEORY_ALT, "zorder": None},
+               label="full-path prediction (measured branch gains)"),
     ]
     ax.legend(handles=handles + style, loc="best")
     suptitle(fig, title)
@@ -149,7 +156,8 @@ def grad_norms_table(summary: pd.DataFrame, title: str = "") -> Table:
            if q == q and not (1 / FAR <= q <= FAR)]  # fmt: skip
     caption = (
         "f/l: gradient norm of W_down, W_O at layer 0 / layer L-1; stream: RMS of "
-        "d loss/d stream at k=0 / k=2L; pred: its identity-path prediction"
+        "d loss/d stream at k=0 / k=2L; pred: its identity-path prediction; full: the full-path "
+        "prediction (identity and branch, measured branch backward gains)"
     )
     if far:
         caption += (
@@ -167,6 +175,8 @@ def grad_norms_table(summary: pd.DataFrame, title: str = "") -> Table:
         "stream\nk0/k2L",
         "pred",
         "meas/\npred",
+        "full",
+        "meas/\nfull",
     )
     for col in cols:
         t.add_column(col, justify="left" if col == "config" else "right", no_wrap=True)
@@ -178,5 +188,7 @@ def grad_norms_table(summary: pd.DataFrame, title: str = "") -> Table:
             _num(r.stream_grad_ratio),
             _num(r.pred_stream_grad_ratio),
             f"[{error_style(ratio - 1)}]{_num(ratio)}{mark}[/]",
+            _num(r.pred_full_stream_grad_ratio),
+            f"[{error_style(r.full_stream_grad_ratio_err)}]{_num(r.full_stream_grad_ratio_err + 1)}[/]",
         )
     return t

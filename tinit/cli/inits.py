@@ -1,0 +1,84 @@
+"""``tinit inits [NAME]``: the init catalogue, or one scheme's std per role and layer."""
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.text import Text
+
+from ..model.schemes import get_scheme, known, names
+from . import app
+from .options import SharedOptions, shared_options
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: Options that do not change a rule's value.
+NOT_USED = (
+    "batch", "attention", "no_attn_scale", "init", "pre_norm", "post_norm", "norm_position", "branch",
+    "branch_var", "device", "dtype", "stream", "tf32", "seed", "qk_norm", "norm", "bias",
+)  # fmt: skip
+
+
+def catalogue_table(df: "pd.DataFrame"):
+    from ..results.tables import summary_table
+
+    t = summary_table("Init catalogue", "tinit inits NAME: one scheme's std per role and layer")
+    for col in ("scheme", "roles", "formula", "multipliers", "placement"):
+        t.add_column(col, overflow="fold")
+    for r in df.itertuples(index=False):
+        place = (r.placement or "any") + (" +QK" if r.qk_norm else "")
+        t.add_row(r.name + (f" ({r.aliases})" if r.aliases else ""), r.roles.replace(",", ", "),
+                  r.formula.replace("; ", "\n"), r.multipliers.replace("; ", "\n"), place)  # fmt: skip
+    return t
+
+
+def stds_table(df: "pd.DataFrame", title: str):
+    """One row per role: distribution, multiplier and the std at the first, second and
+    last layer (all layers are in init_stds.csv)."""
+    from ..results.tables import fmt, summary_table
+
+    t = summary_table(title, "std: the rule's value (trunc: before truncation); all layers in init_stds.csv")
+    for col in ("role", "dist", "l=first", "l=1", "l=last", "mult"):
+        t.add_column(col, justify="left" if col in ("role", "dist") else "right", no_wrap=True)
+    for role, d in df.groupby("role", sort=False):
+        d = d.sort_values("layer")
+        v = d["std"].to_numpy()
+        t.add_row(role, d["distribution"].iloc[0], fmt(v[0]), fmt(v[1]) if len(v) > 2 else "",
+                  fmt(v[-1]) if len(v) > 1 else "", fmt(float(d["multiplier"].iloc[0])))  # fmt: skip
+    return t
+
+
+@app.command(
+    "inits", short_help="The init catalogue (every scheme, its rules and source), or one scheme's stds."
+)
+@shared_options(exclude=NOT_USED)
+def inits(
+    *,
+    opts: SharedOptions,
+    name: Annotated[str | None, typer.Argument(help="A scheme: show its std per role and layer.")] = None,
+) -> None:
+    """Print the init catalogue (name, roles touched, formula, multipliers, presumed
+    placement; sources in inits.csv) and write inits.csv; or, with NAME, that scheme's
+    std per role and layer at the current shape, written to init_stds.csv (columns
+    scheme, role, layer, std, distribution, multiplier, bound, std_drawn).
+    """
+    from ..experiments.inits import run_inits
+    from .runner import Outputs, configs_or_exit, execute
+
+    if opts.init_file is not None:
+        custom = opts.inits[0]
+        name = name or custom
+    if name is not None and not known(name):
+        raise typer.BadParameter(f"unknown init scheme {name!r}; choose from {', '.join(names())}",
+                                 param_hint="'NAME'")  # fmt: skip
+    model, init = configs_or_exit(lambda: (opts.model_config(), opts.init_config()))
+    if name is None:
+        outputs = Outputs(tables=lambda r: [catalogue_table(r["inits"])])
+    else:
+        s = get_scheme(name)
+        title = (f"{name}: std per role at L={model.n_layers}, d={model.d_model}, d_ff={model.d_ff}, "
+                 f"sigma={opts.sigma}")  # fmt: skip
+        notes = [Text(f"{s.name}: {s.description}"), Text(f"multipliers: {s.multipliers()}; placement: "
+                 f"{s.architecture()}; v_2L: {s.closed_form or '-'}")]  # fmt: skip
+        outputs = Outputs(tables=lambda r: [stds_table(r["init_stds"], title), *notes])
+    execute("inits", opts, lambda progress: run_inits(model, init, name, progress), outputs)
