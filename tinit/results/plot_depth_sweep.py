@@ -55,19 +55,20 @@ def _errorbars(ax, x, y, se, init: str, pos: str, i: int, label: str | None = No
                 gid=f"measured:{init}/{pos}", **{**MEASURED_UNDER, "lw": 2.6, "alpha": 0.6})  # fmt: skip
 
 
-def _panels(fig: Figure, n: int) -> list:
-    """n panels in two columns, the last spanning both when n is odd."""
-    if n == 1:
-        return [fig.add_subplot(1, 1, 1)]
+def _panels(fig: Figure, n: int) -> tuple[list, object]:
+    """n panels in two columns (the last spanning both when n is odd), and a row of its
+    own under them for the one legend (legends inside the panels covered data)."""
     rows = (n + 1) // 2
-    gs = fig.add_gridspec(rows, 2)
+    gs = fig.add_gridspec(rows + 1, 2, height_ratios=[1.0] * rows + [0.42])
     axes = [fig.add_subplot(gs[i // 2, i % 2]) for i in range(n - (n % 2))]
     if n % 2:
         axes.append(fig.add_subplot(gs[rows - 1, :]))
     for a in axes:
         a.tick_params(labelsize=8)
         a.grid(True, which="major", alpha=0.3)
-    return axes
+    key = fig.add_subplot(gs[rows, :])
+    key.axis("off")
+    return axes, key
 
 
 @styled
@@ -81,7 +82,7 @@ def plot_depth_sweep(
       runs at that depth (the law as stated, per depth);
     - post-norm: v_2L (the sum before the last norm) against 1 + mean s^2 at that depth;
     - transfer: v_2L(L) / v_2L(L_from) with the band 1 ± TRANSFER_TOL that the verdict
-      uses, and each configuration's verdict in the legend;
+      uses; each configuration's ratio and verdict in the legend (a row of its own);
     - gradient: the first/last-layer W_down gradient-norm ratio (omitted when every
       ratio is missing, e.g. a run without gradients).
 
@@ -91,8 +92,8 @@ def plot_depth_sweep(
     positions = list(dict.fromkeys(summary["norm_position"]))
     has_grads = bool(summary["grad_ratio_mean"].notna().any())
     n = len(positions) + 1 + has_grads
-    fig = Figure(figsize=(7.0, 2.9 * ((n + 1) // 2)), layout="constrained")
-    axes = _panels(fig, n)
+    fig = Figure(figsize=(7.0, 2.9 * ((n + 1) // 2) + 1.2), layout="constrained")
+    axes, key = _panels(fig, n)
     depths = np.sort(summary["n_layers"].unique()).astype(float)
     logx = _log_x(depths)
     n_seeds = int(summary["n_seeds"].max())
@@ -100,6 +101,7 @@ def plot_depth_sweep(
     order = {k: i for i, (k, _) in enumerate(groups)}
     spread = f"mean ± 1 s.e. over {n_seeds} seeds" if n_seeds > 1 else "measured (1 seed: no error bars)"
     notes: list[str] = []
+    laws = []
     for ax, pos in zip(axes, positions, strict=False):
         rel = pos == "pre"
         y = "v_final_rel" if rel else "v_final"
@@ -129,18 +131,17 @@ def plot_depth_sweep(
         if rel:
             ax.set_ylabel(r"final stream variance $v_{2L}\,/\,v_0$")
             ax.set_title("Pre-norm: final stream variance")
-            law = r"law at each L: $1 + 2L\sigma^2(L)$"
+            laws.append(r"pre-norm $1 + 2L\sigma^2(L)$")
         else:
             ax.set_ylabel(r"$v_{2L}$ (the sum before the last norm)")
             ax.set_title("Post-norm: final sum's variance")
-            law = r"law at each L: $1 + \overline{s^2}(L)$"
-        handles, _ = ax.get_legend_handles_labels()
-        style = [
-            Line2D([], [], color=NEUTRAL, lw=2.6, alpha=0.6, marker="o", mfc="none", label=spread),
-            Line2D([], [], color=NEUTRAL, marker="x", ms=4, **{**THEORY, "zorder": None}, label=law),
-        ]
-        ax.legend(handles=handles + style, loc="best")
-    _transfer_panel(axes[len(positions)], summary, fit, groups, order, depths, logx, notes)
+            laws.append(r"post-norm $1 + \overline{s^2}(L)$")
+    handles = _transfer_panel(axes[len(positions)], summary, fit, groups, order, depths, logx, notes)
+    handles += [
+        Line2D([], [], color=NEUTRAL, lw=2.6, alpha=0.6, marker="o", mfc="none", label=spread),
+        Line2D([], [], color=NEUTRAL, marker="x", ms=4, **{**THEORY, "zorder": None},
+               label="law at each L: " + ", ".join(laws)),  # fmt: skip
+    ]
     if has_grads:
         bx = axes[-1]
         series = {}
@@ -157,14 +158,16 @@ def plot_depth_sweep(
         bx.set_xlabel("layers L")
         bx.set_ylabel(r"$\|\nabla W_{down}\|$ first / last layer")
         bx.set_title(r"$W_{down}$ gradient ratio, first/last layer")
-        bx.legend(loc="best")
+        handles.append(Line2D([], [], color="0.4", ls=":", lw=1.2, label="gradient ratio 1 (equal layers)"))
+    key.legend(handles=handles, loc="center", ncol=2, handlelength=2.2, columnspacing=1.2, frameon=False)
     suptitle(fig, title)
     footnote(fig, notes)
     return fig
 
 
-def _transfer_panel(ax, summary, fit, groups, order, depths, logx, notes) -> None:
-    """v_2L(L) / v_2L(L_from) per configuration with the tolerance band, verdicts in the legend."""
+def _transfer_panel(ax, summary, fit, groups, order, depths, logx, notes) -> list:
+    """v_2L(L) / v_2L(L_from) per configuration with the tolerance band; returns the
+    legend handles: each configuration with its ratio and verdict, and the band."""
     ref = int(fit["transfer_from"].iloc[0]) if len(fit) else int(depths[0])
     tol = float(fit["transfer_tol"].iloc[0]) if len(fit) else 0.10
     series, vals = {}, []
@@ -193,8 +196,7 @@ def _transfer_panel(ax, summary, fit, groups, order, depths, logx, notes) -> Non
     ax.set_title(f"Transfer from L = {ref}: $v_{{2L}}$ relative to L = {ref}")
     handles, _ = ax.get_legend_handles_labels()
     handles.append(Patch(color="0.85", label=f"transfers: within ±{tol:.0%} (with 2 s.e.)"))
-    # below the panel: the ratios spread over the whole height
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1)
+    return handles
 
 
 def _pm(x: float, se: float, digits: int = 3) -> str:

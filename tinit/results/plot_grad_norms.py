@@ -22,11 +22,12 @@ from .style import (
     config_style,
     footnote,
     integer_axis,
+    key_legend,
     mark_clipped,
     markevery,
     near,
     nested_marker_size,
-    new_figure,
+    new_figure_with_key,
     styled,
     suptitle,
     value_axis,
@@ -44,7 +45,7 @@ def plot_grad_norms(grad_norms: pd.DataFrame, tensor: str = "both", title: str =
     marker), a panel per tensor (W_down and W_O with ``tensor="both"``); log or linear
     by the span of the data. Lines on top of each other are named under the figure."""
     names = TENSORS[tensor]
-    fig, axes = new_figure(ncols=len(names))
+    fig, axes, key = new_figure_with_key(ncols=len(names))
     groups = list(grad_norms.groupby(["init", "norm_position"], sort=False))
     notes = []
     for ax, name in zip(axes, names, strict=True):
@@ -62,7 +63,7 @@ def plot_grad_norms(grad_norms: pd.DataFrame, tensor: str = "both", title: str =
         ax.set_xlabel("layer")
         ax.set_ylabel(r"$\|\nabla_W\, \mathrm{loss}\|_F$")
         ax.set_title(f"Gradient norm of {TENSOR_TITLES[name]}")
-    axes[0].legend(loc="best")
+    key_legend(key, axes[0].get_legend_handles_labels()[0])
     suptitle(fig, title)
     footnote(fig, [n.replace("$", "").replace("\\", "").replace("_{down}", "_down") for n in notes])
     return fig
@@ -75,7 +76,7 @@ def plot_stream_grads(stream_grads: pd.DataFrame, title: str = "") -> Figure:
     RMS times the predicted gain (1 for pre-norm, the product of the norm Jacobian gains
     for post-norm). The y range is the measurements'; predictions outside it are
     clipped and marked with triangles at the edge, and named under the figure."""
-    fig, (ax,) = new_figure(row_height=3.6)
+    fig, (ax,), key = new_figure_with_key(row_height=3.3, key_height=0.55)
     groups = list(stream_grads.groupby(["init", "norm_position"], sort=False))
     series = {}
     for i, ((init, pos), df) in enumerate(groups):
@@ -122,7 +123,7 @@ def plot_stream_grads(stream_grads: pd.DataFrame, title: str = "") -> Figure:
         Line2D([], [], color=NEUTRAL, **{**THEORY_ALT, "zorder": None},
                label="full-path prediction (measured branch gains)"),
     ]
-    ax.legend(handles=handles + style, loc="best")
+    key_legend(key, handles + style, ncol=3)
     suptitle(fig, title)
     footnote(fig, notes)
     return fig

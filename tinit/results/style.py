@@ -139,11 +139,35 @@ def new_figure(
     return fig, axes
 
 
+def new_figure_with_key(
+    ncols: int = 1, row_height: float = 2.9, key_height: float = 0.35, width: float = FULL_WIDTH
+) -> tuple[Figure, np.ndarray, object]:
+    """One row of ``ncols`` panels and, under it, a row of its own for the legend (a
+    legend inside a panel covers data somewhere): returns (fig, axes, key axes)."""
+    fig = Figure(figsize=(width, row_height + key_height), layout="constrained")
+    gs = fig.add_gridspec(2, ncols, height_ratios=[row_height, key_height])
+    axes = np.array([fig.add_subplot(gs[0, j]) for j in range(ncols)])
+    for ax in axes:
+        ax.tick_params(labelsize=FONT)
+        ax.grid(True, which="major", alpha=0.3)
+    key = fig.add_subplot(gs[1, :])
+    key.axis("off")
+    return fig, axes, key
+
+
+def key_legend(key, handles: list, ncol: int = 4) -> None:
+    """The legend in the key row made by :func:`new_figure_with_key`."""
+    key.legend(handles=handles, loc="center", ncol=min(ncol, len(handles)), handlelength=2.2,
+               columnspacing=1.2, frameon=False)  # fmt: skip
+
+
 def markevery(n: int, i: int, n_series: int, marks: int = 10) -> tuple[int, int]:
     """About ``marks`` markers on an ``n``-point line, staggered by series ``i`` of
     ``n_series`` so that markers of coinciding lines do not sit on each other."""
     step = max(1, n // marks)
-    return ((i * step) // max(n_series, 1) % step, step)
+    # spread evenly when there is room; else alternate, so neighbours (i, i+1) never share
+    offset = (i * step) // max(n_series, 1) if step >= n_series else i % step
+    return (offset % step, step)
 
 
 def finite(values: Iterable[float]) -> np.ndarray:
