@@ -158,6 +158,9 @@ def _sweep_records(depths=(1, 4, 12, 24), seeds=2) -> list[dict]:
                     "sigma2_rel": b / v0,
                     "pred_closed_final": v0 + 2 * L * b, "rel_err_closed": v_final / (v0 + 2 * L * b) - 1,
                     "max_abs_cross_corr": 0.01, "grad_ratio": math.nan,
+                    # the scheme's reference s^2 (naive: s2 itself; gpt2: 2L s^2, its L-free part)
+                    "s2_ref_attn": b if init == "naive" else 2 * L * b,
+                    "s2_ref_ffn": b if init == "naive" else 2 * L * b, "v_growth": v_final - v0,
                 })  # fmt: skip
     return recs
 
@@ -259,7 +262,8 @@ def test_fmt_one_exponent_style():
 def test_grad_norms_table_explains_a_huge_meas_over_pred():
     summary = pd.DataFrame([{"init": "naive", "norm_position": "post", "down_ratio_first_last": 1.0,
                              "down_max_min": 1.0, "o_ratio_first_last": 1.0, "o_max_min": 1.0,
-                             "stream_grad_ratio": 9.4e5, "pred_stream_grad_ratio": 6.3e-13}])  # fmt: skip
+                             "stream_grad_ratio": 9.4e5, "pred_stream_grad_ratio": 6.3e-13,
+                             "pred_full_stream_grad_ratio": 8.1e5, "full_stream_grad_ratio_err": 0.16}])  # fmt: skip
     out = _render(grad_norms_table(summary, "t"))
     assert "†" in out and "branch paths" in out
 
