@@ -263,7 +263,8 @@ def test_grad_norms_table_explains_a_huge_meas_over_pred():
     summary = pd.DataFrame([{"init": "naive", "norm_position": "post", "down_ratio_first_last": 1.0,
                              "down_max_min": 1.0, "o_ratio_first_last": 1.0, "o_max_min": 1.0,
                              "stream_grad_ratio": 9.4e5, "pred_stream_grad_ratio": 6.3e-13,
-                             "pred_full_stream_grad_ratio": 8.1e5, "full_stream_grad_ratio_err": 0.16}])  # fmt: skip
+                             "pred_full_stream_grad_ratio": 8.1e5,
+                             "full_stream_grad_ratio_err": 0.16}])  # fmt: skip
     out = _render(grad_norms_table(summary, "t"))
     assert "†" in out and "branch paths" in out
 
