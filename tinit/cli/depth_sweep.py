@@ -5,6 +5,7 @@ from typing import Annotated
 import typer
 
 from ..experiments.depth_sweep import parse_layers, run_depth_sweep
+from ..experiments.points import depth_sweep_plan
 from ..results.plot_depth_sweep import depth_sweep_table, plot_depth_sweep
 from . import app
 from .options import MODEL, SharedOptions, shared_options
@@ -84,6 +85,9 @@ def depth_sweep(
             tables=lambda r: [
                 depth_sweep_table(r["depth_sweep_fit"], r["depth_sweep_summary"], f"Depth sweep ({title})")
             ],
+        ),
+        plan=lambda: depth_sweep_plan(
+            model, init, run, depths, seeds, opts.inits, opts.norm_positions, not no_grads
         ),
     )
 

@@ -5,6 +5,7 @@ from typing import Annotated, Literal
 import typer
 
 from ..experiments.grad_norms import run_grad_norms
+from ..experiments.points import grad_norms_plan
 from ..results.plot_grad_norms import grad_norms_table, plot_grad_norms, plot_stream_grads
 from . import app
 from .options import SharedOptions, shared_options
@@ -62,4 +63,5 @@ def grad_norms(
             },
             tables=lambda r: [grad_norms_table(r["summary"], f"Gradient norms at init ({title})")],
         ),
+        plan=lambda: grad_norms_plan(model, init, run, opts.inits, opts.norm_positions, batches),
     )

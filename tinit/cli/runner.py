@@ -4,6 +4,7 @@ plots, print the summary and the folder. Failures keep what was measured."""
 
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,10 @@ class Outputs:
     tables: Callable[[ExperimentResult], Iterable] = lambda r: ()
     files: Callable[[ExperimentResult, Path], list[Path]] = lambda r, d: []
     notes: list[str] = field(default_factory=list)
+
+
+#: Set by ``tinit sweep``: :func:`execute` hands it (command, opts, plan, outputs) and runs nothing.
+SWEEP_CAPTURE: ContextVar[Callable | None] = ContextVar("SWEEP_CAPTURE", default=None)
 
 
 def configs_or_exit(build: Callable):
@@ -62,8 +67,16 @@ def execute(
     opts: SharedOptions,
     experiment: Callable[..., ExperimentResult],
     outputs: Outputs,
-) -> ExperimentResult:
-    """Run ``experiment(progress=...)`` and write everything; exit 1 on a failed run."""
+    plan: Callable | None = None,
+) -> ExperimentResult | None:
+    """Run ``experiment(progress=...)`` and write everything; exit 1 on a failed run.
+
+    ``plan``: makes the command's grid as points (:mod:`tinit.experiments.points`) for
+    ``tinit sweep``, which captures it here instead of running (returns None)."""
+    capture = SWEEP_CAPTURE.get()
+    if capture is not None:
+        capture(command, opts, plan, outputs)
+        return None
     try:
         resolve_device(opts.device)
     except ConfigError as exc:

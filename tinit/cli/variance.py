@@ -1,5 +1,6 @@
 """``tinit variance``: residual-stream variance at every addition vs the law."""
 
+from ..experiments.points import variance_plan
 from ..experiments.variance import run_variance
 from ..model.config import ModelConfig
 from ..results.plots import plot_variance
@@ -38,4 +39,5 @@ def variance(*, opts: SharedOptions) -> None:
             figures=lambda r: {"variance": plot_variance(r["variance"], title)},
             tables=lambda r: [variance_table(r["summary"], f"Residual-stream variance ({title})")],
         ),
+        plan=lambda: variance_plan(model, init, run, opts.inits, opts.norm_positions),
     )
