@@ -20,16 +20,24 @@ CONF=$DIR/slurm.conf
 
 die() { echo "slurm-local-cluster: $*" >&2; exit 1; }
 
-stop_pid() {  # stop_pid PIDFILE: the daemon whose pid is in the file, waiting up to 5 s
-    [[ -f $1 ]] || return 0
-    local pid
-    pid=$(cat "$1")
-    if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
-        kill "$pid" 2>/dev/null || true
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null || true
-    fi
-    rm -f "$1"
+stop_pids() {  # stop_pids PIDFILE...: the daemons whose pids are in the files, together (each takes ~2 s)
+    local pids=() f pid
+    for f in "$@"; do
+        [[ -f $f ]] || continue
+        pid=$(cat "$f")
+        if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+            kill "$pid" 2>/dev/null || true
+            pids+=("$pid")
+        fi
+        rm -f "$f"
+    done
+    for _ in $(seq 100); do
+        local alive=0
+        for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+        [[ $alive == 0 ]] && return 0
+        sleep 0.05
+    done
+    for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
 }
 
 start() {
@@ -103,9 +111,7 @@ CONF
 }
 
 stop() {
-    stop_pid "$DIR/slurmd.pid"
-    stop_pid "$DIR/slurmctld.pid"
-    stop_pid "$DIR/munge/munged.pid"
+    stop_pids "$DIR/slurmd.pid" "$DIR/slurmctld.pid" "$DIR/munge/munged.pid"
 }
 
 case $cmd in

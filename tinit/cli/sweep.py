@@ -3,6 +3,7 @@ by a local process pool or a SLURM job array, gathered into one run folder."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -144,6 +145,8 @@ def sweep(
     points_per_job: Annotated[int, typer.Option("--points-per-job", help="Points one array task runs one "
                                                 "after the other (fewer, longer tasks).", min=1,
                                                 rich_help_panel=SLURM)] = 1,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the run folder's path.",
+                                        rich_help_panel=EXECUTOR)] = False,
     resume: Annotated[Path | None, typer.Option("--resume", help="Run only the missing or failed points of "
                                                 "the sweep in RUN_DIR (its command and options are in its "
                                                 "config.json), then gather again.", metavar="RUN_DIR",
@@ -180,6 +183,8 @@ def sweep(
         raise _err(f"give the command to sweep ({', '.join(SWEEPABLE)}) and its options, or --resume RUN_DIR",
                    "COMMAND")  # fmt: skip
     plan, opts, outputs = capture_plan(command, args)
+    if quiet:
+        opts = dataclasses.replace(opts, quiet=True)
     executor_ = _executor(values, opts, plan, dry_run)
     if dry_run:
         _print_dry_run(plan, executor_, values)

@@ -69,25 +69,25 @@ class LocalExecutor:
         for k in range(self.workers):
             gpus.put(self.pinned[k] if self.pinned else None)
         workers = min(self.workers, len(points))
-        with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                                 initargs=(gpus, self.threads)) as pool:  # fmt: skip
-            futures = {
-                pool.submit(run_points, [p], [str(d)], command): p.name
-                for p, d in zip(points, dirs, strict=True)
-            }
-            pending = set(futures)
-            try:
-                while pending:
-                    done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                    for f in done:
-                        info[futures[f]] = _outcome(f)
-                    for f in pending:
-                        if f.running():
-                            info[futures[f]]["state"] = "running"
-                    update(info)
-            except BaseException:
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
+        pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
+                                   initargs=(gpus, self.threads))  # fmt: skip
+        futures = {
+            pool.submit(run_points, [p], [str(d)], command): p.name for p, d in zip(points, dirs, strict=True)
+        }
+        pending = set(futures)
+        try:
+            while pending:
+                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                for f in done:
+                    info[futures[f]] = _outcome(f)
+                for f in pending:
+                    if f.running():
+                        info[futures[f]]["state"] = "running"
+                update(info)
+        finally:
+            # every point is in; the idle workers exit on their own (joined at exit), while
+            # this process gathers (waiting here for torch's teardown costs ~2 s)
+            pool.shutdown(wait=False, cancel_futures=True)
         return info
 
 
