@@ -58,7 +58,7 @@ start() {
         --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/log/munged.log" \
         --seed-file="$DIR/munge/munged.seed"
     local cpus mem
-    cpus=$(nproc)
+    cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # nproc obeys OMP_NUM_THREADS
     mem=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
     cat > "$CONF" <<CONF
 # written by scripts/slurm-local-cluster.sh: a one-node cluster for tests and laptops

@@ -103,7 +103,7 @@ def sweep(
     command: Annotated[
         str | None,
         typer.Argument(help=f"The command to sweep: {', '.join(SWEEPABLE)}; its options follow it.",
-                       show_default=False),  # fmt: skip
+                       metavar="COMMAND [ITS OPTIONS]", show_default=False),  # fmt: skip
     ] = None,
     executor: Annotated[
         Literal["local", "slurm"],

@@ -147,6 +147,15 @@ class SlurmExecutor:
             for p in pts:
                 info[p.name]["job_id"] = tid
         live = set(tasks)
+        try:
+            self._follow(tasks, live, info, update)
+        except KeyboardInterrupt:  # the user stops the sweep: stop its tasks too
+            _slurm("scancel", *self.job_ids)
+            raise
+        return info
+
+    def _follow(self, tasks: dict, live: set, info: dict, update: Callable) -> None:
+        """Poll the queue and the point folders until every task has left the queue."""
         while live:
             queue = squeue(self.job_ids)
             if queue is None:  # the controller did not answer: try again
@@ -166,7 +175,6 @@ class SlurmExecutor:
             update(info)
             if live:
                 time.sleep(self.poll_s)
-        return info
 
 
 def _point_info(entry: dict[str, Any], point_dir: Path, state: str | None) -> None:
