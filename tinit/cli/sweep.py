@@ -176,8 +176,10 @@ def sweep(
             raise _err(f"{resume} is not a sweep's run folder ({exc})", "--resume") from None
         command, args, previous_runs = doc["sweep"]["command"], doc["sweep"]["args"], doc["sweep"]["runs"]
         recorded = previous_runs[-1].get("cli_options", {}) if previous_runs else {}
+        if executor != recorded.get("executor") and _given(ctx, "executor"):
+            recorded = {}  # another executor: the last run's executor options do not apply
         for name in SWEEP_OPTIONS:  # what was not given again comes from the last run
-            if name in recorded and ctx.get_parameter_source(name) in (ParameterSource.DEFAULT, None):
+            if name in recorded and not _given(ctx, name):
                 values[name] = recorded[name]
     if command is None:
         raise _err(f"give the command to sweep ({', '.join(SWEEPABLE)}) and its options, or --resume RUN_DIR",
@@ -223,6 +225,11 @@ def sweep(
     typer.echo(str(run_dir))
     if not result.complete:
         raise typer.Exit(1)
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the option was given on the command line (not its default)."""
+    return ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
 
 
 class _Refused(RuntimeError):
