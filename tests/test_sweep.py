@@ -65,6 +65,20 @@ def test_local_pool_gives_the_single_process_csvs(tmp_path, reference, monkeypat
         pids.add(json.loads((point_dir(out, name) / "config.json").read_text())["where"]["pid"])
     assert len(pids) == 2 and os.getpid() not in pids  # two worker processes, not this one
 
+    # one point missing, one failed: --resume runs those two only, keeps the failed attempt
+    shutil.rmtree(point_dir(out, "L8-seed1-naive-post"))
+    rec_path = point_dir(out, "L16-seed0-scaled-pre") / "config.json"
+    rec = json.loads(rec_path.read_text())
+    rec_path.write_text(json.dumps({**rec, "complete": False, "error": "marked failed by the test"}))
+    res = runner.invoke(app, ["sweep", "--resume", str(out), "--workers", "1", "-q"])
+    assert res.exit_code == 0, res.output
+    same_csvs(out, reference)
+    sweep = json.loads((out / "config.json").read_text())["sweep"]
+    assert sorted(sweep["runs"][1]["points"]) == ["L16-seed0-scaled-pre", "L8-seed1-naive-post"]
+    assert sweep["runs"][1]["options"]["workers"] == 1 and sweep["counts"]["done"] == 24
+    kept = json.loads((out / "points" / "L16-seed0-scaled-pre.attempt-1" / "config.json").read_text())
+    assert kept["error"] == "marked failed by the test"
+
 
 @pytest.mark.parametrize("command", ["variance", "grad-norms"])
 def test_points_written_and_gathered_equal_the_command(tmp_path, command):
