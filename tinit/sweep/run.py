@@ -65,9 +65,17 @@ def run_sweep(
     if attempts:
         run["set_aside"] = attempts
     runs = [*(previous_runs or []), run]
-    # a record before anything runs: a sweep whose parent dies can still be resumed
-    write_config(run_dir, plan.command, {**plan.meta, "sweep": sweep_record(plan, args, runs, info)},
-                 complete=False, error="running")  # fmt: skip
+
+    def record_running(job_ids: list[str] | None = None) -> None:
+        # a record before anything runs: a sweep whose parent dies can still be resumed
+        if job_ids is not None:
+            run["job_ids"] = list(job_ids)
+        write_config(run_dir, plan.command, {**plan.meta, "sweep": sweep_record(plan, args, runs, info)},
+                     complete=False, error="running")  # fmt: skip
+
+    record_running()
+    if hasattr(executor, "on_submit"):
+        executor.on_submit = record_running
     interrupted = False
     try:
         got = executor.run(todo, [point_dir(run_dir, p.name) for p in todo], plan.command,

@@ -79,6 +79,8 @@ class SlurmExecutor:
     ):
         self.folder, self.points_per_job, self.poll_s = Path(folder), points_per_job, poll_s
         self.job_ids: list[str] = []
+        #: called with the job ids once the array is submitted (the sweep records them)
+        self.on_submit: Callable[[list[str]], None] | None = None
         cpus = cpus_per_job or 1
         params: dict[str, Any] = {
             "job_name": job_name,
@@ -141,6 +143,8 @@ class SlurmExecutor:
         if not points:
             return info
         jobs = self.submit(points, dirs, command)
+        if self.on_submit is not None:
+            self.on_submit(self.job_ids)
         chunks = self.chunks(points, dirs)
         tasks = {j.job_id: (j, *chunk) for j, chunk in zip(jobs, chunks, strict=True)}
         for tid, (_, pts, _) in tasks.items():

@@ -5,6 +5,7 @@ complete, why not, and where it ran (host, pid, SLURM job, visible GPUs)."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import time
@@ -32,17 +33,20 @@ def write_frames(point_dir: Path, frames: dict) -> None:
 
 
 def run_one(point, point_dir: str | Path, command: str) -> dict[str, Any]:
-    """Measure one point into ``point_dir`` (created; must not hold a config.json).
-    A failure is recorded in the folder (what was measured kept, ``complete: false``
-    and the error), never raised; an interrupt is recorded and re-raised."""
+    """Measure one point into ``point_dir`` (created). A folder that already holds the
+    point's config.json (a preempted task that SLURM requeued) is left as it is. A
+    failure is recorded in the folder (what was measured kept, ``complete: false`` and
+    the error), never raised; an interrupt is recorded and re-raised."""
     from ..experiments.common import IncompleteRun
     from ..experiments.points import run_point
     from ..results.rundir import write_config
 
     point_dir = Path(point_dir)
     point_dir.mkdir(parents=True, exist_ok=True)
-    if (point_dir / "config.json").exists():
-        raise FileExistsError(f"{point_dir} already holds a point; runs never overwrite")
+    if (point_dir / "config.json").exists():  # a requeued task: this point has its record already
+        rec = json.loads((point_dir / "config.json").read_text())
+        return {"name": point.name, "complete": bool(rec.get("complete")), "error": rec.get("error"),
+                "seconds": rec.get("point_seconds"), **rec.get("where", {})}  # fmt: skip
     here, t0 = where(), time.perf_counter()
     result, error, interrupted = None, None, None
     try:
