@@ -30,7 +30,7 @@ from tinit.sweep.worker import run_one
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
 TINY = ["--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]
-ACCEPT = ["depth-sweep", "--layers", "4,8,16", "--seeds", "2", "--no-grads", *TINY]
+ACCEPT = ["depth-sweep", "--layers", "4,8,16", "--seeds", "2", "--no-grads", *TINY, "--device", "cpu"]
 STEMS = ("depth_sweep", "depth_sweep_summary", "depth_sweep_fit")
 
 
@@ -50,6 +50,8 @@ def same_csvs(a: Path, b: Path) -> None:
 
 def test_local_pool_gives_the_single_process_csvs(tmp_path, reference, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the workers' threads, as the reference's
+    # two GPUs "visible": each worker is pinned to one (the points run on the CPU: --device cpu)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     out = tmp_path / "run"
     res = runner.invoke(app, ["sweep", *ACCEPT, "--workers", "2", "--out", str(out), "-q"])
     assert res.exit_code == 0, res.output
@@ -59,11 +61,14 @@ def test_local_pool_gives_the_single_process_csvs(tmp_path, reference, monkeypat
     sweep = cfg["sweep"]
     assert cfg["complete"] is True and sweep["executor"] == "local" and sweep["counts"]["done"] == 24
     assert sweep["runs"][0]["options"]["workers"] == 2
-    pids = set()
+    assert sweep["runs"][0]["options"]["pinned_gpus"] == ["0", "1"]
+    gpu_of: dict[int, set] = {}
     for name, p in sweep["points"].items():
         assert p["state"] == "done" and p["host"] and point_done(out, name)
-        pids.add(json.loads((point_dir(out, name) / "config.json").read_text())["where"]["pid"])
-    assert len(pids) == 2 and os.getpid() not in pids  # two worker processes, not this one
+        where = json.loads((point_dir(out, name) / "config.json").read_text())["where"]
+        gpu_of.setdefault(where["pid"], set()).add(where["cuda_visible_devices"])
+    assert len(gpu_of) == 2 and os.getpid() not in gpu_of  # two worker processes, not this one
+    assert sorted(g for gpus in gpu_of.values() for g in gpus) == ["0", "1"]  # one GPU each
 
     # one point missing, one failed: --resume runs those two only, keeps the failed attempt
     shutil.rmtree(point_dir(out, "L8-seed1-naive-post"))
