@@ -76,6 +76,7 @@ def depth_sweep(
     """
     from ..experiments.depth_sweep import parse_layers, run_depth_sweep, transfer_reference
     from ..experiments.grad_norms import require_gradients
+    from ..experiments.points import depth_sweep_plan
     from ..results.plot_depth_sweep import depth_sweep_slope_table, depth_sweep_table, plot_depth_sweep
     from .runner import Outputs, configs_or_exit, execute
 
@@ -109,6 +110,9 @@ def depth_sweep(
                 depth_sweep_table(r["depth_sweep_fit"], r["depth_sweep_summary"], f"Transfer ({title})"),
                 depth_sweep_slope_table(r["depth_sweep_fit"], r["depth_sweep_summary"], "Slope against L"),
             ],
+        ),
+        plan=lambda: depth_sweep_plan(
+            model, init, run, depths, seeds, opts.inits, opts.placements, not no_grads, ref
         ),
     )
 

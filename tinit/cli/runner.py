@@ -12,6 +12,7 @@ import inspect
 import signal
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,6 +61,10 @@ class Outputs:
     tables: Callable[[ExperimentResult], Iterable] = lambda r: ()
     files: Callable[[ExperimentResult, Path], list[Path]] = lambda r, d: []
     notes: list[str] = field(default_factory=list)
+
+
+#: Set by ``tinit sweep``: :func:`execute` hands it (command, opts, plan, outputs) and runs nothing.
+SWEEP_CAPTURE: ContextVar[Callable | None] = ContextVar("SWEEP_CAPTURE", default=None)
 
 
 def configs_or_exit(build: Callable):
@@ -183,10 +188,18 @@ def execute(
     opts: SharedOptions,
     experiment: Callable[..., ExperimentResult],
     outputs: Outputs,
-) -> ExperimentResult:
+    plan: Callable | None = None,
+) -> ExperimentResult | None:
     """Run ``experiment(progress=...)`` (and ``on_partial=...`` when it takes one: it
     is called with the result so far after each configuration) and write everything;
-    exit 1 on a failed, stopped or unwritable run."""
+    exit 1 on a failed, stopped or unwritable run.
+
+    ``plan``: makes the command's grid as points (:mod:`tinit.experiments.points`) for
+    ``tinit sweep``, which captures it here instead of running (returns None)."""
+    capture = SWEEP_CAPTURE.get()
+    if capture is not None:
+        capture(command, opts, plan, outputs)
+        return None
     try:
         resolve_device(opts.device)
     except ConfigError as exc:

@@ -460,39 +460,23 @@ def run_depth_sweep(
         return ExperimentResult(assemble(records, configs, model, init, ref), meta, complete, error, na)
 
     for L in depths:
-        cfg = dataclasses.replace(model, n_layers=L)
         for i in range(seeds):
-            ini, r = seed_configs(init, run, i)
+            ini = seed_configs(init, run, i)[0]
             meter.start()
             try:
-                var = run_variance(
-                    cfg,
-                    ini,
-                    r,
-                    inits,
-                    norm_positions,
-                    progress=_span(progress, done, len(configs) * L, total),
-                )
-                done += len(configs) * L
-                grad = None
-                if grads:
-                    span = _span(progress, done, 2 * len(configs) * L, total)
-                    grad = run_grad_norms(cfg, ini, r, inits, norm_positions, batches=1, progress=span)
-                    done += 2 * len(configs) * L
+                rows, metas = depth_sweep_point(
+                    model, init, run, L, i, inits, norm_positions, grads,
+                    progress=_span(progress, done, len(configs) * L * (3 if grads else 1), total),
+                )  # fmt: skip
+                done += len(configs) * L * (3 if grads else 1)
             except IncompleteRun as exc:
                 raise IncompleteRun(f"L={L}, seed {ini.seed}: {exc}", result(False, str(exc))) from exc
-            except KeyboardInterrupt as exc:  # between the two measurements
+            except KeyboardInterrupt as exc:  # between two measurements
                 what = failure_reason(exc)
                 raise IncompleteRun(f"L={L}, seed {ini.seed}: {what}", result(False, what)) from exc
-            meter.stop(f"L={L}/seed={ini.seed}", [var.meta] + ([grad.meta] if grad is not None else []))
-            streamed[L] = bool(var.meta.get("streamed"))
-            ratios = {}
-            if grad is not None:
-                for g in grad["summary"].itertuples(index=False):
-                    ratios[(g.init, g.norm_position)] = float(g.down_ratio_first_last)
-            for row in var["summary"].to_dict("records"):
-                row["grad_ratio"] = ratios.get((row["init"], row["norm_position"]), math.nan)
-                records.append(row)
+            meter.stop(f"L={L}/seed={ini.seed}", metas)
+            streamed[L] = bool(metas[0].get("streamed"))
+            records.extend(rows)
             if progress is not None:
                 progress(done, total)
             if on_partial is not None:
@@ -526,6 +510,45 @@ def not_applicable(grad_ratio: bool) -> dict:
         summary["grad_ratio_mean"] = summary["grad_ratio_se"] = True
     sweep = {"grad_ratio": not grad_ratio}
     return {"depth_sweep": sweep, "depth_sweep_summary": summary, "depth_sweep_fit": fit}
+
+
+def depth_sweep_point(
+    model: ModelConfig,
+    init: InitConfig,
+    run: RunConfig,
+    n_layers: int,
+    seed_index: int,
+    inits: Sequence[str] = ("naive", "scaled"),
+    norm_positions: Sequence[str] | None = ("pre", "post"),
+    grads: bool = True,
+    progress: Progress | None = None,
+) -> tuple[list[dict], list[dict]]:
+    """One point of the sweep: depth ``n_layers``, seed index ``seed_index`` (see
+    :func:`seed_configs`), for each (init recipe, norm position) given. Determined by
+    its arguments alone, so a point gives the same rows in any process or on any host
+    and a configuration's rows do not depend on which other configurations run beside
+    it (tokens follow the seed, weights the seed, layer and role).
+
+    Returns the rows of ``depth_sweep`` (columns :data:`SWEEP_COLUMNS`) and the metas
+    of the runs inside (variance, then gradients). :func:`assemble` turns the rows of
+    every point into the sweep's frames."""
+    cfg = dataclasses.replace(model, n_layers=n_layers)
+    ini, r = seed_configs(init, run, seed_index)
+    per = len(list(grid(inits, norm_positions))) * n_layers
+    total = per * (3 if grads else 1)
+    var = run_variance(cfg, ini, r, inits, norm_positions, progress=_span(progress, 0, per, total))
+    metas, ratios = [var.meta], {}
+    if grads:
+        span = _span(progress, per, 2 * per, total)
+        grad = run_grad_norms(cfg, ini, r, inits, norm_positions, batches=1, progress=span)
+        metas.append(grad.meta)
+        for g in grad["summary"].itertuples(index=False):
+            ratios[(g.init, g.norm_position)] = float(g.down_ratio_first_last)
+    rows = []
+    for row in var["summary"].to_dict("records"):
+        row["grad_ratio"] = ratios.get((row["init"], row["norm_position"]), math.nan)
+        rows.append({c: row[c] for c in SWEEP_COLUMNS})
+    return rows, metas
 
 
 def _span(progress: Progress | None, start: int, width: int, total: int) -> Progress | None:

@@ -1,0 +1,240 @@
+"""Guards `tinit sweep`: a command's grid run as independent points and gathered gives
+byte for byte the CSVs of the single-process command (local pool and a real one-node
+SLURM cluster started from scripts/slurm-local-cluster.sh); a cancelled array task
+leaves the other points, is recorded failed with SLURM's reason, and --resume completes
+the sweep; --dry-run prints the sbatch script; bad sweep options are one-line errors."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from helpers import assert_one_line_error
+from typer.testing import CliRunner
+
+from tinit.cli import app
+from tinit.experiments.grad_norms import run_grad_norms
+from tinit.experiments.points import grad_norms_plan, variance_plan
+from tinit.experiments.variance import run_variance
+from tinit.model.config import InitConfig, ModelConfig, RunConfig
+from tinit.sweep.folder import point_dir, point_done, read_point_frames
+from tinit.sweep.worker import run_one
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+TINY = ["--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]
+ACCEPT = ["depth-sweep", "--layers", "4,8,16", "--seeds", "2", "--no-grads", *TINY, "--device", "cpu"]
+STEMS = ("depth_sweep", "depth_sweep_summary", "depth_sweep_fit")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """`tinit depth-sweep` in this process, one thread (conftest): the numbers to match."""
+    out = tmp_path_factory.mktemp("ref") / "run"
+    res = runner.invoke(app, [*ACCEPT, "--out", str(out), "-q"])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def same_csvs(a: Path, b: Path) -> None:
+    for stem in STEMS:
+        assert (a / f"{stem}.csv").read_bytes() == (b / f"{stem}.csv").read_bytes(), stem
+
+
+def test_local_pool_gives_the_single_process_csvs(tmp_path, reference, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the workers' threads, as the reference's
+    # two GPUs "visible": each worker is pinned to one (the points run on the CPU: --device cpu)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["sweep", *ACCEPT, "--workers", "2", "--out", str(out), "-q"])
+    assert res.exit_code == 0, res.output
+    same_csvs(out, reference)
+    assert (out / "depth_sweep.png").is_file()
+    cfg = json.loads((out / "config.json").read_text())
+    sweep = cfg["sweep"]
+    assert cfg["complete"] is True and sweep["executor"] == "local" and sweep["counts"]["done"] == 24
+    assert sweep["runs"][0]["options"]["workers"] == 2
+    assert sweep["runs"][0]["options"]["pinned_gpus"] == ["0", "1"]
+    gpu_of: dict[int, set] = {}
+    for name, p in sweep["points"].items():
+        assert p["state"] == "done" and p["host"] and point_done(out, name)
+        where = json.loads((point_dir(out, name) / "config.json").read_text())["where"]
+        gpu_of.setdefault(where["pid"], set()).add(where["cuda_visible_devices"])
+    assert len(gpu_of) == 2 and os.getpid() not in gpu_of  # two worker processes, not this one
+    assert sorted(g for gpus in gpu_of.values() for g in gpus) == ["0", "1"]  # one GPU each
+
+    # one point missing, one failed: --resume runs those two only, keeps the failed attempt
+    shutil.rmtree(point_dir(out, "L8-seed1-naive-post"))
+    rec_path = point_dir(out, "L16-seed0-scaled-pre") / "config.json"
+    rec = json.loads(rec_path.read_text())
+    rec_path.write_text(json.dumps({**rec, "complete": False, "error": "marked failed by the test"}))
+    res = runner.invoke(app, ["sweep", "--resume", str(out), "--workers", "1", "-q"])
+    assert res.exit_code == 0, res.output
+    same_csvs(out, reference)
+    sweep = json.loads((out / "config.json").read_text())["sweep"]
+    assert sorted(sweep["runs"][1]["points"]) == ["L16-seed0-scaled-pre", "L8-seed1-naive-post"]
+    assert sweep["runs"][1]["options"]["workers"] == 1 and sweep["counts"]["done"] == 24
+    kept = json.loads((out / "points" / "L16-seed0-scaled-pre.attempt-1" / "config.json").read_text())
+    assert kept["error"] == "marked failed by the test"
+
+
+@pytest.mark.parametrize("command", ["variance", "grad-norms"])
+def test_points_written_and_gathered_equal_the_command(tmp_path, command):
+    model = ModelConfig(n_layers=3, d_model=16, n_heads=2, vocab_size=32, max_seq_len=8)
+    init, run = InitConfig(seed=2), RunConfig(batch=2, seq_len=8, device="cpu")
+    if command == "variance":
+        plan, direct = variance_plan(model, init, run, ("naive", "scaled"), ("pre", "post")), run_variance
+        want = direct(model, init, run).frames
+    else:
+        plan = grad_norms_plan(model, init, run, ("naive", "scaled"), ("pre", "post"), batches=2)
+        want = run_grad_norms(model, init, run, batches=2).frames
+    assert len(plan.points) == 4
+    for p in reversed(plan.points):  # any order: each point stands alone
+        run_one(p, point_dir(tmp_path, p.name), command)
+    got = plan.gather({p.name: read_point_frames(tmp_path, p.name) for p in plan.points})
+    assert set(got) == set(want)
+    for stem in want:  # through the CSVs each point wrote: nothing lost on the way
+        a = got[stem].to_csv(index=False, float_format="%.9g")
+        assert a == want[stem].to_csv(index=False, float_format="%.9g"), stem
+
+
+def test_dry_run_prints_the_sbatch_script_and_writes_nothing(tmp_path):
+    pytest.importorskip("submitit")
+    out = tmp_path / "run"
+    res = runner.invoke(app, [
+        "sweep", *ACCEPT, "--executor", "slurm", "--dry-run", "--partition", "gpu", "--gpus-per-job", "1",
+        "--cpus-per-job", "4", "--mem", "16G", "--time", "10", "--array-parallelism", "3",
+        "--account", "lab", "--qos", "high", "--slurm-arg", "constraint=a100", "--points-per-job", "4",
+        "--out", str(out),
+    ])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    s = res.stdout
+    assert "24 points" in s and "L4-seed0-naive-pre" in s and "6 tasks" in s
+    for line in ("#SBATCH --array=0-5%3", "#SBATCH --partition=gpu", "#SBATCH --gpus-per-node=1",
+                 "#SBATCH --cpus-per-task=4", "#SBATCH --mem=16G", "#SBATCH --time=10",
+                 "#SBATCH --account=lab", "#SBATCH --qos=high", "#SBATCH --constraint=a100",
+                 f"export PYTHONPATH={ROOT}", f"{sys.executable} -u -m submitit.core._submit"):  # fmt: skip
+        assert line in s, line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["sweep", "params"], "COMMAND"),
+        (["sweep"], "COMMAND"),
+        (["sweep", *ACCEPT, "--partition", "gpu"], "--partition"),
+        (["sweep", *ACCEPT, "--executor", "slurm", "--mem", "12X", "--dry-run"], "--mem"),
+        (["sweep", *ACCEPT, "--executor", "slurm", "--time", "1:2:3:4", "--dry-run"], "--time"),
+        (["sweep", *ACCEPT, "--executor", "slurm", "--slurm-arg", "oops", "--dry-run"], "--slurm-arg"),
+        (["sweep", *ACCEPT, "--executor", "slurm", "--workers", "2", "--dry-run"], "--workers"),
+        (["sweep", "depth-sweep", "--layers", "4,0"], "--layers"),  # the command's own checks
+        (["sweep", "--resume", "nowhere"], "--resume"),
+    ],
+)
+def test_bad_sweep_options_are_one_line_errors(tmp_path, args, option):
+    pytest.importorskip("submitit")
+    out = ["--out", str(tmp_path / "x")] if len(args) > 2 else []
+    assert_one_line_error(runner.invoke(app, [*args, *out]), option, tmp_path / "x")
+
+
+# --- against a real one-node SLURM ------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """scripts/slurm-local-cluster.sh start ... stop, with SLURM_CONF set meanwhile."""
+    missing = [b for b in ("slurmctld", "slurmd", "munged", "sbatch") if shutil.which(b) is None]
+    if missing:
+        pytest.skip(f"SLURM not installed ({', '.join(missing)} missing): apt-get install -y slurm-wlm munge")
+    if os.geteuid() != 0:
+        pytest.skip("the one-node SLURM cluster needs root (slurmd runs jobs as their user)")
+    pytest.importorskip("submitit")
+    folder = Path(f"/tmp/tinit-slurm-test-{os.getpid()}")  # short: munge's socket path has a limit
+    script = [str(ROOT / "scripts" / "slurm-local-cluster.sh")]
+    env = {**os.environ, "TINIT_SLURM_PORT": str(free_port_pair())}
+    res = subprocess.run([*script, "start", str(folder)], capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    before = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(folder / "slurm.conf")
+    yield folder
+    subprocess.run([*script, "stop", str(folder)], capture_output=True, timeout=60)
+    if before is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = before
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def free_port_pair() -> int:
+    """A port p with p and p + 1 free (slurmctld's and slurmd's), so a test cluster
+    never meets another SLURM on this machine."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            p = s.getsockname()[1]
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", p + 1))
+            return p
+        except OSError:
+            continue
+    raise RuntimeError("no two free consecutive ports")
+
+
+def test_slurm_array_cancel_one_task_then_resume(tmp_path, reference, slurm_cluster, monkeypatch):
+    """Two array tasks of 12 points; task 1 is scancel'ed as soon as it runs. Task 0's
+    points are kept (their rows equal the single-process run's), task 1's unfinished
+    ones are failed as cancelled, and --resume runs only those and gives the
+    single-process CSVs byte for byte."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the tasks' threads, as the reference's
+    out = tmp_path / "run"
+    args = ["sweep", *ACCEPT, "--executor", "slurm", "--points-per-job", "12", "--time", "5"]
+    args += ["--out", str(out)]
+    first: dict = {}
+    sweep = threading.Thread(target=lambda: first.update(res=runner.invoke(app, [*args, "-q"])))
+    sweep.start()
+    deadline, cancelled = time.time() + 60, None
+    while time.time() < deadline and sweep.is_alive() and cancelled is None:
+        q = subprocess.run(["squeue", "-h", "-r", "-n", "tinit-depth-sweep", "-o", "%i %T"],
+                           capture_output=True, text=True).stdout.split()  # fmt: skip
+        running = [t for t, st in zip(q[::2], q[1::2], strict=True) if st == "RUNNING"]
+        task = next((t for t in running if t.endswith("_1")), None)
+        if task is not None:
+            subprocess.run(["scancel", task], check=True)
+            cancelled = task
+        time.sleep(0.05)
+    sweep.join(timeout=120)
+    res = first["res"]
+    assert cancelled is not None, res.output
+    assert res.exit_code == 1, res.output
+    assert "sweep incomplete" in res.stderr and f"tinit sweep --resume {out}" in res.stderr
+    points = json.loads((out / "config.json").read_text())["sweep"]["points"]
+    failed = [n for n, p in points.items() if p["state"] == "failed"]
+    done = [n for n, p in points.items() if p["state"] == "done"]
+    assert failed and len(done) + len(failed) == 24 and len(done) >= 12
+    for n in failed:
+        assert points[n]["job_id"] == cancelled and "cancelled" in points[n]["reason"], points[n]
+        assert "CANCELLED" in points[n]["reason"]
+    assert all(points[n]["host"] for n in done)
+    # the kept points' rows are the single-process run's rows
+    ref, got = pd.read_csv(reference / "depth_sweep.csv"), pd.read_csv(out / "depth_sweep.csv")
+    assert len(got) == len(done)
+    keys = ["init", "norm_position", "n_layers", "seed"]
+    pd.testing.assert_frame_equal(got, got[keys].merge(ref, on=keys, how="left"), check_exact=True)
+
+    res = runner.invoke(app, ["sweep", "--resume", str(out), "-q"])
+    assert res.exit_code == 0, res.output
+    same_csvs(out, reference)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["complete"] is True and cfg["sweep"]["counts"]["done"] == 24
+    assert len(cfg["sweep"]["job_ids"]) == 2 and cfg["sweep"]["runs"][1]["points"] == failed
+    assert cfg["sweep"]["runs"][1]["options"]["points_per_job"] == 12  # the recorded options, reused
+    assert (out / "previous" / "1" / "config.json").is_file()  # the incomplete merge is kept, not overwritten

@@ -1,0 +1,317 @@
+"""``tinit sweep COMMAND [its options]``: the command's grid as independent points, run
+by a local process pool or a SLURM job array, gathered into one run folder."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from typer.main import get_command
+
+from ..experiments.common import resolve_device
+from ..model.config import ConfigError
+from ..results.plots import save_figure
+from ..results.rundir import OutputError, new_run_dir, write_config, write_csvs
+from ..sweep.folder import read_sweep_record, set_aside_merged
+from ..sweep.run import counts, run_sweep
+from . import app
+from .clickcompat import ParameterSource
+from .options import bad_option
+from .runner import SWEEP_CAPTURE, configs_or_exit
+
+#: The commands whose grids sweep knows.
+SWEEPABLE = ("depth-sweep", "variance", "grad-norms")
+EXECUTOR, SLURM, RESUME = "Executor", "SLURM (--executor slurm)", "Resume"
+#: The sweep's own options, recorded so --resume reuses what was not given again.
+SWEEP_OPTIONS = ("executor", "workers", "partition", "gpus_per_job", "cpus_per_job", "mem", "time_limit",
+                 "array_parallelism", "account", "qos", "slurm_arg", "points_per_job")  # fmt: skip
+SLURM_ONLY = {"partition": "--partition", "gpus_per_job": "--gpus-per-job", "cpus_per_job": "--cpus-per-job",
+              "mem": "--mem", "time_limit": "--time", "array_parallelism": "--array-parallelism",
+              "account": "--account", "qos": "--qos", "slurm_arg": "--slurm-arg",
+              "points_per_job": "--points-per-job"}  # fmt: skip
+TIME_RE = re.compile(r"^(\d+|\d+:\d{2}(:\d{2})?|\d+-\d{1,2}(:\d{2}){0,2})$")
+MEM_RE = re.compile(r"^\d+[KMGT]?$", re.IGNORECASE)
+KEY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+
+
+def _err(message: str, option: str) -> typer.BadParameter:
+    return typer.BadParameter(message, param_hint=f"'{option}'")
+
+
+def capture_plan(command: str, args: list[str]):
+    """Parse ``tinit COMMAND ARGS`` exactly as the command does and return its plan
+    (points), its shared options and its outputs, running nothing."""
+    if command not in SWEEPABLE:
+        raise _err(f"{command!r} cannot be swept; choose from {', '.join(SWEEPABLE)}", "COMMAND")
+    sub = get_command(app).commands[command]  # type: ignore[attr-defined]
+    got: dict = {}
+    token = SWEEP_CAPTURE.set(lambda c, o, p, out: got.update(opts=o, plan=p, outputs=out))
+    try:
+        sub.main(args=list(args), prog_name=f"tinit sweep {command}", standalone_mode=False)
+    finally:
+        SWEEP_CAPTURE.reset(token)
+    if not got:  # --help was printed
+        raise typer.Exit(0)
+    return configs_or_exit(got["plan"]), got["opts"], got["outputs"]
+
+
+def _slurm_args(values: list[str]) -> dict[str, str]:
+    out = {}
+    for v in values:
+        key, sep, value = v.partition("=")
+        key = key.strip().lstrip("-")
+        if not sep or not KEY_RE.match(key):
+            raise _err(f"{v!r} is not KEY=VALUE (an sbatch option without its dashes, e.g. constraint=a100)",
+                       "--slurm-arg")  # fmt: skip
+        out[key] = value
+    return out
+
+
+def _progress(quiet: bool, description: str, total: int):
+    """A rich bar over the points with their counts, or None when quiet."""
+    if quiet:
+        return None
+    bar = Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[counts]}"), TimeElapsedColumn(), console=Console(stderr=True),
+        transient=True,
+    )  # fmt: skip
+    task = bar.add_task(description, total=total, counts="")
+
+    def update(info: dict) -> None:
+        c = counts(info)
+        text = f"done {c['done']} · running {c['running']} · queued {c['queued']} · failed {c['failed']}"
+        bar.update(task, completed=c["done"] + c["failed"], counts=text)
+
+    return bar, update
+
+
+@app.command(
+    "sweep",
+    short_help="Run a command's grid as independent points over local workers or a SLURM job array.",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def sweep(
+    ctx: typer.Context,
+    command: Annotated[
+        str | None,
+        typer.Argument(help=f"The command to sweep: {', '.join(SWEEPABLE)}; its options follow it.",
+                       metavar="COMMAND [ITS OPTIONS]", show_default=False),  # fmt: skip
+    ] = None,
+    executor: Annotated[
+        Literal["local", "slurm"],
+        typer.Option("--executor", help="local: worker processes here; slurm: one job array via submitit.",
+                     rich_help_panel=EXECUTOR),  # fmt: skip
+    ] = "local",
+    workers: Annotated[
+        int | None,
+        typer.Option("--workers", help="Local worker processes (default: one per GPU, else one per CPU "
+                     "core); with several GPUs each worker is pinned to one.", min=1,
+                     rich_help_panel=EXECUTOR, show_default=False),  # fmt: skip
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Print the points and what would be run or submitted (the sbatch "
+                     "script); run nothing, write nothing.", rich_help_panel=EXECUTOR),  # fmt: skip
+    ] = False,
+    partition: Annotated[str | None, typer.Option("--partition", help="SLURM partition.",
+                                                  rich_help_panel=SLURM, show_default=False)] = None,
+    gpus_per_job: Annotated[int | None, typer.Option("--gpus-per-job", help="GPUs per array task.", min=0,
+                                                     rich_help_panel=SLURM, show_default=False)] = None,
+    cpus_per_job: Annotated[int | None, typer.Option("--cpus-per-job", help="CPUs per array task [1].", min=1,
+                                                     rich_help_panel=SLURM, show_default=False)] = None,
+    mem: Annotated[str | None, typer.Option("--mem", help="Memory per array task, e.g. 16G.",
+                                            rich_help_panel=SLURM, show_default=False)] = None,
+    time_limit: Annotated[str | None, typer.Option("--time", help="Time limit per array task: minutes, "
+                                                   "HH:MM:SS or D-HH:MM (SLURM's forms).",
+                                                   rich_help_panel=SLURM, show_default=False)] = None,
+    array_parallelism: Annotated[int | None, typer.Option("--array-parallelism", help="Most tasks running "
+                                                          "at once.", min=1, rich_help_panel=SLURM,
+                                                          show_default=False)] = None,
+    account: Annotated[str | None, typer.Option("--account", help="SLURM account.", rich_help_panel=SLURM,
+                                                show_default=False)] = None,
+    qos: Annotated[str | None, typer.Option("--qos", help="SLURM quality of service.", rich_help_panel=SLURM,
+                                            show_default=False)] = None,
+    slurm_arg: Annotated[list[str] | None, typer.Option("--slurm-arg", help="Any other sbatch option as "
+                                                        "KEY=VALUE (repeatable), e.g. constraint=a100.",
+                                                        rich_help_panel=SLURM, show_default=False)] = None,
+    points_per_job: Annotated[int, typer.Option("--points-per-job", help="Points one array task runs one "
+                                                "after the other (fewer, longer tasks).", min=1,
+                                                rich_help_panel=SLURM)] = 1,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the run folder's path.",
+                                        rich_help_panel=EXECUTOR)] = False,
+    resume: Annotated[Path | None, typer.Option("--resume", help="Run only the missing or failed points of "
+                                                "the sweep in RUN_DIR (its command and options are in its "
+                                                "config.json), then gather again.", metavar="RUN_DIR",
+                                                rich_help_panel=RESUME, show_default=False)] = None,
+) -> None:
+    """Run COMMAND's grid (depths x seeds x inits x norm positions) as independent points
+    on local worker processes or as one SLURM job array, and gather them into one run
+    folder: points/NAME/ per point and the command's merged CSVs and plots, equal to what
+    `tinit COMMAND` writes for the same options. A failed point is recorded with its
+    reason; `tinit sweep --resume RUN_DIR` runs only the missing and failed ones.
+
+    Example: tinit sweep depth-sweep --layers 4,8,16 --seeds 2 --executor slurm --time 10
+    """
+    values = {"executor": executor, "workers": workers, "partition": partition, "gpus_per_job": gpus_per_job,
+              "cpus_per_job": cpus_per_job, "mem": mem, "time_limit": time_limit,
+              "array_parallelism": array_parallelism, "account": account, "qos": qos,
+              "slurm_arg": list(slurm_arg or []), "points_per_job": points_per_job}  # fmt: skip
+    args = list(ctx.args)
+    previous_runs = None
+    if resume is not None:
+        if command is not None or args:
+            raise _err("takes no COMMAND or command options: the sweep's are in RUN_DIR/config.json",
+                       "--resume")
+        try:
+            doc = read_sweep_record(resume)
+        except (OSError, ValueError) as exc:
+            raise _err(f"{resume} is not a sweep's run folder ({exc})", "--resume") from None
+        command, args, previous_runs = doc["sweep"]["command"], doc["sweep"]["args"], doc["sweep"]["runs"]
+        recorded = previous_runs[-1].get("cli_options", {}) if previous_runs else {}
+        if executor != recorded.get("executor") and _given(ctx, "executor"):
+            recorded = {}  # another executor: the last run's executor options do not apply
+        for name in SWEEP_OPTIONS:  # what was not given again comes from the last run
+            if name in recorded and not _given(ctx, name):
+                values[name] = recorded[name]
+    if command is None:
+        raise _err(f"give the command to sweep ({', '.join(SWEEPABLE)}) and its options, or --resume RUN_DIR",
+                   "COMMAND")  # fmt: skip
+    plan, opts, outputs = capture_plan(command, args)
+    if quiet:
+        opts = dataclasses.replace(opts, quiet=True)
+    executor_ = _executor(values, opts, plan, dry_run)
+    if dry_run:
+        _print_dry_run(plan, executor_, values)
+        return
+    if resume is None:
+        try:
+            run_dir = new_run_dir(command, opts.out, root="results/sweep")
+        except OutputError as exc:
+            raise _err(str(exc), "--out") from None
+    else:
+        run_dir = resume
+        set_aside_merged(run_dir)
+    if values["executor"] == "slurm":
+        executor_.folder = run_dir / "slurm"
+    bar = _progress(opts.quiet, f"sweep {command}", len(plan.points))
+    try:
+        if bar is None:
+            result, record = _run(plan, executor_, run_dir, args, lambda info: None, previous_runs, values)
+        else:
+            with bar[0]:
+                result, record = _run(plan, executor_, run_dir, args, bar[1], previous_runs, values)
+    except _Refused as exc:
+        if resume is None:
+            shutil.rmtree(run_dir, ignore_errors=True)  # nothing was measured
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    _write(run_dir, command, opts, result, outputs)
+    c = record["counts"]
+    if not opts.quiet:
+        Console().print(f"{len(plan.points)} points: {c['done']} done, {c['failed']} failed "
+                        f"({values['executor']}; job ids: {', '.join(record['job_ids']) or 'none'})",
+                        highlight=False)  # fmt: skip
+    if not result.complete:
+        typer.echo(f"Error: sweep incomplete ({result.error}); what was measured is in {run_dir}; "
+                   f"run the rest with: tinit sweep --resume {run_dir}", err=True)  # fmt: skip
+    typer.echo(str(run_dir))
+    if not result.complete:
+        raise typer.Exit(1)
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the option was given on the command line (not its default)."""
+    return ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
+
+
+class _Refused(RuntimeError):
+    """The executor could not start (sbatch refused the array)."""
+
+
+def _run(plan, executor_, run_dir, args, update, previous_runs, values):
+    from ..sweep.slurm import SubmitError
+
+    try:
+        return run_sweep(plan, executor_, run_dir, args, update, previous_runs, values)
+    except SubmitError as exc:
+        raise _Refused(f"sbatch refused the job array: {exc}") from None
+
+
+def _executor(values: dict, opts, plan, dry_run: bool):
+    """The executor the options ask for (usage errors for options that do not apply)."""
+    if values["executor"] == "local":
+        given = [flag for name, flag in SLURM_ONLY.items() if values[name] not in (None, [], 1)]
+        if given:
+            raise _err(f"{given[0]} applies to --executor slurm only", given[0])
+        try:
+            resolve_device(opts.device)
+        except ConfigError as exc:
+            raise bad_option(exc) from None
+        from ..sweep.local import LocalExecutor, visible_gpus
+
+        workers = values["workers"] or len(visible_gpus()) or os.cpu_count() or 1
+        return LocalExecutor(workers)
+    if values["workers"] is not None:
+        raise _err("applies to --executor local only (use --array-parallelism for SLURM)", "--workers")
+    for name, flag, pattern, allowed in (("time_limit", "--time", TIME_RE, "minutes, HH:MM:SS or D-HH:MM"),
+                                         ("mem", "--mem", MEM_RE, "a whole number with K, M, G or T")):
+        if values[name] is not None and not pattern.match(str(values[name])):
+            raise _err(f"{values[name]!r} is not a SLURM {flag[2:]}; give {allowed}", flag)
+    slurm_args = _slurm_args(values["slurm_arg"])
+    try:
+        import submitit  # noqa: F401
+    except ImportError:
+        raise _err("slurm needs submitit: pip install -e '.[slurm]'", "--executor") from None
+    if not dry_run and shutil.which("sbatch") is None:
+        raise _err("slurm: no SLURM here (sbatch is not on PATH); try --dry-run", "--executor")
+    from ..sweep.slurm import SlurmExecutor
+
+    return SlurmExecutor(
+        Path("results/sweep/slurm"), job_name=f"tinit-{plan.command}", partition=values["partition"],
+        gpus_per_job=values["gpus_per_job"], cpus_per_job=values["cpus_per_job"], mem=values["mem"],
+        time_limit=values["time_limit"], array_parallelism=values["array_parallelism"],
+        account=values["account"], qos=values["qos"], slurm_args=slurm_args,
+        points_per_job=values["points_per_job"],
+    )  # fmt: skip
+
+
+def _print_dry_run(plan, executor_, values) -> None:
+    n = len(plan.points)
+    typer.echo(f"tinit sweep {plan.command}: {n} points")
+    for p in plan.points[:12]:
+        typer.echo(f"  {p.name}")
+    if n > 12:
+        typer.echo(f"  ... and {n - 12} more")
+    if values["executor"] == "local":
+        d = executor_.describe()
+        threads = d["threads_per_worker"] or "from OMP_NUM_THREADS"
+        typer.echo(f"local: {d['workers']} worker processes; GPUs {d['pinned_gpus'] or 'not pinned'}; "
+                   f"torch threads per worker {threads}")  # fmt: skip
+        return
+    tasks = -(-n // executor_.points_per_job)
+    typer.echo(f"slurm: one job array of {tasks} tasks ({executor_.points_per_job} point(s) each); "
+               "sbatch script (the run folder's slurm/ takes the place of RUN_DIR/slurm):")  # fmt: skip
+    typer.echo(executor_.sbatch_script(tasks).replace(str(executor_.folder), "RUN_DIR/slurm"))
+
+
+def _write(run_dir: Path, command: str, opts, result, outputs) -> None:
+    """The merged files, as `tinit COMMAND` writes them."""
+    write_csvs(run_dir, result.frames, result.not_applicable)
+    if result.frames and all(len(df) for df in result.frames.values()):
+        for stem, fig in outputs.figures(result).items():
+            save_figure(fig, run_dir, stem, opts.format)
+        outputs.files(result, run_dir)
+    # last, as for every command: "complete" only once every file is in place
+    write_config(run_dir, command, result.meta, complete=result.complete, error=result.error)
+    if not opts.quiet:
+        console = Console()
+        for table in outputs.tables(result):
+            console.print(table)

@@ -1,0 +1,185 @@
+"""A measuring command's grid as independent points, and the gathering of the points'
+frames into the command's frames.
+
+A :class:`Point` is one (depth, seed, init recipe, norm position) of a grid: the
+configs and arguments of one call of the command's experiment restricted to it. Its
+numbers are determined by those arguments alone (weights are drawn per seed, layer
+and role, tokens per seed, and no configuration's draws depend on another's), so a
+point gives the same numbers in any process, on any host. A :class:`Plan` lists a
+command's points and gathers their frames: gathering every point's frames gives the
+frames of the single-process run of the command with the same options.
+
+No I/O here: :mod:`tinit.sweep` runs the points and writes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from ..model.config import InitConfig, ModelConfig, RunConfig
+from .common import ExperimentResult, Progress, grid
+from .depth_sweep import (
+    SWEEP_COLUMNS,
+    assemble,
+    depth_sweep_point,
+    not_applicable,
+    seed_configs,
+    transfer_reference,
+)
+from .grad_norms import TENSOR_STAT_COLUMNS, require_gradients, run_grad_norms
+from .variance import NOT_APPLICABLE as VARIANCE_NOT_APPLICABLE
+from .variance import run_variance
+
+#: Frames of one point, by file stem.
+Frames = dict[str, pd.DataFrame]
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point of a grid: ``kind`` names its runner in :data:`RUNNERS`, ``kwargs``
+    are that runner's arguments (configs are dataclasses, so a point pickles), and
+    ``labels`` say which point it is (also its folder name, :attr:`name`)."""
+
+    kind: str
+    labels: dict[str, Any]
+    kwargs: dict[str, Any] = field(repr=False)
+
+    @property
+    def name(self) -> str:
+        """A folder name: ``L4-seed1-naive-pre`` style, unique within a plan."""
+        short = {"n_layers": "L", "seed": "seed", "init": "", "norm_position": ""}
+        return "-".join(f"{short.get(k, k)}{v}" for k, v in self.labels.items())
+
+
+@dataclass
+class Plan:
+    """A command's grid as points, and how their frames gather into the command's.
+
+    ``gather`` takes the frames of the points that finished (by point name; a
+    missing point is left out) and returns the command's frames; ``meta`` describes
+    the grid for config.json."""
+
+    command: str
+    points: list[Point]
+    gather: Callable[[dict[str, Frames]], Frames]
+    meta: dict[str, Any] = field(default_factory=dict)
+    #: the cells that are empty by design, as the command's experiment declares them
+    #: (:attr:`ExperimentResult.not_applicable`), so the merged CSVs are written alike
+    not_applicable: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def _depth_sweep_runner(
+    model: ModelConfig, init: InitConfig, run: RunConfig, n_layers: int, seed_index: int,
+    inits: Sequence[str], norm_positions: Sequence[str], grads: bool, progress: Progress | None = None,
+) -> ExperimentResult:  # fmt: skip
+    rows, metas = depth_sweep_point(
+        model, init, run, n_layers, seed_index, inits, norm_positions, grads, progress
+    )  # fmt: skip
+    meta = dict(metas[0])
+    if len(metas) > 1:
+        meta["grad_norms_meta"] = metas[1]
+    return ExperimentResult({"depth_sweep": pd.DataFrame(rows, columns=SWEEP_COLUMNS)}, meta)
+
+
+#: kind -> the function that runs a point (its kwargs, plus ``progress``).
+RUNNERS: dict[str, Callable[..., ExperimentResult]] = {
+    "depth-sweep": _depth_sweep_runner,
+    "variance": run_variance,
+    "grad-norms": run_grad_norms,
+}
+
+
+def run_point(point: Point, progress: Progress | None = None) -> ExperimentResult:
+    """Measure one point (raises what its experiment raises)."""
+    return RUNNERS[point.kind](**point.kwargs, progress=progress)
+
+
+def _grid_meta(model: ModelConfig, init: InitConfig, run: RunConfig, **extra: Any) -> dict[str, Any]:
+    """The resolved settings, like :func:`run_meta` but without the device, which each
+    point resolves where it runs (a login node may have no GPU)."""
+    return {
+        "model": model.to_dict(),
+        "init": dataclasses.asdict(init),
+        "sigma_resolved": init.resolved_sigma(model.d_model),
+        "embed_std_resolved": init.resolved_embed_std(model.d_model),
+        "run": run.to_dict(),
+        **extra,
+    }
+
+
+def depth_sweep_plan(
+    model: ModelConfig, init: InitConfig, run: RunConfig, depths: Sequence[int], seeds: int,
+    inits: Sequence[str], norm_positions: Sequence[str] | None, grads: bool, transfer_from: int | None = None,
+) -> Plan:  # fmt: skip
+    """``depth-sweep`` as one point per (L, seed, init, norm position); gathering is
+    :func:`tinit.experiments.depth_sweep.assemble` over every point's rows."""
+    ref = transfer_reference(depths, transfer_from)
+    if grads:
+        require_gradients(model, run)
+    configs = list(grid(inits, norm_positions))
+    points = [
+        Point(
+            "depth-sweep",
+            {"n_layers": L, "seed": seed_configs(init, run, i)[0].seed, "init": recipe, "norm_position": pos},
+            {"model": model, "init": init, "run": run, "n_layers": L, "seed_index": i, "inits": (recipe,),
+             "norm_positions": (pos,), "grads": grads},
+        )  # fmt: skip
+        for L in depths
+        for i in range(seeds)
+        for recipe, pos in configs
+    ]
+
+    def gather(frames: dict[str, Frames]) -> Frames:
+        done = [frames[p.name]["depth_sweep"] for p in points if p.name in frames]
+        rows = [r for f in done for r in f.to_dict("records")]
+        return assemble(rows, configs, model, init, ref)
+
+    meta = _grid_meta(
+        dataclasses.replace(model, n_layers=max(depths)), init, run, configurations=configs,
+        layers=list(depths), seeds=seeds, seed_values=[init.seed + i for i in range(seeds)], grads=grads,
+        transfer_from=ref,
+    )  # fmt: skip
+    return Plan("depth-sweep", points, gather, meta, not_applicable(grads and model.branch == "model"))
+
+
+def _concat_plan(command: str, kind: str, stems: Sequence[str], model, init, run, inits, norm_positions,
+                 na: dict | None = None, **kwargs) -> Plan:  # fmt: skip
+    """A command whose frames are its configurations' frames one after the other."""
+    configs = list(grid(inits, norm_positions))
+    points = [
+        Point(kind, {"n_layers": model.n_layers, "seed": init.seed, "init": recipe, "norm_position": pos},
+              {"model": model, "init": init, "run": run, "inits": (recipe,), "norm_positions": (pos,),
+               **kwargs})  # fmt: skip
+        for recipe, pos in configs
+    ]
+
+    def gather(frames: dict[str, Frames]) -> Frames:
+        done = [frames[p.name] for p in points if p.name in frames]
+        if not done:
+            return {s: pd.DataFrame() for s in stems}
+        return {s: pd.concat([f[s] for f in done], ignore_index=True) for s in stems}
+
+    meta = _grid_meta(model, init, run, configurations=configs, **kwargs)
+    return Plan(command, points, gather, meta, na or {})
+
+
+def variance_plan(model, init, run, inits, norm_positions) -> Plan:
+    """``variance`` as one point per (init, norm position)."""
+    stems = ("variance", "summary")
+    return _concat_plan("variance", "variance", stems, model, init, run, inits, norm_positions,
+                        VARIANCE_NOT_APPLICABLE)  # fmt: skip
+
+
+def grad_norms_plan(model, init, run, inits, norm_positions, batches: int = 1) -> Plan:
+    """``grad-norms`` as one point per (init, norm position)."""
+    require_gradients(model, run)
+    return _concat_plan(
+        "grad-norms", "grad-norms", ("grad_norms", "stream_grads", "summary"), model, init, run, inits,
+        norm_positions, {"summary": dict.fromkeys(TENSOR_STAT_COLUMNS, model.branch == "gaussian")},
+        batches=batches,
+    )  # fmt: skip
