@@ -1,5 +1,5 @@
 """Guards the config contract: derived sizes (the d_ff rule), validation that names
-the offending field, and the choices being exactly those DESIGN.md lists."""
+the offending field, and the choices being exactly those docs/design.md §10 lists."""
 
 import math
 

@@ -14,7 +14,7 @@ import pytest
 from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
-from tinit import run_depth_sweep, theory
+from tinit import run_depth_sweep
 from tinit.cli import app
 from tinit.experiments.common import IncompleteRun
 from tinit.experiments.depth_sweep import (
@@ -211,14 +211,6 @@ def test_transfer_check_and_theory_columns(tiny_model, tiny_run):
     one = run_depth_sweep(tiny_model, None, tiny_run, layers="1,2", seeds=1, inits=("naive",),
                           norm_positions=("pre",), grads=False)["depth_sweep_fit"]  # fmt: skip
     assert one["within_spread"].iloc[0] is None and math.isnan(one["slope_se_seeds"].iloc[0])
-
-
-def test_theory_v_final_depth():
-    L = np.array([1, 4, 80])
-    assert theory.v_final_depth(L, 0.1, 0.01) == pytest.approx(0.1 + 2 * L * 0.01)
-    assert theory.v_final_depth(L, 0.1, 0.01, "pre", depth_scaled=True) == pytest.approx([0.11] * 3)
-    assert theory.v_final_depth(L, 0.1, 0.01, "post") == pytest.approx([1.01] * 3)
-    assert theory.v_final_depth(L, 0.1, 0.01, "post", True) == pytest.approx(1 + 0.01 / (2 * L))
 
 
 def test_fit_recovers_gaussian_branch_slope():

@@ -35,7 +35,7 @@ def test_recipes_cover_every_role():
 )  # fmt: skip
 def test_every_parameter_std_matches_recipe(cfg, recipe):
     model = _model(cfg, recipe)
-    # the recipe written out by hand (GPT-2's, DESIGN.md section 2), not read from the code:
+    # the recipe written out by hand (GPT-2's, docs/design.md §10), not read from the code:
     # every matrix and embedding N(0, 0.02^2); the scaled recipe divides W_O and W_down by
     # sqrt(2L); norm gains 1, biases 0
     writer = 0.02 / math.sqrt(2 * cfg.n_layers) if recipe == "scaled" else 0.02

@@ -1,6 +1,6 @@
 """Closed forms of the background document, as small documented functions.
 
-Variance law (DESIGN.md section 1): if the stream enters an addition with variance
+Variance law (docs/design.md §1): if the stream enters an addition with variance
 v and the branch adds an uncorrelated contribution of variance s^2, then
 v' = v + s^2. After 2L additions from v0: v_2L = v0 + sum_k s_k^2, and for equal
 branches v0 + 2L s^2 -- in units of v0 the seed's ``v_2L = 1 + 2L sigma^2``. With W_O
@@ -42,21 +42,6 @@ def pred_closed_post(
     return np.where(k <= 1, v0 + k * mean_branch_var, normed_var + mean_branch_var)
 
 
-def v_final_naive(v0: float, n_layers: int, branch_var: float) -> float:
-    """v_2L = v0 + 2L s^2: grows linearly with depth."""
-    return v0 + 2 * n_layers * branch_var
-
-
-def v_final_scaled(v0: float, branch_var_naive: float) -> float:
-    """v_2L = v0 + s^2 with GPT-2 depth scaling (s^2 the *unscaled* branch variance)."""
-    return v0 + branch_var_naive
-
-
-def depth_scale(n_layers: int) -> float:
-    """The GPT-2 factor 1/sqrt(2L) on the std of W_O and W_down."""
-    return 1.0 / math.sqrt(2 * n_layers)
-
-
 def gaussian_branch_final(v0: float, n_layers: int, branch_var: float) -> float:
     """The seed's exact model (Gaussian branches): E[v_2L] = v0 + 2L * S2."""
     return v0 + 2 * n_layers * branch_var
@@ -91,7 +76,7 @@ def identity_gain_post(sum_vars: np.ndarray, eps: float = 0.0) -> np.ndarray:
     return np.exp(tail)
 
 
-# --- Attention-logit scale (DESIGN.md section 1; Vaswani et al. 2017, footnote 4) ---
+# --- Attention-logit scale (docs/design.md §1; Vaswani et al. 2017, footnote 4) ---
 
 
 def qk_component_var(d_model: int, sigma: float, input_ms: float = 1.0) -> float:
@@ -122,7 +107,7 @@ def norm_params(norm: str, d_model: int) -> int:
     return {"rmsnorm": d_model, "layernorm": 2 * d_model}[norm]
 
 
-# --- Parameter counts (DESIGN.md section 1) ---
+# --- Parameter counts (docs/design.md §1) ---
 
 
 def tied_embedding_saving(vocab_size: int, d_model: int) -> int:
@@ -140,29 +125,6 @@ def swiglu_matching_d_ff(d_model: int) -> float:
 
 
 # --- Depth sweep ---
-
-
-def v_final_depth(
-    n_layers: np.ndarray | int,
-    v0: float,
-    branch_var: float,
-    norm_position: str = "pre",
-    depth_scaled: bool = False,
-    normed_var: float = 1.0,
-) -> np.ndarray:
-    """Predicted v_2L against depth L, for branches whose *unscaled* variance is
-    ``branch_var`` (s^2) at every depth:
-
-    - pre-norm, naive: v0 + 2L s^2 (slope 2 s^2 in L);
-    - pre-norm, depth-scaled (each s^2 divided by 2L): v0 + s^2 (slope 0);
-    - post-norm: the last addition sees a normalised stream of variance ``normed_var``,
-      so normed_var + s^2 (naive) or normed_var + s^2 / 2L (depth-scaled); no growth.
-    """
-    L = np.asarray(n_layers, dtype=np.float64)
-    s2 = branch_var / (2 * L) if depth_scaled else branch_var + 0 * L
-    if norm_position == "pre":
-        return v0 + 2 * L * s2
-    return normed_var + s2
 
 
 # --- Init schemes (tinit.model.schemes): every addition, every placement ---

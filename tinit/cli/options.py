@@ -1,4 +1,4 @@
-"""The shared options of DESIGN.md section 6, declared once, and what turns them
+"""The shared options of docs/design.md §8, declared once, and what turns them
 into configs. ``@shared_options`` adds them to a command, so every command spells
 them, documents them and validates them the same way."""
 

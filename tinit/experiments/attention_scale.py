@@ -115,7 +115,7 @@ def logit_stats(
 
     Returns, on the device: ``var_bh`` (batch, heads), the mean squared deviation of each
     (sequence, head)'s visible logits from the mean of all visible logits, so that their
-    average is the pooled variance (DESIGN.md section 3); ``entropy_rel`` and ``max_weight``,
+    average is the pooled variance (docs/design.md §11); ``entropy_rel`` and ``max_weight``,
     means over batch, heads and the queries with >= 2 visible keys of H_i / log n_i and
     max_j p_ij; ``max_weight_uniform``, the mean of 1 / n_i over the same queries (what
     uniform attention would give).

@@ -1,6 +1,6 @@
 """Depth sweep: does the init recipe transfer from shallow to deep stacks?
 
-The variance law (DESIGN.md section 1) says that with naive init the final stream
+The variance law (docs/design.md §1) says that with naive init the final stream
 variance grows linearly in depth, v_2L = v0 + 2L s^2, and that with W_O and W_down
 scaled by 1/sqrt(2L) it does not, v_2L = v0 + s^2. This experiment measures v_2L at
 a list of depths L, with several seeds per depth, by calling

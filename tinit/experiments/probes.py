@@ -1,4 +1,4 @@
-"""Probes: objects the model calls at every residual addition (DESIGN.md section 3).
+"""Probes: objects the model calls at every residual addition (docs/design.md §11).
 
 Statistics are computed on the device and kept there as small tensors; the host
 sees them once, when the run asks for the table (no sync in the layer loop).

@@ -1,4 +1,4 @@
-"""Frozen, validated configuration of the canonical model (DESIGN.md section 2).
+"""Frozen, validated configuration of the canonical model (docs/design.md §10).
 
 Every string choice is a ``Literal`` so a config stays JSON-serialisable and the
 choices are visible in one place. Derived sizes are resolved in ``__post_init__``,

@@ -12,7 +12,7 @@ run (naive and scaled, pre- and post-norm) therefore share their draws, and a
 block can be rebuilt on the device at any time with identical weights, which is
 what streaming and the layer-wise backward rely on.
 
-The first two schemes of the catalogue (DESIGN.md section 2; GPT-2, Radford et al.
+The first two schemes of the catalogue (docs/design.md §10; GPT-2, Radford et al.
 2019, section 2.3; ``scaled`` is an alias of ``gpt2``):
 
 ======================  ==================  ===========================
@@ -50,11 +50,6 @@ STREAM_WRITERS = ("o", "down")
 
 #: Each catalogue scheme's rule table by name (aliases included), role -> Rule.
 RECIPES = {name: get_scheme(name).rules for name in [*CATALOGUE, *ALIASES]}
-
-
-def depth_scaled_std(sigma: float, n_layers: int) -> float:
-    """sigma / sqrt(2L): the std of W_O and W_down under GPT-2's scheme."""
-    return sigma / math.sqrt(2 * n_layers)
 
 
 def role_shape_of(cfg: ModelConfig, role: str) -> tuple[int, ...]:

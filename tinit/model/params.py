@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from .. import theory
 from .config import ModelConfig
 from .init import role_of
 
@@ -40,8 +41,8 @@ BLOCK_COMPONENTS = ("attention", "ffn", "norms")
 
 
 def norm_params(cfg: ModelConfig) -> int:
-    """One norm: gain only (RMSNorm) or gain and bias (LayerNorm)."""
-    return cfg.d_model if cfg.norm == "rmsnorm" else 2 * cfg.d_model
+    """One norm of ``cfg``: :func:`tinit.theory.norm_params` (gain, and LayerNorm's bias)."""
+    return theory.norm_params(cfg.norm, cfg.d_model)
 
 
 def linear_params(d_in: int, d_out: int, bias: bool) -> int:

@@ -193,7 +193,7 @@ def build_block(cfg: ModelConfig, init: InitConfig, layer: int, device="cpu", dt
 
 
 class Transformer(nn.Module):
-    """The canonical model of DESIGN.md section 2.
+    """The canonical model of docs/design.md §10.
 
     With ``stream=True`` the blocks are not held: :meth:`iter_blocks` builds each
     on the device just before it runs. Embedding, final norm and head are always
