@@ -40,7 +40,7 @@ def validation_only(monkeypatch) -> None:
 
     real = runner.execute
 
-    def execute(command, opts, experiment, outputs):
+    def execute(command, opts, experiment, outputs, plan=None):
         def first_step(progress=None, on_partial=None):
             def stop(done, total):
                 raise FirstStep
@@ -50,7 +50,7 @@ def validation_only(monkeypatch) -> None:
             raise FirstStep  # an experiment with no step to report
 
         try:
-            real(command, opts, first_step, outputs)
+            real(command, opts, first_step, outputs, plan=plan)
         except FirstStep:
             raise typer.Exit(0) from None
 

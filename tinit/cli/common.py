@@ -1,9 +1,15 @@
 """Helpers more than one command uses (command modules never import each other)."""
 
+from collections.abc import Callable
+from contextvars import ContextVar
+
 import typer
 
 from ..model.config import ModelConfig
 from .options import SharedOptions
+
+#: Set by ``tinit sweep``: :func:`execute` hands it (command, opts, plan, outputs) and runs nothing.
+SWEEP_CAPTURE: ContextVar[Callable | None] = ContextVar("SWEEP_CAPTURE", default=None)
 
 
 def describe(opts: SharedOptions, model: ModelConfig) -> str:

@@ -12,7 +12,6 @@ import inspect
 import signal
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +49,7 @@ from ..results.rundir import (
     write_csvs,
 )
 from ..results.tables import cost_line
+from .common import SWEEP_CAPTURE
 from .options import SharedOptions, bad_option
 
 
@@ -63,8 +63,6 @@ class Outputs:
     notes: list[str] = field(default_factory=list)
 
 
-#: Set by ``tinit sweep``: :func:`execute` hands it (command, opts, plan, outputs) and runs nothing.
-SWEEP_CAPTURE: ContextVar[Callable | None] = ContextVar("SWEEP_CAPTURE", default=None)
 
 
 def configs_or_exit(build: Callable):

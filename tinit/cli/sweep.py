@@ -15,16 +15,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from typer.main import get_command
 
-from ..experiments.common import resolve_device
 from ..model.config import ConfigError
-from ..results.plots import save_figure
-from ..results.rundir import OutputError, new_run_dir, write_config, write_csvs
-from ..sweep.folder import read_sweep_record, set_aside_merged
-from ..sweep.run import counts, run_sweep
 from . import app
 from .clickcompat import ParameterSource
+from .common import SWEEP_CAPTURE
 from .options import bad_option
-from .runner import SWEEP_CAPTURE, configs_or_exit
 
 #: The commands whose grids sweep knows.
 SWEEPABLE = ("depth-sweep", "variance", "grad-norms")
@@ -48,6 +43,8 @@ def _err(message: str, option: str) -> typer.BadParameter:
 def capture_plan(command: str, args: list[str]):
     """Parse ``tinit COMMAND ARGS`` exactly as the command does and return its plan
     (points), its shared options and its outputs, running nothing."""
+    from .runner import configs_or_exit
+
     if command not in SWEEPABLE:
         raise _err(f"{command!r} cannot be swept; choose from {', '.join(SWEEPABLE)}", "COMMAND")
     sub = get_command(app).commands[command]  # type: ignore[attr-defined]
@@ -76,6 +73,8 @@ def _slurm_args(values: list[str]) -> dict[str, str]:
 
 def _progress(quiet: bool, description: str, total: int):
     """A rich bar over the points with their counts, or None when quiet."""
+    from ..sweep.run import counts
+
     if quiet:
         return None
     bar = Progress(
@@ -160,6 +159,9 @@ def sweep(
 
     Example: tinit sweep depth-sweep --layers 4,8,16 --seeds 2 --executor slurm --time 10
     """
+    from ..results.rundir import OutputError, new_run_dir
+    from ..sweep.folder import read_sweep_record, set_aside_merged
+
     values = {"executor": executor, "workers": workers, "partition": partition, "gpus_per_job": gpus_per_job,
               "cpus_per_job": cpus_per_job, "mem": mem, "time_limit": time_limit,
               "array_parallelism": array_parallelism, "account": account, "qos": qos,
@@ -237,6 +239,7 @@ class _Refused(RuntimeError):
 
 
 def _run(plan, executor_, run_dir, args, update, previous_runs, values):
+    from ..sweep.run import run_sweep
     from ..sweep.slurm import SubmitError
 
     try:
@@ -252,6 +255,8 @@ def _executor(values: dict, opts, plan, dry_run: bool):
         if given:
             raise _err(f"{given[0]} applies to --executor slurm only", given[0])
         try:
+            from ..experiments.common import resolve_device
+
             resolve_device(opts.device)
         except ConfigError as exc:
             raise bad_option(exc) from None
@@ -304,6 +309,9 @@ def _print_dry_run(plan, executor_, values) -> None:
 
 def _write(run_dir: Path, command: str, opts, result, outputs) -> None:
     """The merged files, as `tinit COMMAND` writes them."""
+    from ..results.plots import save_figure
+    from ..results.rundir import write_config, write_csvs
+
     write_csvs(run_dir, result.frames, result.not_applicable)
     if result.frames and all(len(df) for df in result.frames.values()):
         for stem, fig in outputs.figures(result).items():
