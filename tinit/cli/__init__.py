@@ -65,6 +65,7 @@ def _root() -> None:
 def _register() -> None:
     # commands register themselves on import; this order is the order in `tinit --help`
     from . import variance, grad_norms, depth_sweep, attention_scale, norms, params, check  # noqa: F401, I001
+    from . import train  # noqa: F401
 
 
 _register()
