@@ -21,6 +21,7 @@ from ..results.plot_train import (
     plot_final_vs_depth,
     plot_loss_curves,
     plot_lr_sweep,
+    plot_variance_during_training,
     train_table,
     write_claims_md,
 )
@@ -268,6 +269,14 @@ def _describe(opts: SharedOptions, model, data, train: TrainConfig) -> str:
     )
 
 
+def variance_figure(result, title: str) -> dict:
+    """variance_during_training.png when any profile was recorded (--probe-points > 0)."""
+    variance = result["variance_during_training"]
+    if not len(variance):
+        return {}
+    return {"variance_during_training": plot_variance_during_training(variance, title)}
+
+
 LAYERS_HELP = "Depths: a comma list (4,8,24), start:stop:step, or start:stop:xFACTOR."
 
 
@@ -326,6 +335,7 @@ def train(
             figures=lambda r: {
                 "loss_curves": plot_loss_curves(r["train"], data.floor, title),
                 "final_vs_depth": plot_final_vs_depth(r["summary"], data.floor, title),
+                **variance_figure(r, title),
             },
             tables=lambda r: [train_table(r["summary"], f"tinit train ({title})")],
         ),
@@ -384,8 +394,12 @@ def lr_sweep(
     )
 
 
+#: claims chooses these per claim (depths, schemes, norm positions and kinds, FFN, tying)
+CHOSEN_BY_CLAIMS = ("layers", "init", "pre_norm", "post_norm", "norm", "ffn", "d_ff", "untie")
+
+
 @app.command("claims", short_help="The background's training claims, each over seeds, with a verdict.")
-@shared_options(exclude=("layers", "init", "pre_norm", "post_norm", *NOT_FOR_TRAINING), defaults=CPU_DEFAULTS)
+@shared_options(exclude=(*CHOSEN_BY_CLAIMS, *NOT_FOR_TRAINING), defaults=CPU_DEFAULTS)
 @train_options(defaults={"steps": 200})
 def claims(
     *,

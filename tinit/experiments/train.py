@@ -77,6 +77,8 @@ RUN_COLUMNS = [
     "tokens",
     "train_seconds",
     "tokens_per_s",
+    "model_flops_per_s",
+    "mfu",
 ]
 GROUP_COLUMNS = [c for c in CONFIG_COLUMNS if c != "seed"]
 SUMMARY_COLUMNS = [
@@ -89,7 +91,25 @@ SUMMARY_COLUMNS = [
     "entropy_floor",
     "gap_to_floor",
     "tokens_per_s",
+    "mfu",
 ]
+
+#: Dense bf16 tensor-core peak FLOP/s by device-name fragment (vendor datasheets), for MFU.
+PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12}
+
+
+def flops_per_token(params: int, cfg: ModelConfig, seq_len: int) -> float:
+    """Training FLOPs per token, 6N + 12 L d T (Kaplan et al. 2020; PaLM appendix B;
+    nanoGPT's estimate_mfu): forward and backward matmuls plus attention scores."""
+    return 6 * params + 12 * cfg.n_layers * cfg.d_model * seq_len
+
+
+def peak_flops(device: torch.device) -> float | None:
+    """The device's dense bf16 peak, when tinit knows it (CUDA only)."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
 
 
 @dataclass(frozen=True)
@@ -343,6 +363,10 @@ def train_run(
         "train_seconds": seconds,
         "tokens_per_s": step * tokens_per_step / seconds if seconds > 0 else math.nan,
     }
+    per_token = flops_per_token(summary["params"], spec.model, data.seq_len)
+    summary["model_flops_per_s"] = summary["tokens_per_s"] * per_token
+    peak = peak_flops(device)
+    summary["mfu"] = summary["model_flops_per_s"] / peak if peak else math.nan
     return RunRecord(rows, ratios, probes, summary)
 
 
@@ -370,6 +394,7 @@ def summarize_runs(runs: pd.DataFrame, floor: float | None) -> pd.DataFrame:
                 "entropy_floor": math.nan if floor is None else floor,
                 "gap_to_floor": math.nan if floor is None else mean - floor,
                 "tokens_per_s": float(g["tokens_per_s"].mean()),
+                "mfu": float(g["mfu"].mean()),
             }
         )
     return pd.DataFrame(out, columns=SUMMARY_COLUMNS)

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from rich.table import Table
 
-from .plots import new_figure, save_figure
+from .plots import new_figure, wants_log
 from .tables import fmt, summary_table
 
 #: Columns that, with the seed, name a configuration of a training grid.
@@ -110,6 +111,42 @@ def plot_loss_curves(train: pd.DataFrame, floor: float | None, title: str = "") 
         bx.set_ylabel("held-out loss above the floor, loss - H (nats)")
         bx.set_title("Distance to the entropy floor (log scale)")
         bx.grid(True, which="both", alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def viridis(x: float):
+    return colormaps["viridis"](x)
+
+
+def plot_variance_during_training(variance: pd.DataFrame, title: str = "", max_panels: int = 6) -> Figure:
+    """Residual-stream variance v_k against the addition k at each probed step, one panel
+    per configuration (first seed; at most ``max_panels``), so v_2L can be followed
+    through training."""
+    keys = [c for c in varying_columns(variance) if c != "seed"]
+    groups = list(variance.groupby(keys, sort=False)) if keys else [((), variance)]
+    groups = groups[:max_panels]
+    ncols = min(3, len(groups))
+    nrows = math.ceil(len(groups) / ncols)
+    fig, axes = new_figure(ncols=ncols, nrows=nrows, width=4.6, height=3.6)
+    steps = sorted(variance["step"].unique())
+    for ax, (_, g) in zip(axes, groups, strict=False):
+        g = g[g["seed"] == g["seed"].min()]
+        for i, step in enumerate(steps):
+            d = g[g["step"] == step].sort_values("k")
+            color = viridis(0.9 * i / max(len(steps) - 1, 1))
+            ax.plot(d["k"], d["stream_var"], color=color, marker="o", ms=2.5,
+                    label=f"step {step}")  # fmt: skip
+        if wants_log(g["stream_var"]):
+            ax.set_yscale("log")
+        ax.set_title(config_name(g.iloc[0], keys), fontsize=9)
+        ax.set_xlabel("residual addition k (0 = embedding)")
+        ax.set_ylabel("stream variance $v_k$ (post-norm: before the norm)", fontsize=8)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in axes[len(groups) :]:
+        ax.set_visible(False)
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
@@ -305,15 +342,3 @@ def write_claims_md(claims: pd.DataFrame, meta: dict, run_dir: Path, formats, de
     path = run_dir / "claims.md"
     path.write_text("\n".join(lines) + "\n")
     return [path]
-
-
-__all__ = [
-    "plot_loss_curves",
-    "plot_final_vs_depth",
-    "plot_lr_sweep",
-    "plot_claims",
-    "train_table",
-    "claims_table",
-    "write_claims_md",
-    "save_figure",
-]
