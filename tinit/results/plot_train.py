@@ -48,6 +48,8 @@ def config_name(row, varying: list[str]) -> str:
             parts.append(f"warmup={v}")
         elif c == "tied":
             parts.append("tied" if v else "untied")
+        elif c in ("d_ff", "d_model"):
+            parts.append(f"{c}={v}")
         else:
             parts.append(f"{v}")
     return ", ".join(parts) or "run"
@@ -57,9 +59,10 @@ def varying_columns(df: pd.DataFrame) -> list[str]:
     return [c for c in CONFIG_KEYS if c in df and df[c].nunique(dropna=False) > 1]
 
 
-def _floor(ax, floor: float | None) -> None:
+def _floor(ax, floor: float | None, vertical: bool = False) -> None:
     if floor is not None and math.isfinite(floor):
-        ax.axhline(floor, color="k", ls="--", lw=1.2, label=f"entropy floor H = {floor:.3f} nats")
+        line = ax.axvline if vertical else ax.axhline
+        line(floor, color="k", ls="--", lw=1.2, label=f"entropy floor H = {floor:.3f} nats")
 
 
 def plot_loss_curves(train: pd.DataFrame, floor: float | None, title: str = "") -> Figure:
@@ -102,7 +105,8 @@ def plot_loss_curves(train: pd.DataFrame, floor: float | None, title: str = "") 
         Line2D([], [], color="0.4", lw=0.6, alpha=0.5, label="training loss (per seed)"),
         Line2D([], [], color="0.4", marker="x", ms=8, mew=2, ls="none", label="diverged (run stopped)"),
     ]
-    ax.legend(handles=handles, fontsize=7, loc="upper right")
+    # below the panels: deep runs that stall sit where an in-panel legend would go
+    fig.legend(handles=handles, fontsize=7, loc="outside lower center", ncols=3)
     ax.grid(True, alpha=0.3)
     if gap:
         bx = axes[1]
@@ -252,7 +256,7 @@ def plot_claims(runs: pd.DataFrame, floor: float | None, title: str = "") -> Fig
         ax.barh(i, score.mean(), color="C0" if not div.any() else "C3", alpha=0.3)
         ax.plot(score[~div], np.full((~div).sum(), i), "o", color="C0", ms=4)
         ax.plot(score[div], np.full(div.sum(), i), "x", color="C3", ms=8, mew=2)
-    _floor(ax, floor)
+    _floor(ax, floor, vertical=True)
     ax.set_yticks(range(len(names)), names, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("final held-out loss (nats); bar: mean over seeds")
