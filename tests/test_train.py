@@ -17,6 +17,7 @@ from tinit.experiments.train import (
     RATIO_COLUMNS,
     TrainConfig,
     Trainer,
+    flops_per_token,
     lr_factor,
     probe_steps,
     run_train,
@@ -26,6 +27,11 @@ from tinit.model.transformer import Transformer
 from tinit.results.rundir import write_csvs
 
 CPU = RunConfig(device="cpu")
+
+
+def test_flops_per_token_by_hand():
+    # 6N + 12 L d T: N = 1000, L = 2, d = 8, T = 16 -> 6000 + 3072
+    assert flops_per_token(1000, ModelConfig(n_layers=2, d_model=8, n_heads=2), 16) == 9072
 
 
 def test_lr_factor_by_hand():
@@ -107,7 +113,8 @@ def test_same_seed_same_train_csv_and_records_are_complete(tmp_path):
     write_csvs(tmp_path / "b" if (tmp_path / "b").mkdir() is None else None, b.frames)
     for name in ("train", "update_ratios", "variance_during_training", "runs"):
         if name == "runs":  # wall-clock columns differ; everything else is the same
-            cols = [c for c in a[name].columns if c not in ("train_seconds", "tokens_per_s")]
+            timed = ("train_seconds", "tokens_per_s", "model_flops_per_s")
+            cols = [c for c in a[name].columns if c not in timed]
             assert a[name][cols].equals(b[name][cols])
         else:
             assert (tmp_path / "a" / f"{name}.csv").read_bytes() == (
