@@ -177,6 +177,7 @@ def test_train_command_writes_its_run_folder(tmp_path):
         assert (out / f).is_file(), f
     summary = pd.read_csv(out / "summary.csv")
     assert len(summary) == 2 * 2 * 2  # 2 norm positions x 2 depths x 2 lrs
+    assert (out / "variance_during_training.png").is_file()
     config = json.loads((out / "config.json").read_text())
     assert config["data"]["source"] == "markov" and config["entropy_floor"] > 0
 
@@ -195,13 +196,17 @@ def test_lr_sweep_and_claims_commands(tmp_path):
             "--pre-norm",
             "--lr",
             "1e-3,1e-2,1e-1",
+            "--probe-points",
+            "0",
             "--out",
             str(out),
             "-q",
         ],
     )
     assert res.exit_code == 0, res.output
-    assert {"lr_optimum.csv", "lr_drift.csv", "lr_sweep.png"} <= {p.name for p in out.iterdir()}
+    files = {p.name for p in out.iterdir()}
+    assert {"lr_optimum.csv", "lr_drift.csv", "lr_sweep.png", "loss_curves.png"} <= files
+    assert "variance_during_training.csv" not in files  # --probe-points 0: no empty CSV
     out = tmp_path / "claims"
     res = runner.invoke(
         app,

@@ -271,8 +271,8 @@ def _describe(opts: SharedOptions, model, data, train: TrainConfig) -> str:
 
 def variance_figure(result, title: str) -> dict:
     """variance_during_training.png when any profile was recorded (--probe-points > 0)."""
-    variance = result["variance_during_training"]
-    if not len(variance):
+    variance = result.frames.get("variance_during_training")
+    if variance is None or not len(variance):
         return {}
     return {"variance_during_training": plot_variance_during_training(variance, title)}
 

@@ -448,6 +448,8 @@ def run_specs(
             "runs": runs,
             "summary": summarize_runs(runs, data.floor) if len(runs) else frame([], SUMMARY_COLUMNS),
         }
+        if train.probe_points == 0:  # none asked for: no empty CSV (and the plots still get written)
+            del frames["variance_during_training"]
         meta["complete_runs"] = len(records)
         return ExperimentResult(frames, meta, complete, error)
 
