@@ -388,6 +388,7 @@ def lr_sweep(
             figures=lambda r: {
                 "lr_sweep": plot_lr_sweep(r["summary"], r["lr_optimum"], r["lr_drift"], data.floor, title),
                 "loss_curves": plot_loss_curves(r["train"], data.floor, title),
+                **variance_figure(r, title),
             },
             tables=lambda r: [train_table(r["summary"], f"tinit lr-sweep ({title})")],
         ),
@@ -459,6 +460,7 @@ def claims(
                 "claims": plot_claims(r["runs"], data.floor, f"Claims: {title}"),
                 "claims_deep_curves": curves(r, True),
                 "claims_shallow_curves": curves(r, False),
+                **variance_figure(r, title),
             },
             tables=lambda r: (
                 [claims_table(r["claims"], f"tinit claims ({title})")] if "claims" in r.frames else []

@@ -4,6 +4,7 @@ loss against depth, the lr sweep with its optima, and the claims' verdicts."""
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -124,7 +125,7 @@ def viridis(x: float):
     return colormaps["viridis"](x)
 
 
-def plot_variance_during_training(variance: pd.DataFrame, title: str = "", max_panels: int = 6) -> Figure:
+def plot_variance_during_training(variance: pd.DataFrame, title: str = "", max_panels: int = 9) -> Figure:
     """Residual-stream variance v_k against the addition k at each probed step, one panel
     per configuration (first seed; at most ``max_panels``), so v_2L can be followed
     through training."""
@@ -144,7 +145,7 @@ def plot_variance_during_training(variance: pd.DataFrame, title: str = "", max_p
                     label=f"step {step}")  # fmt: skip
         if wants_log(g["stream_var"]):
             ax.set_yscale("log")
-        ax.set_title(config_name(g.iloc[0], keys), fontsize=9)
+        ax.set_title(textwrap.fill(config_name(g.iloc[0], keys), 48), fontsize=8)
         ax.set_xlabel("residual addition k (0 = embedding)")
         ax.set_ylabel("stream variance $v_k$ (post-norm: before the norm)", fontsize=8)
         ax.grid(True, alpha=0.3)
