@@ -235,10 +235,10 @@ def plot_lr_sweep(
         ax.set_ylabel("final held-out loss (nats)")
         ax.grid(True, alpha=0.3)
         handles, _ = ax.get_legend_handles_labels()
-        handles += [
-            Line2D([], [], color="0.3", marker="*", ms=12, mec="k", ls="none", label="optimum lr*"),
-            Line2D([], [], color="0.3", ls=":", label="every seed diverged"),
-        ]
+        star = Line2D([], [], color="0.3", marker="*", ms=12, mec="k", ls="none", label="optimum lr*")
+        handles.append(star)
+        if (g["diverged"] == g["seeds"]).any():
+            handles.append(Line2D([], [], color="0.3", ls=":", label="every seed diverged at this lr"))
         ax.legend(handles=handles, fontsize=7)
     if title:
         fig.suptitle(title, fontsize=10)
