@@ -410,7 +410,7 @@ def claims(
     deep: Annotated[int, _o("--deep", help="Layers of the deep stacks.", min=1)] = 24,
     seeds: Annotated[
         int, _o("--seeds", help="Seeds per configuration (>= 2: each verdict needs a standard error).", min=2)
-    ] = 3,
+    ] = 5,
     lr: Annotated[float, _o("--lr", help="Ordinary peak lr.", callback=_positive)] = 1e-2,
     warmup: Annotated[
         int, _o("--warmup", help="Ordinary warmup steps (and the unstable setting's comparison).", min=0)
