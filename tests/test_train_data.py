@@ -42,6 +42,15 @@ def test_random_chain_is_sparse_stationary_and_its_entropy_matches_samples():
     assert np.abs(freq - pi).max() < 4 * math.sqrt(pi.max() / 4000)
 
 
+def test_large_vocab_stationary_by_sparse_iteration_matches_the_dense_solve(monkeypatch):
+    import tinit.experiments.data as data
+
+    chain = MarkovChain.random(vocab=300, k=3, seed=2)
+    exact = chain.stationary()
+    monkeypatch.setattr(data, "DENSE_MAX", 100)  # force the sparse path
+    np.testing.assert_allclose(chain.stationary(), exact, rtol=1e-9, atol=1e-15)
+
+
 def test_markov_batches_are_seeded_and_eval_is_fixed():
     a = load_data("markov", vocab=16, seq_len=8, batch=4, seed=1, eval_batches=2)
     b = load_data("markov", vocab=16, seq_len=8, batch=4, seed=1, eval_batches=2)

@@ -28,6 +28,8 @@ from ..model.config import ConfigError
 
 #: Fraction of a token file (or corpus) held out at its end for evaluation.
 EVAL_FRACTION = 0.1
+#: Largest vocabulary whose stationary distribution is solved densely (32 MiB of float64).
+DENSE_MAX = 2048
 #: Default cap on the standard-library corpus read (bytes): enough for any CPU run.
 STDLIB_CAP = 8 * 2**20
 
@@ -76,15 +78,29 @@ class MarkovChain:
         return P
 
     def stationary(self) -> np.ndarray:
-        """pi with pi P = pi, sum pi = 1: the linear system solved exactly in float64
-        (one balance equation replaced by the normalisation)."""
+        """pi with pi P = pi, sum pi = 1, in float64. Up to ``DENSE_MAX`` tokens the linear
+        system is solved exactly (one balance equation replaced by the normalisation);
+        above, the dense V x V matrix would not fit, and the lazy chain (I + P) / 2 (same pi,
+        aperiodic) is iterated on the sparse successor lists until pi moves less than 1e-14."""
         V = self.vocab
-        A = self.dense().T - np.eye(V)
-        A[-1] = 1.0
-        b = np.zeros(V)
-        b[-1] = 1.0
-        pi = np.linalg.solve(A, b)
-        return np.clip(pi, 0.0, None) / np.clip(pi, 0.0, None).sum()
+        if V <= DENSE_MAX:
+            A = self.dense().T - np.eye(V)
+            A[-1] = 1.0
+            b = np.zeros(V)
+            b[-1] = 1.0
+            pi = np.clip(np.linalg.solve(A, b), 0.0, None)
+            return pi / pi.sum()
+        pi = np.full(V, 1.0 / V)
+        flat = self.succ.ravel()
+        for _ in range(100_000):
+            step = np.bincount(flat, weights=(pi[:, None] * self.prob).ravel(), minlength=V)
+            new = 0.5 * (pi + step)
+            new /= new.sum()
+            done = np.abs(new - pi).sum() < 1e-14
+            pi = new
+            if done:
+                break
+        return pi
 
     def entropy_rate(self) -> float:
         """H = -sum_i pi_i sum_j P_ij ln P_ij, in nats per token."""
