@@ -173,7 +173,7 @@ TRAIN_OPTIONS: dict[str, tuple[Any, Any]] = {
         3,
     ),
     "compile": (
-        Annotated[bool, _o("--compile", help="torch.compile the model (pays on a GPU for long runs).")],
+        Annotated[bool, _o("--compile", help="torch.compile the model (for long GPU runs).")],
         False,
     ),
     "no_autocast": (

@@ -128,7 +128,7 @@ class TrainConfig:
     diverge_margin: float = 1.0  # nats above the first step's loss that mark a run diverged
     probe_points: int = 3  # variance profiles at this many evenly spaced steps (0 and the last included)
     autocast: bool = True  # bf16 autocast on CUDA (no effect on the CPU)
-    compile: bool = False  # torch.compile the model (pays on a GPU for long runs; minutes on a CPU)
+    compile: bool = False  # torch.compile the model (meant for long GPU runs)
 
     def __post_init__(self) -> None:
         for name in ("steps", "eval_every"):
