@@ -30,6 +30,7 @@ COMMANDS = {
     "params": {"--layers": "2", "--d-model": "16", "--heads": "2", "--vocab": "16"},
     "norms": {"--rows": "4", "--d-model": "8", "--repeats": "1", "--warmup": "0"},
     "check": {**TINY_MODEL, "--layers": "2", "--deep-layers": "3", "--head-dims": "4"},
+    "train": {**TINY_MODEL, "--layers": "1", "--steps": "2", "--eval-batches": "1"},
 }
 OPTIONS = {
     "--layers": st.sampled_from(["0", "1", "2", "-1", "x", "1,2", "1:4:x2", ""]),
