@@ -72,7 +72,7 @@ def plot_loss_curves(train: pd.DataFrame, floor: float | None, title: str = "") 
     floor H, a second panel shows the held-out loss above it, loss - H, on a log scale,
     where configurations that end close together stay apart."""
     gap = floor is not None and math.isfinite(floor)
-    fig, axes = new_figure(ncols=2 if gap else 1, width=6.0 if gap else 7.5, height=4.8)
+    fig, axes = new_figure(ncols=2 if gap else 1, row_height=3.6)
     ax = axes[0]
     keys = varying_columns(train)
     groups = list(train.groupby(keys, sort=False)) if keys else [((), train)]
@@ -134,7 +134,7 @@ def plot_variance_during_training(variance: pd.DataFrame, title: str = "", max_p
     groups = groups[:max_panels]
     ncols = min(3, len(groups))
     nrows = math.ceil(len(groups) / ncols)
-    fig, axes = new_figure(ncols=ncols, nrows=nrows, width=4.6, height=3.6)
+    fig, axes = new_figure(ncols=ncols, nrows=nrows, row_height=2.9)
     steps = sorted(variance["step"].unique())
     for ax, (_, g) in zip(axes, groups, strict=False):
         g = g[g["seed"] == g["seed"].min()]
@@ -160,7 +160,7 @@ def plot_variance_during_training(variance: pd.DataFrame, title: str = "", max_p
 def plot_final_vs_depth(summary: pd.DataFrame, floor: float | None, title: str = "") -> Figure:
     """Final held-out loss (mean +- standard error over seeds) against depth, one line
     per configuration; configurations where every seed diverged are listed in the legend."""
-    fig, (ax,) = new_figure(width=7.0, height=4.8)
+    fig, (ax,) = new_figure(row_height=4.2)
     keys = [c for c in varying_columns(summary) if c != "n_layers"]
     groups = list(summary.groupby(keys, sort=False)) if keys else [((), summary)]
     for i, (_, g) in enumerate(groups):
@@ -198,7 +198,7 @@ def plot_lr_sweep(
     """Final loss against log2 peak lr, one curve per depth (panels per scheme and norm
     position), the optimum starred; the fitted drift of log2 lr* with log2 L in the panel title."""
     panels = list(summary.groupby(["init", "norm_position", "warmup"], sort=False))
-    fig, axes = new_figure(ncols=len(panels), width=5.2, height=4.3)
+    fig, axes = new_figure(ncols=len(panels), row_height=3.4)
     depths = sorted(summary["n_layers"].unique())
     for ax, ((init, pos, w), g) in zip(axes, panels, strict=True):
         for i, L in enumerate(depths):
@@ -249,7 +249,7 @@ def plot_claims(runs: pd.DataFrame, floor: float | None, title: str = "") -> Fig
     """Final held-out loss of every claim configuration: one dot per seed (a diverged
     seed as a cross at its initial loss), the mean as a bar."""
     names = list(dict.fromkeys(runs["configuration"]))
-    fig, (ax,) = new_figure(width=7.5, height=0.45 * len(names) + 1.6)
+    fig, (ax,) = new_figure(row_height=0.45 * len(names) + 1.6)
     for i, n in enumerate(names):
         g = runs[runs["configuration"] == n]
         div = g["diverged"].astype(bool).to_numpy()
