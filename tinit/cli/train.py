@@ -5,29 +5,16 @@ initialization."""
 import functools
 import inspect
 import math
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..experiments.claims import ClaimsConfig, run_claims
-from ..experiments.data import load_data
-from ..experiments.depth_sweep import parse_layers
-from ..experiments.lr_sweep import run_lr_sweep
-from ..experiments.train import TrainConfig, run_train
 from ..model.config import ConfigError
-from ..results.plot_train import (
-    claims_table,
-    plot_claims,
-    plot_final_vs_depth,
-    plot_loss_curves,
-    plot_lr_sweep,
-    plot_variance_during_training,
-    train_table,
-    write_claims_md,
-)
 from . import app
 from .options import FIELD_OPTIONS, MODEL, SharedOptions, shared_options
-from .runner import Outputs, execute
+
+if TYPE_CHECKING:
+    from ..experiments.train import TrainConfig
 
 TRAIN, DATA = "Training", "Data"
 
@@ -213,7 +200,9 @@ def train_options(*, defaults: dict[str, Any] | None = None):
     return wrap
 
 
-def train_config(topts: dict, lr: float, warmup: int) -> TrainConfig:
+def train_config(topts: dict, lr: float, warmup: int) -> "TrainConfig":
+    from ..experiments.train import TrainConfig
+
     return TrainConfig(
         steps=topts["steps"],
         lr=lr,
@@ -232,6 +221,8 @@ def train_config(topts: dict, lr: float, warmup: int) -> TrainConfig:
 def data_for(opts: SharedOptions, topts: dict):
     """Load the data (a ConfigError names --data); the model's vocabulary follows it
     for bytes and token files."""
+    from ..experiments.data import load_data
+
     return load_data(
         topts["data"],
         vocab=opts.vocab,
@@ -244,6 +235,8 @@ def data_for(opts: SharedOptions, topts: dict):
 
 
 def _setup(opts: SharedOptions, topts: dict, layers: str, lrs: list[float], warmups: list[int], **extra):
+    from ..experiments.depth_sweep import parse_layers
+
     depths = configs_or_exit(lambda: parse_layers(layers))
 
     def build():
@@ -261,7 +254,7 @@ def _setup(opts: SharedOptions, topts: dict, layers: str, lrs: list[float], warm
     return depths, data, model, init, run, train
 
 
-def _describe(opts: SharedOptions, model, data, train: TrainConfig) -> str:
+def _describe(opts: SharedOptions, model, data, train: "TrainConfig") -> str:
     src = data.info.get("source")
     return (
         f"{src} data (V={data.vocab}), d={model.d_model}, heads={model.n_heads}, {model.norm}, {model.ffn}, "
@@ -271,6 +264,8 @@ def _describe(opts: SharedOptions, model, data, train: TrainConfig) -> str:
 
 def variance_figure(result, title: str) -> dict:
     """variance_during_training.png when any profile was recorded (--probe-points > 0)."""
+    from ..results.plot_train import plot_variance_during_training
+
     variance = result.frames.get("variance_during_training")
     if variance is None or not len(variance):
         return {}
@@ -310,6 +305,10 @@ def train(
     (final eval loss mean and SE over seeds, diverged count, tokens/s), loss_curves.png,
     final_vs_depth.png and config.json.
     """
+    from ..experiments.train import run_train
+    from ..results.plot_train import plot_final_vs_depth, plot_loss_curves, train_table
+    from .runner import Outputs, execute
+
     lrs, warmups = _floats(lr, "--lr"), _ints(warmup, "--warmup")
     depths, data, model, init, run, tcfg = _setup(opts, topts, layers, lrs, warmups, seeds=seeds)
     seed_list = list(range(opts.seed, opts.seed + seeds))
@@ -363,6 +362,10 @@ def lr_sweep(
 
     Writes the files of `tinit train` plus lr_optimum.csv, lr_drift.csv and lr_sweep.png.
     """
+    from ..experiments.lr_sweep import run_lr_sweep
+    from ..results.plot_train import plot_loss_curves, plot_lr_sweep, train_table
+    from .runner import Outputs, execute
+
     lrs, warmups = _floats(lr, "--lr"), _ints(warmup, "--warmup")
     depths, data, model, init, run, tcfg = _setup(opts, topts, layers, lrs, warmups, seeds=seeds)
     seed_list = list(range(opts.seed, opts.seed + seeds))
@@ -433,6 +436,10 @@ def claims(
     Writes claims.csv, claims.md, claims.png, claims_deep_curves.png,
     claims_shallow_curves.png, the files of `tinit train` and config.json.
     """
+    from ..experiments.claims import ClaimsConfig, run_claims
+    from ..results.plot_train import claims_table, plot_claims, plot_loss_curves, write_claims_md
+    from .runner import Outputs, execute
+
 
     def build():
         data = data_for(opts, topts)
