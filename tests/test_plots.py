@@ -182,10 +182,12 @@ def test_depth_sweep_verdicts_and_figure_agree():
     fig = plot_depth_sweep(summary, fit, "title")
     assert fig.get_figwidth() == pytest.approx(FULL_WIDTH)
     theory = _lines(fig, "theory:")
-    # the pre-norm law is drawn per depth: 1 + 2L s2(L)/v0 with each depth's own s2
+    # the pre-norm panel shows v_2L - v0, and the law is drawn per depth: naive's 2L s2(L)
+    # with each depth's own s2
     naive = summary[summary["init"] == "naive"].sort_values("n_layers")
-    expected = 1 + 2 * naive["n_layers"] * naive["sigma2_rel_mean"]
+    expected = 2 * naive["n_layers"] * naive["branch_var_mean_mean"]
     assert np.allclose(theory["naive/pre"].get_ydata(), expected)
+    assert np.allclose(_lines(fig, "measured:")["naive/pre"].get_ydata(), expected)  # v_final is the law
     text = " ".join(t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts())
     assert "naive/pre: ×" in text and "transfers: no" in text
     assert "scaled/pre: ×" in text and "transfers: yes" in text
