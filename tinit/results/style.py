@@ -140,7 +140,12 @@ CLIP_MARKERS = {"low": "v", "high": "^"}
 
 
 def config_label(init: str, norm_position: str) -> str:
-    return f"{init} init, {norm_position}-norm"
+    return f"{init} init, " + ("no norm" if norm_position == "none" else f"{norm_position}-norm")
+
+
+def key_rows_height(n: int, ncol: int, row: float = 0.17, pad: float = 0.15) -> float:
+    """Height (inches) of a legend row of ``n`` entries in ``ncol`` columns."""
+    return pad + row * -(-n // max(ncol, 1))
 
 
 def config_style(init: str, norm_position: str, i: int = 0) -> dict:
