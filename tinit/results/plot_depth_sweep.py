@@ -142,7 +142,7 @@ def _law_depth_panel(ax, pos, groups, order, depths, logx, theory, notes) -> str
     if clipped:
         notes.append(f"{name}: the theory of " + ", ".join(clipped)
                      + " leaves the measured range (triangles)")  # fmt: skip
-    if flat:
+    if flat and ax.get_yscale() == "log":  # on a linear axis a zero growth is simply drawn at 0
         notes.append(f"{name}: v_2L - v0 <= 0 (nothing added) for " + ", ".join(flat)
                      + ": at the bottom edge (triangles)")  # fmt: skip
     if off:
