@@ -129,7 +129,10 @@ def _law_depth_panel(ax, pos, groups, order, depths, logx, theory, notes) -> str
         if p != pos:
             continue
         d = d.sort_values("n_layers")
-        mark_clipped(ax, d["n_layers"], d[f"{y}_mean"], lim, config_style(init, p, order[(init, p)])["color"])
+        c = config_style(init, p, order[(init, p)])["color"]
+        n = mark_clipped(ax, d["n_layers"], d[f"{y}_mean"], lim, c)
+        if not n and f"{init}/{p}" in flat:  # drawn at 0 inside the axis: nothing to say
+            flat.remove(f"{init}/{p}")
     clipped = []
     for init, p, x, pred, curve in preds:
         c = config_style(init, p, order[(init, p)])["color"]
@@ -142,7 +145,7 @@ def _law_depth_panel(ax, pos, groups, order, depths, logx, theory, notes) -> str
     if clipped:
         notes.append(f"{name}: the theory of " + ", ".join(clipped)
                      + " leaves the measured range (triangles)")  # fmt: skip
-    if flat and ax.get_yscale() == "log":  # on a linear axis a zero growth is simply drawn at 0
+    if flat:
         notes.append(f"{name}: v_2L - v0 <= 0 (nothing added) for " + ", ".join(flat)
                      + ": at the bottom edge (triangles)")  # fmt: skip
     if off:
