@@ -32,6 +32,7 @@ from .style import (
     styled,
     suptitle,
     value_axis,
+    wants_log,
 )
 from .tables import fmt, summary_table
 
@@ -123,7 +124,10 @@ def _law_depth_panel(ax, pos, groups, order, depths, logx, theory, notes) -> str
     use = pos_vals if grow and flat and pos_vals.size and vals.size > pos_vals.size else vals
     allp = [np.asarray(q, dtype=np.float64) for *_, q, _ in preds]
     allp += [np.asarray(c[1], dtype=np.float64) for *_, c in preds if c is not None]
-    pv = near(use, np.concatenate(allp)) if allp else []
+    allp = np.concatenate(allp) if allp else np.array([])
+    if use.size and wants_log(use, _y_log_ratio(logx)):  # a prediction <= 0 cannot widen a log axis
+        allp = allp[allp > 0]
+    pv = near(use, allp) if allp.size else []
     lim = value_axis(ax, use, log_ratio=_y_log_ratio(logx), min_rel_span=0.01 if grow else 0.01, include=pv)
     for (init, p), d in groups:
         if p != pos:
@@ -146,7 +150,7 @@ def _law_depth_panel(ax, pos, groups, order, depths, logx, theory, notes) -> str
         notes.append(f"{name}: the theory of " + ", ".join(clipped)
                      + " leaves the measured range (triangles)")  # fmt: skip
     if flat:
-        notes.append(f"{name}: v_2L - v0 <= 0 (nothing added) for " + ", ".join(flat)
+        notes.append(f"{name}: v_2L - v0 <= 0 (no growth measured) for " + ", ".join(flat)
                      + ": at the bottom edge (triangles)")  # fmt: skip
     if off:
         notes.append(f"{name}: off scale (overflow or > {OFF_SCALE:.0e} v0), not in the range: "
