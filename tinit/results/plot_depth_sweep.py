@@ -113,15 +113,16 @@ def _law_depth_panel(ax, pos, groups, order, depths, logx, theory, notes) -> str
                 float(np.nanmin(np.abs(d["v0_mean"]))), 1e-300)):  # fmt: skip
             off.append(f"{init}/{p}")
             continue
-        if grow and not (m > 0).any():
+        if grow and (m <= 0).any():  # a zero growth (zero-out, rezero), or one lost in the noise
             flat.append(f"{init}/{p}")
         measured[f"{init}/{p}"] = m
         preds.append((init, p, d["n_layers"], pred, curve))
     vals = np.concatenate(list(measured.values())) if measured else np.array([])
     pos_vals = vals[np.isfinite(vals) & (vals > 0)]
-    # growth spanning decades (depth-init's ln L beside naive's 2L): log, with a zero growth
-    # (zero-out, rezero) drawn at the bottom edge and named
-    use = pos_vals if grow and flat and pos_vals.size and vals.size > pos_vals.size else vals
+    # growth spanning decades (depth-init's ln L beside naive's 2L): log, with a growth <= 0
+    # (zero-out, rezero; a tiny growth under the noise) drawn at the bottom edge and named
+    log_pos = grow and flat and pos_vals.size and wants_log(pos_vals, _y_log_ratio(logx))
+    use = pos_vals if log_pos else vals
     allp = [np.asarray(q, dtype=np.float64) for *_, q, _ in preds]
     allp += [np.asarray(c[1], dtype=np.float64) for *_, c in preds if c is not None]
     allp = np.concatenate(allp) if allp else np.array([])
@@ -135,7 +136,7 @@ def _law_depth_panel(ax, pos, groups, order, depths, logx, theory, notes) -> str
         d = d.sort_values("n_layers")
         c = config_style(init, p, order[(init, p)])["color"]
         n = mark_clipped(ax, d["n_layers"], d[f"{y}_mean"], lim, c)
-        if not n and f"{init}/{p}" in flat:  # drawn at 0 inside the axis: nothing to say
+        if not n and f"{init}/{p}" in flat:  # drawn inside the (linear) axis: nothing to say
             flat.remove(f"{init}/{p}")
     clipped = []
     for init, p, x, pred, curve in preds:
@@ -150,7 +151,7 @@ def _law_depth_panel(ax, pos, groups, order, depths, logx, theory, notes) -> str
         notes.append(f"{name}: the theory of " + ", ".join(clipped)
                      + " leaves the measured range (triangles)")  # fmt: skip
     if flat:
-        notes.append(f"{name}: v_2L - v0 <= 0 (no growth measured) for " + ", ".join(flat)
+        notes.append(f"{name}: v_2L - v0 <= 0 (no growth measured) at some depths for " + ", ".join(flat)
                      + ": at the bottom edge (triangles)")  # fmt: skip
     if off:
         notes.append(f"{name}: off scale (overflow or > {OFF_SCALE:.0e} v0), not in the range: "
