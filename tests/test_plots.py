@@ -87,13 +87,15 @@ def test_variance_plot_shows_every_configuration_apart():
     for name in measured:
         assert measured[name].get_linestyle() != theory[name].get_linestyle()
         assert theory[name].get_zorder() > measured[name].get_zorder()
+    keys = []
     for ax in fig.axes:
-        if not ax.axison:  # the row that holds the configurations' legend
-            assert {t.get_text() for t in ax.get_legend().get_texts()} == {
-                f"{i} init, {p}-norm" for i, p in CONFIGS}  # fmt: skip
+        if not ax.axison:  # the rows that hold the legends: line styles, then the configurations
+            keys.append({t.get_text() for t in ax.get_legend().get_texts()})
             continue
         assert ax.get_xlabel() and ax.get_ylabel()
         assert ax.title.get_fontsize() >= FONT
+    assert keys[-1] == {f"{i} init, {p}-norm" for i, p in CONFIGS}
+    assert "measured" in keys[0] and any(t.startswith("law") for t in keys[0])
     # every measured point of a stream panel lies inside its limits
     for line in measured.values():
         lo, hi = line.axes.get_ylim()
@@ -180,10 +182,12 @@ def test_depth_sweep_verdicts_and_figure_agree():
     fig = plot_depth_sweep(summary, fit, "title")
     assert fig.get_figwidth() == pytest.approx(FULL_WIDTH)
     theory = _lines(fig, "theory:")
-    # the pre-norm law is drawn per depth: 1 + 2L s2(L)/v0 with each depth's own s2
+    # the pre-norm panel shows v_2L - v0, and the law is drawn per depth: naive's 2L s2(L)
+    # with each depth's own s2
     naive = summary[summary["init"] == "naive"].sort_values("n_layers")
-    expected = 1 + 2 * naive["n_layers"] * naive["sigma2_rel_mean"]
+    expected = 2 * naive["n_layers"] * naive["branch_var_mean_mean"]
     assert np.allclose(theory["naive/pre"].get_ydata(), expected)
+    assert np.allclose(_lines(fig, "measured:")["naive/pre"].get_ydata(), expected)  # v_final is the law
     text = " ".join(t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts())
     assert "naive/pre: ×" in text and "transfers: no" in text
     assert "scaled/pre: ×" in text and "transfers: yes" in text
@@ -367,3 +371,139 @@ def test_check_variance_short_run_drawn_as_markers_on_the_long_one():
     assert m["naive/12"].get_linestyle() == "None" and m["naive/12"].get_marker() == "o"
     assert m["naive/12"].get_zorder() > m["naive/80"].get_zorder()
     assert "share their draws" in _footnote(fig)
+
+
+# --- placements, the catalogue's schemes, rank collapse, off-scale configurations -------------------
+
+
+def _config_frame(configs, L: int = 4, rank: bool = True, grow: dict | None = None) -> pd.DataFrame:
+    """Hand-built variance rows: v_k = v0 + k s2 (post-norm: 1 after the first norm), with
+    s2 per configuration from its index (so no two lie on top of each other); ``grow``: a
+    factor per configuration multiplying v_k by factor^k (inf makes it overflow)."""
+    rows = []
+    grow = grow or {}
+    for j, (init, pos) in enumerate(configs):
+        v0, s2 = 1e-3, 1e-3 * 1.5**j
+        for k in range(2 * L + 1):
+            layer, sub = (-1, "embed") if k == 0 else ((k - 1) // 2, "attn" if k % 2 else "ffn")
+            v = (1.0 + 0.01 * j if k else v0) if pos == "post" else v0 + k * s2
+            f = grow.get((init, pos), 1.0)
+            v = v * f**k if math.isfinite(f) else (math.inf if k > L else v)
+            rows.append({
+                "init": init, "norm_position": pos, "n_layers": L, "seed": 0, "k": k, "layer": layer,
+                "sublayer": sub, "stream_var": v, "branch_var": math.nan if k == 0 else s2, "cross_corr": 0.0,
+                "stream_var_rel": v / v0, "pred_cumulative": v, "pred_closed": v,
+                "stream_var_normed": math.nan,
+                **({"cos_sim": min(1.0, 0.1 * k), "res_ratio": 1 / (1 + k)} if rank else {}),
+            })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _visible(line) -> bool:
+    """The line's finite points all lie inside its axes' y limits."""
+    lo, hi = line.axes.get_ylim()
+    y = np.asarray(line.get_ydata(), dtype=float)
+    y = y[np.isfinite(y)]
+    return y.size > 0 and lo <= y.min() and y.max() <= hi and line.get_visible()
+
+
+def test_variance_plot_has_a_law_panel_per_placement_and_every_line_visible():
+    placements = ("pre", "post", "sandwich", "reordered", "none")
+    configs = [(i, p) for p in placements for i in ("naive", "scaled")]
+    fig = plot_variance(_config_frame(configs), "five placements")
+    assert fig.get_figwidth() == pytest.approx(FULL_WIDTH)
+    measured = _lines(fig, "measured:")
+    assert set(measured) == {f"{i}/{p}" for i, p in configs}
+    # one stream panel per placement, each holding exactly its two configurations
+    panels = {}
+    for name, line in measured.items():
+        assert _visible(line), name
+        panels.setdefault(line.axes, set()).add(name.split("/")[1])
+    assert sorted(len(v) for v in panels.values()) == [1] * 5
+    assert {ax.get_title() for ax in panels} >= {"Pre-norm", "Sandwich norm", "No norm"}
+    # within a panel the two configurations have different colours; across panels a scheme's
+    # placements differ by colour shade or marker
+    styles = {n: (line.get_color(), line.get_marker()) for n, line in measured.items()}
+    assert len(set(styles.values())) == len(styles)
+    # the classic four keep their colours
+    assert _rgb(measured["naive/pre"].get_color()) == _rgb("#d62728")
+    assert _rgb(measured["scaled/post"].get_color()) == _rgb("#2ca02c")
+
+
+def test_variance_plot_with_every_catalogue_scheme():
+    from tinit.model.schemes import CATALOGUE
+
+    configs = [(name, "pre") for name in CATALOGUE]
+    fig = plot_variance(_config_frame(configs, rank=False), "all schemes")
+    measured = _lines(fig, "measured:")
+    assert set(measured) == {f"{n}/pre" for n in CATALOGUE}
+    assert all(_visible(line) for line in measured.values())
+    colours = {_rgb(line.get_color()) for line in measured.values()}
+    assert len(colours) == len(CATALOGUE)  # one colour per scheme
+    key = [ax for ax in fig.axes if not ax.axison][-1].get_legend()
+    assert {t.get_text() for t in key.get_texts()} == set(CATALOGUE)  # one placement: the scheme names
+    assert key._ncols >= 4  # several columns: the legend fits under a 7-inch figure
+    assert not _lines(fig, "cos_sim:")  # no rank columns, no rank panel
+    # the same scheme has the same colour in another figure
+    gn = pd.DataFrame([
+        {"init": n, "norm_position": "pre", "layer": layer, "tensor": t, "grad_norm": 1.0 + j}
+        for j, n in enumerate(CATALOGUE) for layer in range(3) for t in ("down", "o")
+    ])  # fmt: skip
+    g = _lines(plot_grad_norms(gn, "both"), "measured:")
+    for name, line in measured.items():
+        assert _rgb(g[name].get_color()) == _rgb(line.get_color()), name
+
+
+def test_variance_plot_rank_panel_when_the_columns_are_there():
+    configs = [("naive", "pre"), ("gpt2", "pre")]
+    fig = plot_variance(_config_frame(configs), "rank")
+    cos, res = _lines(fig, "cos_sim:"), _lines(fig, "res_ratio:")
+    assert set(cos) == set(res) == {"naive/pre", "gpt2/pre"}
+    ax = cos["naive/pre"].axes
+    assert "Rank collapse" in ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
+    lo, hi = ax.get_ylim()
+    assert lo <= 0.0 and hi >= 1.0  # both measures' whole range
+    assert res["naive/pre"].get_linestyle() != "--"  # dashed means theory in every tinit figure
+
+
+def test_variance_plot_off_scale_configuration_excluded_and_named():
+    configs = [("naive", "pre"), ("gpt2", "pre"), ("deepnet", "pre"), ("mitchell", "pre")]
+    frame = _config_frame(configs, L=6, grow={("deepnet", "pre"): math.inf, ("mitchell", "pre"): 100.0})
+    fig = plot_variance(frame, "off scale")
+    measured = _lines(fig, "measured:")
+    ax = measured["naive/pre"].axes
+    lo, hi = ax.get_ylim()
+    # naive's and gpt2's v_k are at most 1e-3 + 12 * 1.5e-3 = 0.019: the axis is theirs, not
+    # mitchell's 100^12 growth (1e21) nor deepnet's overflow
+    assert hi < 1.0
+    assert _visible(measured["naive/pre"]) and _visible(measured["gpt2/pre"])
+    note = _footnote(fig)
+    assert "off scale" in note and "deepnet/pre (overflow)" in note and "mitchell/pre (grows past" in note
+    key = [a for a in fig.axes if not a.axison][-1].get_legend()
+    texts = {t.get_text() for t in key.get_texts()}
+    assert {"deepnet init, pre-norm (off scale)", "mitchell init, pre-norm (off scale)"} <= texts
+    assert "naive init, pre-norm" in texts
+
+
+def test_depth_sweep_draws_each_schemes_closed_form_curve_from_the_theory_frame():
+    res = assemble(_sweep_records(), [("naive", "pre"), ("scaled", "pre")], ModelConfig())
+    summary, fit = res["depth_sweep_summary"], res["depth_sweep_fit"]
+    # a hand-made theory frame: naive grows 2L * 0.01 over v0 = 1, scaled stays at 0.01
+    depths = np.arange(1, 25)
+    theory = pd.DataFrame([{"init": i, "norm_position": "pre", "n_layers": int(L),
+                            "theory_v_final": 1 + g, "theory_v_final_rel": 1 + g, "theory_v_growth": g}
+                           for i in ("naive", "scaled") for L in depths
+                           for g in [0.02 * L if i == "naive" else 0.01]])  # fmt: skip
+    fig = plot_depth_sweep(summary, fit, "t", theory)
+    closed = _lines(fig, "closed:")
+    assert set(closed) == {"naive/pre", "scaled/pre"}
+    assert np.allclose(closed["naive/pre"].get_xdata(), depths)
+    assert np.allclose(closed["naive/pre"].get_ydata(), 0.02 * depths)
+    assert np.allclose(closed["scaled/pre"].get_ydata(), 0.01)
+    measured = _lines(fig, "measured:")
+    assert closed["naive/pre"].get_linestyle() != measured["naive/pre"].get_linestyle()
+    assert "v_{2L} - v_0" in closed["naive/pre"].axes.get_ylabel()
+    assert closed["naive/pre"].axes.get_xscale() == "log"  # depths 1..24
+    text = " ".join(t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts())
+    assert "closed form" in text
+    assert not _lines(plot_depth_sweep(summary, fit, "t"), "closed:")  # no frame, no curves

@@ -17,7 +17,9 @@ from ..criteria import SPREAD_K
 from .style import (
     MEASURED_UNDER,
     NEUTRAL,
+    PLACEMENTS,
     THEORY,
+    THEORY_ALT,
     coincidence_note,
     coincidences,
     config_label,
@@ -30,8 +32,13 @@ from .style import (
     styled,
     suptitle,
     value_axis,
+    wants_log,
 )
 from .tables import fmt, summary_table
+
+#: A configuration whose final variance passes this many times v0 (or overflows) is drawn
+#: but does not set its panel's range; it is named under the figure.
+OFF_SCALE = 1e8
 
 
 def _log_x(depths: np.ndarray) -> bool:
@@ -48,18 +55,18 @@ def _y_log_ratio(logx: bool) -> float:
 def _errorbars(ax, x, y, se, init: str, pos: str, i: int, label: str | None = None) -> None:
     """Mean over seeds with one-standard-error bars: thick, translucent, the configuration's
     colour and (nested) marker, so a theory line on top and coinciding configurations stay visible."""
-    st = config_style(init, pos)
+    st = config_style(init, pos, i)
     se = np.nan_to_num(np.asarray(se, dtype=np.float64), nan=0.0)
     ax.errorbar(x, y, yerr=se, color=st["color"], marker=st["marker"], mfc="none", ms=nested_marker_size(i),
                 capsize=3, elinewidth=1.2, mew=1.2, label=label or config_label(init, pos),
                 gid=f"measured:{init}/{pos}", **{**MEASURED_UNDER, "lw": 2.6, "alpha": 0.6})  # fmt: skip
 
 
-def _panels(fig: Figure, n: int) -> tuple[list, object]:
+def _panels(fig: Figure, n: int, key_h: float = 1.2) -> tuple[list, object]:
     """n panels in two columns (the last spanning both when n is odd), and a row of its
     own under them for the one legend (legends inside the panels covered data)."""
     rows = (n + 1) // 2
-    gs = fig.add_gridspec(rows + 1, 2, height_ratios=[1.0] * rows + [0.42])
+    gs = fig.add_gridspec(rows + 1, 2, height_ratios=[2.9] * rows + [key_h])
     axes = [fig.add_subplot(gs[i // 2, i % 2]) for i in range(n - (n % 2))]
     if n % 2:
         axes.append(fig.add_subplot(gs[rows - 1, :]))
@@ -71,77 +78,142 @@ def _panels(fig: Figure, n: int) -> tuple[list, object]:
     return axes, key
 
 
+#: Placements whose stream is not reset by a norm: their panel shows v_2L - v0.
+_RESET = ("post",)
+
+
+def _law_depth_panel(ax, pos, groups, order, depths, logx, theory, notes) -> str:
+    """One placement's final variance against L: measured (mean ± s.e., thick), the
+    scheme's closed form with each depth's own measured s^2 (dashed, x), and with
+    ``theory`` the scheme's closed-form curve v_2L(L) at every L (dotted). Pre-norm-style
+    placements: v_2L - v0 (what the 2L additions added; depth-init's N(0, 1) embedding
+    would hide its ln L growth in v_2L / v0); post-norm: v_2L, the sum before the last
+    norm. Returns the law's legend words."""
+    grow = pos not in _RESET
+    y = "v_growth" if grow else "v_final"
+    measured, preds, off, flat = {}, [], [], []
+    for (init, p), d in groups:
+        if p != pos:
+            continue
+        d = d.sort_values("n_layers")
+        i = order[(init, p)]
+        st = config_style(init, p, i)
+        _errorbars(ax, d["n_layers"], d[f"{y}_mean"], d[f"{y}_se"], init, p, i)
+        # the law at each depth: the scheme's closed form with that depth's own s^2
+        pred = d["pred_closed_final_mean"] - (d["v0_mean"] if grow else 0.0)
+        ax.plot(d["n_layers"], pred, color=st["color"], marker="x", ms=4, gid=f"theory:{init}/{p}", **THEORY)
+        curve = None
+        if theory is not None and len(theory):
+            t = theory[(theory["init"] == init) & (theory["norm_position"] == p)].sort_values("n_layers")
+            if len(t):
+                curve = (t["n_layers"], t["theory_v_growth" if grow else "theory_v_final"])
+                ax.plot(*curve, color=st["color"], gid=f"closed:{init}/{p}", **THEORY_ALT)
+        m = d[f"{y}_mean"].to_numpy(dtype=np.float64)
+        if not np.isfinite(m).all() or (m.size and np.nanmax(np.abs(m)) > OFF_SCALE * max(
+                float(np.nanmin(np.abs(d["v0_mean"]))), 1e-300)):  # fmt: skip
+            off.append(f"{init}/{p}")
+            continue
+        if grow and (m <= 0).any():  # a zero growth (zero-out, rezero), or one lost in the noise
+            flat.append(f"{init}/{p}")
+        measured[f"{init}/{p}"] = m
+        preds.append((init, p, d["n_layers"], pred, curve))
+    vals = np.concatenate(list(measured.values())) if measured else np.array([])
+    pos_vals = vals[np.isfinite(vals) & (vals > 0)]
+    # growth spanning decades (depth-init's ln L beside naive's 2L): log, with a growth <= 0
+    # (zero-out, rezero; a tiny growth under the noise) drawn at the bottom edge and named
+    log_pos = grow and flat and pos_vals.size and wants_log(pos_vals, _y_log_ratio(logx))
+    use = pos_vals if log_pos else vals
+    allp = [np.asarray(q, dtype=np.float64) for *_, q, _ in preds]
+    allp += [np.asarray(c[1], dtype=np.float64) for *_, c in preds if c is not None]
+    allp = np.concatenate(allp) if allp else np.array([])
+    if use.size and wants_log(use, _y_log_ratio(logx)):  # a prediction <= 0 cannot widen a log axis
+        allp = allp[allp > 0]
+    pv = near(use, allp) if allp.size else []
+    lim = value_axis(ax, use, log_ratio=_y_log_ratio(logx), min_rel_span=0.01 if grow else 0.01, include=pv)
+    for (init, p), d in groups:
+        if p != pos:
+            continue
+        d = d.sort_values("n_layers")
+        c = config_style(init, p, order[(init, p)])["color"]
+        n = mark_clipped(ax, d["n_layers"], d[f"{y}_mean"], lim, c)
+        if not n and f"{init}/{p}" in flat:  # drawn inside the (linear) axis: nothing to say
+            flat.remove(f"{init}/{p}")
+    clipped = []
+    for init, p, x, pred, curve in preds:
+        c = config_style(init, p, order[(init, p)])["color"]
+        n = mark_clipped(ax, x, pred, lim, c)
+        if curve is not None:
+            n += mark_clipped(ax, curve[0], curve[1], lim, c)
+        if n and f"{init}/{p}" not in flat:
+            clipped.append(f"{init}/{p}")
+    name = "no-norm" if pos == "none" else f"{pos}-norm"
+    if clipped:
+        notes.append(f"{name}: the theory of " + ", ".join(clipped)
+                     + " leaves the measured range (triangles)")  # fmt: skip
+    if flat:
+        notes.append(f"{name}: v_2L - v0 <= 0 (no growth measured) at some depths for " + ", ".join(flat)
+                     + ": at the bottom edge (triangles)")  # fmt: skip
+    if off:
+        notes.append(f"{name}: off scale (overflow or > {OFF_SCALE:.0e} v0), not in the range: "
+                     + ", ".join(off))  # fmt: skip
+    notes.append(coincidence_note(coincidences(measured, ax), name))
+    integer_axis(ax, depths, "x", log=logx)
+    ax.set_xlabel("layers L (2L residual additions)")
+    label = {"pre": "Pre-norm", "post": "Post-norm", "sandwich": "Sandwich norm",
+             "reordered": "Reordered norm", "none": "No norm"}.get(pos, name)  # fmt: skip
+    if grow:
+        ax.set_ylabel(r"$v_{2L} - v_0$ (added by the 2L branches)")
+        ax.set_title(f"{label}: final stream variance")
+    else:
+        ax.set_ylabel(r"$v_{2L}$ (the sum before the last norm)")
+        ax.set_title(f"{label}: final sum's variance")
+    return "post-norm" if not grow else name
+
+
 @styled
 def plot_depth_sweep(
     summary: pd.DataFrame, fit: pd.DataFrame, title: str = "", theory: pd.DataFrame | None = None
 ) -> Figure:
     """Against depth L, each configuration in its colour and marker, mean ± 1 standard
-    error over seeds (thick), with the law *at each depth* on top (dashed, thin):
+    error over seeds (thick), with the law *at each depth* on top (dashed, x) and, with
+    ``theory`` (depth_sweep_theory.csv), each scheme's closed-form curve v_2L(L) (dotted):
 
-    - pre-norm: v_2L / v0 against 1 + 2L sigma^2(L), sigma^2(L) = mean s^2 / v0 of the
-      runs at that depth (the law as stated, per depth);
-    - post-norm: v_2L (the sum before the last norm) against 1 + mean s^2 at that depth;
+    - one panel per placement: v_2L - v0 for placements that do not reset the stream
+      (pre, sandwich, reordered, none), v_2L (the sum before the last norm) post-norm;
+      the law at each depth is the scheme's closed form with that depth's measured s^2;
     - transfer: v_2L(L) / v_2L(L_from) with the band 1 ± TRANSFER_TOL that the verdict
       uses; each configuration's ratio and verdict in the legend (a row of its own);
     - gradient: the first/last-layer W_down gradient-norm ratio (omitted when every
       ratio is missing, e.g. a run without gradients).
 
     The y ranges are the measurements'; a prediction outside is clipped and marked.
-    Coinciding configurations are named under the figure.
+    Coinciding configurations, and configurations off scale, are named under the figure.
     """
-    positions = list(dict.fromkeys(summary["norm_position"]))
+    present = set(summary["norm_position"])
+    positions = [p for p in PLACEMENTS if p in present] + sorted(present - set(PLACEMENTS))
     has_grads = bool(summary["grad_ratio_mean"].notna().any())
     n = len(positions) + 1 + has_grads
-    fig = Figure(figsize=(7.0, 2.9 * ((n + 1) // 2) + 1.2), layout="constrained")
-    axes, key = _panels(fig, n)
+    groups = list(summary.groupby(["init", "norm_position"], sort=False))
+    key_rows = -(-len(groups) // 2) + 2
+    fig = Figure(figsize=(7.0, 2.9 * ((n + 1) // 2) + 0.25 + 0.17 * key_rows), layout="constrained")
+    axes, key = _panels(fig, n, key_h=0.25 + 0.17 * key_rows)
     depths = np.sort(summary["n_layers"].unique()).astype(float)
     logx = _log_x(depths)
     n_seeds = int(summary["n_seeds"].max())
-    groups = list(summary.groupby(["init", "norm_position"], sort=False))
     order = {k: i for i, (k, _) in enumerate(groups)}
     spread = f"mean ± 1 s.e. over {n_seeds} seeds" if n_seeds > 1 else "measured (1 seed: no error bars)"
     notes: list[str] = []
-    laws = []
     for ax, pos in zip(axes, positions, strict=False):
-        rel = pos == "pre"
-        y = "v_final_rel" if rel else "v_final"
-        measured, preds = {}, []
-        for (init, p), d in groups:
-            if p != pos:
-                continue
-            d = d.sort_values("n_layers")
-            i = order[(init, p)]
-            _errorbars(ax, d["n_layers"], d[f"{y}_mean"], d[f"{y}_se"], init, p, i)
-            # the law at each depth, from that depth's own s^2
-            pred = 1 + 2 * d["n_layers"] * d["sigma2_rel_mean"] if rel else d["pred_closed_final_mean"]
-            ax.plot(d["n_layers"], pred, color=config_style(init, p)["color"], marker="x", ms=4,
-                    gid=f"theory:{init}/{p}", **THEORY)  # fmt: skip
-            measured[f"{init}/{p}"] = d[f"{y}_mean"].to_numpy()
-            preds.append((init, p, d["n_layers"], pred))
-        integer_axis(ax, depths, "x", log=logx)
-        vals = np.concatenate(list(measured.values()))
-        pv = near(vals, np.concatenate([np.asarray(q, dtype=np.float64) for *_, q in preds]))
-        span = 0.02 if rel else 0.01
-        lim = value_axis(ax, vals, log_ratio=_y_log_ratio(logx), min_rel_span=span, include=pv)
-        for init, p, x, pred in preds:
-            if mark_clipped(ax, x, pred, lim, config_style(init, p)["color"]):
-                notes.append(f"{pos}-norm: the law of {init}/{p} leaves the measured range (triangles)")
-        notes.append(coincidence_note(coincidences(measured, ax), f"{pos}-norm"))
-        ax.set_xlabel("layers L (2L residual additions)")
-        if rel:
-            ax.set_ylabel(r"final stream variance $v_{2L}\,/\,v_0$")
-            ax.set_title("Pre-norm: final stream variance")
-            laws.append(r"pre-norm $1 + 2L\sigma^2(L)$")
-        else:
-            ax.set_ylabel(r"$v_{2L}$ (the sum before the last norm)")
-            ax.set_title("Post-norm: final sum's variance")
-            laws.append(r"post-norm $1 + \overline{s^2}(L)$")
+        _law_depth_panel(ax, pos, groups, order, depths, logx, theory, notes)
     handles = _transfer_panel(axes[len(positions)], summary, fit, groups, order, depths, logx, notes)
     handles += [
         Line2D([], [], color=NEUTRAL, lw=2.6, alpha=0.6, marker="o", mfc="none", label=spread),
         Line2D([], [], color=NEUTRAL, marker="x", ms=4, **{**THEORY, "zorder": None},
-               label="law at each L: " + ", ".join(laws)),  # fmt: skip
+               label="law at each L: the scheme's closed form with that L's measured $s^2$"),  # fmt: skip
     ]
+    if theory is not None and len(theory):
+        handles.append(Line2D([], [], color=NEUTRAL, **{**THEORY_ALT, "zorder": None},
+                              label="closed form $v_{2L}(L)$, $s^2$ averaged over the depths"))  # fmt: skip
     if has_grads:
         bx = axes[-1]
         series = {}

@@ -23,6 +23,7 @@ from .style import (
     footnote,
     integer_axis,
     key_legend,
+    key_rows_height,
     mark_clipped,
     markevery,
     near,
@@ -31,6 +32,7 @@ from .style import (
     styled,
     suptitle,
     value_axis,
+    wants_log,
 )
 from .tables import error_style, summary_table
 
@@ -39,25 +41,43 @@ TENSORS = {"down": ("down",), "o": ("o",), "both": ("down", "o")}
 TENSOR_TITLES = {"down": r"$W_{down}$ (FFN output)", "o": r"$W_O$ (attention output)"}
 
 
+def _label(init: str, pos: str, n: int) -> str:
+    """The configuration's name in a legend: in full for a few, init/pos for many (a legend that fits)."""
+    return config_label(init, pos) if n <= 6 else f"{init}/{pos}"
+
+
 @styled
 def plot_grad_norms(grad_norms: pd.DataFrame, tensor: str = "both", title: str = "") -> Figure:
     """Gradient Frobenius norm per layer, one line per configuration (its colour and
     marker), a panel per tensor (W_down and W_O with ``tensor="both"``); log or linear
     by the span of the data. Lines on top of each other are named under the figure."""
     names = TENSORS[tensor]
-    fig, axes, key = new_figure_with_key(ncols=len(names))
     groups = list(grad_norms.groupby(["init", "norm_position"], sort=False))
+    key_h = max(0.35, key_rows_height(len(groups), 4))
+    fig, axes, key = new_figure_with_key(ncols=len(names), key_height=key_h)
     notes = []
     for ax, name in zip(axes, names, strict=True):
         series = {}
         for i, ((init, pos), df) in enumerate(groups):
             d = df[df["tensor"] == name].sort_values("layer")
-            st = config_style(init, pos)
+            st = config_style(init, pos, i)
             ax.plot(d["layer"], d["grad_norm"], color=st["color"], marker=st["marker"], mfc="none",
-                    ms=nested_marker_size(i), markevery=markevery(len(d), i, len(groups)),
-                    label=config_label(init, pos), gid=f"measured:{init}/{pos}", **MEASURED)  # fmt: skip
+                    ms=nested_marker_size(i % 4), markevery=markevery(len(d), i, len(groups)),
+                    label=_label(init, pos, len(groups)), gid=f"measured:{init}/{pos}",
+                    **MEASURED)  # fmt: skip
             series[f"{init}/{pos}"] = d["grad_norm"].to_numpy()
-        value_axis(ax, grad_norms[grad_norms["tensor"] == name]["grad_norm"], log_ratio=10, min_rel_span=0.2)
+        vals = grad_norms[grad_norms["tensor"] == name]["grad_norm"].to_numpy(dtype=np.float64)
+        pos_vals = vals[np.isfinite(vals) & (vals > 0)]
+        zeros = [k for k, v in series.items() if (np.asarray(v) == 0).any()]
+        if zeros and wants_log(pos_vals, 10):  # a zero gradient (a zero gain) beside decades of others
+            lim = value_axis(ax, pos_vals, log_ratio=10, min_rel_span=0.2)
+            for i, ((init, pos), df) in enumerate(groups):
+                d = df[df["tensor"] == name].sort_values("layer")
+                mark_clipped(ax, d["layer"], d["grad_norm"], lim, config_style(init, pos, i)["color"])
+            notes.append(f"{TENSOR_TITLES[name].split(' (')[0]}: a zero gradient of " + ", ".join(zeros)
+                         + ": triangles at the bottom edge")  # fmt: skip
+        else:
+            value_axis(ax, vals, log_ratio=10, min_rel_span=0.2)
         notes.append(coincidence_note(coincidences(series, ax), TENSOR_TITLES[name].split(" (")[0]))
         integer_axis(ax, grad_norms["layer"].unique(), "x")
         ax.set_xlabel("layer")
@@ -76,14 +96,16 @@ def plot_stream_grads(stream_grads: pd.DataFrame, title: str = "") -> Figure:
     RMS times the predicted gain (1 for pre-norm, the product of the norm Jacobian gains
     for post-norm). The y range is the measurements'; predictions outside it are
     clipped and marked with triangles at the edge, and named under the figure."""
-    fig, (ax,), key = new_figure_with_key(row_height=3.3, key_height=0.55)
     groups = list(stream_grads.groupby(["init", "norm_position"], sort=False))
+    key_h = max(0.55, key_rows_height(len(groups) + 3, 3))
+    fig, (ax,), key = new_figure_with_key(row_height=3.3, key_height=key_h)
     series = {}
     for i, ((init, pos), df) in enumerate(groups):
-        st = config_style(init, pos)
+        st = config_style(init, pos, i)
         ax.plot(df["k"], df["stream_grad_rms"], color=st["color"], marker=st["marker"], mfc="none",
-                ms=nested_marker_size(i), markevery=markevery(len(df), i, len(groups)),
-                label=config_label(init, pos), gid=f"measured:{init}/{pos}", **MEASURED_UNDER)  # fmt: skip
+                ms=nested_marker_size(i % 4), markevery=markevery(len(df), i, len(groups)),
+                label=_label(init, pos, len(groups)), gid=f"measured:{init}/{pos}",
+                **MEASURED_UNDER)  # fmt: skip
         ax.plot(df["k"], df["pred_stream_grad_rms"], color=st["color"], gid=f"theory:{init}/{pos}", **THEORY)
         if "pred_full_stream_grad_rms" in df:
             ax.plot(df["k"], df["pred_full_stream_grad_rms"], color=st["color"], gid=f"full:{init}/{pos}",
@@ -94,9 +116,9 @@ def plot_stream_grads(stream_grads: pd.DataFrame, title: str = "") -> Figure:
     pred = near(meas, pd.concat([stream_grads[c] for c in pred_cols]))
     lim = value_axis(ax, meas, log_ratio=5, min_rel_span=0.2, include=pred)
     notes = []
-    for (init, pos), df in groups:
+    for i, ((init, pos), df) in enumerate(groups):
         pred = df["pred_stream_grad_rms"].to_numpy()
-        n = mark_clipped(ax, df["k"], pred, lim, config_style(init, pos)["color"])
+        n = mark_clipped(ax, df["k"], pred, lim, config_style(init, pos, i)["color"])
         if n:
             notes.append(
                 f"{init}/{pos}: the prediction leaves the measured range at {n} of {len(df)} additions "

@@ -16,8 +16,11 @@ from matplotlib.lines import Line2D
 from .rundir import atomic_write
 from .style import (
     CONFIG_COLORS,
+    FONT,
+    FULL_WIDTH,
     MEASURED_UNDER,
     NEUTRAL,
+    PLACEMENTS,
     THEORY,
     THEORY_ALT,
     coincidence_note,
@@ -25,6 +28,7 @@ from .style import (
     config_color,
     config_label,
     config_style,
+    finite,
     footnote,
     integer_axis,
     mark_clipped,
@@ -64,51 +68,95 @@ def _short(init: str, pos: str) -> str:
     return f"{init}/{pos}"
 
 
-def _law_panel(ax, groups, pos: str) -> tuple[list[str], list[str]]:
-    """Stream variance v_k of the configurations at one norm position: measured
-    (thick, translucent), the cumulative law (dashed) and the closed form (dotted) on
-    top. Returns (labels, notes)."""
-    rows = [(init, p, df) for (init, p), df in groups if p == pos]
+#: A configuration whose measured stream variance is not finite (an overflow: DeepNet's
+#: alpha^2L in float32 at depth) or grows past this many times its first plotted value
+#: is drawn but does not set its panel's range; it is named in the legend and the notes.
+OFF_SCALE = 1e8
+
+_TITLES = {
+    "pre": "Pre-norm: residual-stream variance",
+    "post": "Post-norm: variance of each sum",
+    "sandwich": "Sandwich norm: residual-stream variance",
+    "reordered": "Reordered norm (x + Norm(F(x))): stream variance",
+    "none": "No norm: residual-stream variance",
+}
+
+
+_SHORT_TITLES = {"pre": "Pre-norm", "post": "Post-norm (each sum)", "sandwich": "Sandwich norm",
+                 "reordered": "Reordered norm", "none": "No norm"}  # fmt: skip
+_NAMES = {"none": "no-norm"}
+
+
+def _kmin(pos: str) -> int:
     # post-norm: k = 0, 1 precede the first norm (v ~ v0, a different scale)
-    kmin = 2 if pos == "post" else 0
+    return 2 if pos == "post" else 0
+
+
+def off_scale(df: pd.DataFrame, pos: str) -> str:
+    """"" when the configuration's measured v_k is drawable on a shared axis, else why
+    not ("overflow": a non-finite value; "grows past 1e8x": its growth)."""
+    v = df[df["k"] >= _kmin(pos)]["stream_var"].to_numpy(dtype=np.float64)
+    if v.size and not np.isfinite(v).all():
+        return "overflow"
+    fin = v[np.isfinite(v) & (v > 0)]
+    if fin.size and fin.max() / fin[0] > OFF_SCALE:
+        return f"grows past {OFF_SCALE:.0e}x".replace("e+0", "e")
+    return ""
+
+
+def _law_panel(ax, groups, pos: str, off: dict, narrow: bool = False) -> list[str]:
+    """Stream variance v_k of the configurations at one norm placement: measured
+    (thick, translucent), the cumulative law (dashed) and the scheme's closed form
+    (dotted, not post-norm) on top. Configurations in ``off`` are drawn but left out of
+    the range. Returns notes."""
+    rows = [(init, p, df) for (init, p), df in groups if p == pos]
+    name = _NAMES.get(pos, f"{pos}-norm")
+    kmin = _kmin(pos)
+    closed = pos != "post"
     measured, notes, errs = {}, [], []
     for i, (init, p, df) in enumerate(rows):
         d = df[df["k"] >= kmin]
-        st = config_style(init, p)
+        st = config_style(init, p, i)
         n = len(d)
         ax.plot(d["k"], d["stream_var"], color=st["color"], marker=st["marker"], mfc="none",
-                ms=nested_marker_size(i), markevery=markevery(n, i, len(rows)), label=config_label(init, p),
-                gid=f"measured:{init}/{p}",
+                ms=nested_marker_size(i % 4), markevery=markevery(n, i, len(rows)),
+                label=config_label(init, p), gid=f"measured:{init}/{p}",
                 **MEASURED_UNDER)  # fmt: skip
         ax.plot(d["k"], d["pred_cumulative"], color=st["color"], gid=f"theory:{init}/{p}", **THEORY)
-        if pos == "pre":
+        if closed:
             ax.plot(d["k"], d["pred_closed"], color=st["color"], gid=f"closed:{init}/{p}", **THEORY_ALT)
+        if (init, p) in off:
+            continue
         measured[_short(init, p)] = d["stream_var"].to_numpy()
         err = (d["stream_var"] / d["pred_cumulative"] - 1).abs().max()
         errs.append(f"{_short(init, p)} {100 * err:.2g}%")
     values = np.concatenate(list(measured.values())) if measured else np.array([])
-    preds = [df[df["k"] >= kmin][c] for _, _, df in rows for c in ("pred_cumulative", "pred_closed")]
+    cols = ("pred_cumulative", "pred_closed") if closed else ("pred_cumulative",)
+    preds = [df[df["k"] >= kmin][c] for init, p, df in rows if (init, p) not in off for c in cols]
     lim = value_axis(ax, values, log_ratio=30, include=near(values, np.concatenate(preds) if preds else []))
-    for init, p, df in rows:  # predictions leaving the measured range: clipped, marked
+    clipped = []
+    for i, (init, p, df) in enumerate(rows):  # leaving the measured range: clipped, marked
         d = df[df["k"] >= kmin]
-        for col in ("pred_cumulative",) + (("pred_closed",) if pos == "pre" else ()):
-            if mark_clipped(ax, d["k"], d[col], lim, config_color(init, p)):
-                notes.append(f"{pos}-norm: {col} of {_short(init, p)} leaves the measured range (triangles)")
+        for col in ("stream_var", *cols):
+            n = mark_clipped(ax, d["k"], d[col], lim, config_style(init, p, i)["color"])
+            if n and (init, p) not in off:
+                clipped.append(f"{col} of {_short(init, p)}")
+    if clipped:
+        notes.append(f"{name}: " + ", ".join(clipped) + " leave the measured range (triangles)")
     if errs:
-        notes.insert(0, f"{pos}-norm, largest |measured/law - 1| over k: " + ", ".join(errs))
-    notes.append(coincidence_note(coincidences(measured, ax), f"{pos}-norm v_k"))
+        notes.insert(0, f"{name}, largest |measured/law - 1| over k: " + ", ".join(errs))
+    gone = [f"{_short(i, p)} ({off[(i, p)]})" for i, p, _ in rows if (i, p) in off]
+    if gone:
+        notes.append(f"{name}: off scale, drawn but not in the axis range: " + ", ".join(gone))
+    notes.append(coincidence_note(coincidences(measured, ax), f"{name} v_k"))
     after = " (0 = embedding)" if kmin == 0 else f" (k >= {kmin}: after a norm)"
-    ax.set_xlabel("residual addition k" + after)
-    if pos == "pre":
-        ax.set_ylabel("stream variance $v_k$")
-        ax.set_title("Pre-norm: residual-stream variance")
-    else:
-        ax.set_ylabel("$v_k$ (the sum before the norm)")
-        ax.set_title("Post-norm: variance of each sum")
-    return [config_label(i, p) for i, p, _ in rows], notes
+    ax.set_xlabel(("addition k" if narrow else "residual addition k") + after)
+    ax.set_ylabel("$v_k$ (the sum before the norm)" if pos == "post" else "stream variance $v_k$")
+    ax.set_title((_SHORT_TITLES if narrow else _TITLES).get(pos, f"{pos}-norm: stream variance"))
+    return notes
 
 
-def _branch_panel(ax, groups, sub: str) -> list[str]:
+def _branch_panel(ax, groups, sub: str, wide: bool = True) -> list[str]:
     """Branch variance s^2 per layer of one sublayer, every configuration; layer-0
     points far outside the others (their input is the unnormalised embedding) are
     clipped and marked. Returns notes."""
@@ -116,34 +164,73 @@ def _branch_panel(ax, groups, sub: str) -> list[str]:
     n_all = len(groups)
     for i, ((init, pos), df) in enumerate(groups):
         d = df[df["sublayer"] == sub].sort_values("layer")
-        st = config_style(init, pos)
+        st = config_style(init, pos, i)
         ax.plot(d["layer"], d["branch_var"], color=st["color"], marker=st["marker"], mfc="none",
-                ms=nested_marker_size(i), markevery=markevery(len(d), i, n_all), lw=1.4,
-                label=config_label(init, pos), gid=f"measured:{init}/{pos}")  # fmt: skip
+                ms=nested_marker_size(i % 4), markevery=markevery(len(d), i, n_all),
+                lw=1.4 if n_all <= 6 else 1.0, label=config_label(init, pos),
+                gid=f"measured:{init}/{pos}")  # fmt: skip
         series[_short(init, pos)] = d["branch_var"].to_numpy()
     rest = np.concatenate([v[1:] for v in series.values()]) if series else np.array([])
     first = np.array([v[0] for v in series.values() if len(v)])
     fin = rest[np.isfinite(rest) & (rest > 0)]
+    zeros = [name for name, v in series.items() if len(v) and (np.asarray(v) == 0).any()]
+    if fin.size and zeros and wants_log(fin):  # a zero branch (zero-initialised output) on a log axis:
+        rest = fin  # drawn as triangles at the bottom edge, named
     if fin.size:
         lo, hi = fin.min(), fin.max()
         keep = first[(first >= lo / 10) & (first <= hi * 10)]
         lim = value_axis(ax, np.concatenate([rest, keep]), log_ratio=30, min_rel_span=0.2)
     else:
         lim = value_axis(ax, first)
-    for (init, pos), df in groups:
-        d = df[df["sublayer"] == sub]
-        n = mark_clipped(ax, d["layer"], d["branch_var"], lim, config_color(init, pos))
-        if n:
-            v = float(d.sort_values("layer")["branch_var"].iloc[0])
-            notes.append(f"{sub}: layer 0 of {_short(init, pos)} (s^2 = {v:.2g}; its input is the embedding) "
-                         "is off the axis (triangle)")  # fmt: skip
-    notes.append(coincidence_note(coincidences(series, ax), f"{'attention' if sub == 'attn' else 'FFN'} s^2"))
+    if ax.get_yscale() == "log" and zeros:
+        notes.append(f"{sub}: s^2 = 0 (a zero-initialised output, or past an overflow) of " + ", ".join(zeros)
+                     + ": triangles at the bottom edge")  # fmt: skip
+    off0, offk = [], []
+    for i, ((init, pos), df) in enumerate(groups):
+        d = df[df["sublayer"] == sub].sort_values("layer")
+        b = d["branch_var"].to_numpy(dtype=np.float64)
+        n = mark_clipped(ax, d["layer"], b, lim, config_style(init, pos, i)["color"])
+        if n and not (b == 0).all():
+            if n == 1 and not (lim[0] <= b[0] <= lim[1]):
+                off0.append(f"{_short(init, pos)} ({b[0]:.2g})")
+            else:
+                offk.append(_short(init, pos))
+    name = "attention" if sub == "attn" else "FFN"
+    if off0:
+        notes.append(f"{sub}: layer-0 s^2 of " + ", ".join(off0)
+                     + " (its input is the embedding) off the axis (triangle)")  # fmt: skip
+    if offk:
+        notes.append(f"{sub}: s^2 of " + ", ".join(offk) + " leaves the axis range (triangles)")
+    notes.append(coincidence_note(coincidences(series, ax), f"{name} s^2"))
     ax.set_xlabel("layer")
-    ax.set_ylabel(f"{'attention' if sub == 'attn' else 'FFN'} branch variance $s^2$")
-    ax.set_title(f"{'Attention' if sub == 'attn' else 'FFN'} branch variance per layer")
-    layers = sorted(variance_layers(series))
-    integer_axis(ax, layers, "x")
+    ax.set_ylabel(f"{name} branch variance $s^2$")
+    cap = name[0].upper() + name[1:]
+    ax.set_title(f"{cap} branch variance per layer" if wide else f"{cap} $s^2$ per layer")
+    integer_axis(ax, variance_layers(series), "x", nbins="auto" if wide else 5)
     return notes
+
+
+def _rank_panel(ax, groups) -> list:
+    """Rank collapse against k: the tokens' mean pairwise cosine similarity (solid, 1:
+    collapsed) and Dong et al.'s residual ratio (dash-dot, 0: collapsed), measured only.
+    Returns the panel's style handles."""
+    vals = []
+    for i, ((init, pos), df) in enumerate(groups):
+        st = config_style(init, pos, i)
+        ax.plot(df["k"], df["cos_sim"], color=st["color"], lw=1.3, gid=f"cos_sim:{init}/{pos}")
+        ax.plot(df["k"], df["res_ratio"], color=st["color"], lw=1.1, ls="-.", gid=f"res_ratio:{init}/{pos}")
+        vals += [df["cos_sim"], df["res_ratio"]]
+    v = finite(pd.concat(vals)) if vals else np.array([])
+    lo, hi = (min(0.0, float(v.min())), max(1.0, float(v.max()))) if v.size else (0.0, 1.0)
+    ax.set_ylim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
+    ax.set_xlabel("residual addition k (0 = embedding)")
+    ax.set_ylabel("token similarity (measured)")
+    ax.set_title("Rank collapse of the tokens")
+    integer_axis(ax, df["k"], "x", nbins=5)
+    return [
+        Line2D([], [], color=NEUTRAL, lw=1.3, label="mean pairwise cosine (1: collapsed)"),
+        Line2D([], [], color=NEUTRAL, lw=1.1, ls="-.", label="residual ratio (0: collapsed)"),
+    ]
 
 
 def variance_layers(series: dict) -> list[int]:
@@ -151,43 +238,84 @@ def variance_layers(series: dict) -> list[int]:
     return list(range(n))
 
 
+def _rows_of(n: int, per_row: int = 3) -> list[int]:
+    """n panels in rows of at most ``per_row``, as even as possible (5 -> 3, 2)."""
+    rows = -(-n // per_row)
+    return [n // rows + (1 if r < n % rows else 0) for r in range(rows)]
+
+
 @styled
 def plot_variance(variance: pd.DataFrame, title: str = "") -> Figure:
-    """Top: stream variance v_k against addition k, one panel per norm position;
-    measured (thick, translucent) with the cumulative law v0 + sum s_j^2 (dashed) and,
-    pre-norm, the closed form v0 + k mean(s^2) (dotted) on top. Bottom: branch variance
-    s^2 per layer, attention and FFN in separate panels. Coinciding curves, clipped
-    points and the law's largest error are named in the notes under the figure."""
+    """Stream variance v_k against addition k, one panel per norm placement present (pre,
+    post, sandwich, reordered, none; rows of up to 3): measured (thick, translucent)
+    with the cumulative law (dashed) and, except post-norm, the scheme's closed form
+    (dotted) on top. Below: branch variance s^2 per layer, attention and FFN apart, and,
+    when variance.csv has them, the rank-collapse measures against k. One colour and
+    marker per configuration (:func:`config_style`), in one legend under the figure.
+    Coinciding curves, clipped points, off-scale configurations (an overflow, or growth
+    past :data:`OFF_SCALE`: drawn, but not in the range) and the law's largest error are
+    named in the notes under the figure."""
     groups = list(variance.groupby(["init", "norm_position"], sort=False))
-    positions = [p for p in ("pre", "post") if (variance["norm_position"] == p).any()]
-    fig = Figure(figsize=(7.0, 6.4), layout="constrained")
-    gs = fig.add_gridspec(3, 2, height_ratios=[1, 1, 0.1])
-    tops = [fig.add_subplot(gs[0, j]) for j in range(len(positions))] if len(positions) == 2 else [
-        fig.add_subplot(gs[0, :])]  # fmt: skip
-    bots = [fig.add_subplot(gs[1, 0]), fig.add_subplot(gs[1, 1])]
+    present = set(variance["norm_position"])
+    positions = [p for p in PLACEMENTS if p in present] + sorted(present - set(PLACEMENTS))
+    rank = {"cos_sim", "res_ratio"} <= set(variance.columns) and bool(variance["cos_sim"].notna().any())
+    off = {}
+    for (init, pos), df in groups:
+        why = off_scale(df, pos)
+        if why:
+            off[(init, pos)] = why
+    law_rows = _rows_of(len(positions))
+    bottom = 2 + rank
+    many = len(groups) > 6
+    one = len(positions) == 1  # the placement is in the panel's title: the legend names schemes
+    labels = {(i, p): (i if one and many else _short(i, p) if many else config_label(i, p))
+              + (" (off scale)" if (i, p) in off else "") for (i, p), _ in groups}  # fmt: skip
+    width = max(len(t) for t in labels.values())
+    ncol = max(2, min(6, int(6.8 / (0.07 * width + 0.6)))) if many else 4
+    key_h = 0.12 + 0.17 * -(-len(groups) // ncol)
+    style_h = 0.12 + 0.17 * (2 if rank else 1)
+    row_h = 2.6 if max(law_rows + [bottom]) == 3 else 2.9
+    n_rows = len(law_rows) + 1
+    fig = Figure(figsize=(FULL_WIDTH, row_h * n_rows + style_h + key_h), layout="constrained")
+    gs = fig.add_gridspec(n_rows + 2, 6, height_ratios=[row_h] * n_rows + [style_h, key_h])
+    tops, j = [], 0
+    for r, n in enumerate(law_rows):
+        w = 6 // n
+        tops += [fig.add_subplot(gs[r, c * w : (c + 1) * w]) for c in range(n)]
+        j += n
+    w = 6 // bottom
+    bots = [fig.add_subplot(gs[n_rows - 1, c * w : (c + 1) * w]) for c in range(bottom)]
     for a in tops + bots:
-        a.tick_params(labelsize=8)
+        a.tick_params(labelsize=FONT)
         a.grid(True, which="major", alpha=0.3)
     notes: list[str] = []
     for ax, pos in zip(tops, positions, strict=True):
-        _, n = _law_panel(ax, groups, pos)
-        notes += n
-        style = [
-            Line2D([], [], color=NEUTRAL, **{**MEASURED_UNDER, "zorder": None}, label="measured"),
-            Line2D([], [], color=NEUTRAL, **{**THEORY, "zorder": None}, label=r"law $v_{k-1} + s_k^2$"
-                   if pos == "post" else r"law $v_0 + \sum_{j\leq k} s_j^2$"),  # fmt: skip
-        ]
-        if pos == "pre":
-            style.append(Line2D([], [], color=NEUTRAL, **{**THEORY_ALT, "zorder": None},
-                                label=r"closed form $v_0 + k\,\overline{s^2}$"))  # fmt: skip
-        ax.legend(handles=style, loc="best")  # the configurations: one legend under the figure
-    for ax, sub in zip(bots, ("attn", "ffn"), strict=True):
-        notes += _branch_panel(ax, groups, sub)
-    handles, _ = bots[0].get_legend_handles_labels()
-    key = fig.add_subplot(gs[2, :])  # a row of its own for the configurations' legend
+        notes += _law_panel(ax, groups, pos, off, narrow=max(law_rows) > 2)
+    style = [Line2D([], [], color=NEUTRAL, **{**MEASURED_UNDER, "zorder": None}, label="measured")]
+    law = r"law $a^2 v_{k-1} + g^2 s_k^2$"
+    law += r" (post-norm: $v_{k-1} + s_k^2$)" if "post" in positions else ""
+    style.append(Line2D([], [], color=NEUTRAL, **{**THEORY, "zorder": None}, label=law))
+    if any(p != "post" for p in positions):
+        style.append(Line2D([], [], color=NEUTRAL, **{**THEORY_ALT, "zorder": None},
+                            label="the scheme's closed form"))  # fmt: skip
+    for ax, sub in zip(bots, ("attn", "ffn"), strict=False):
+        notes += _branch_panel(ax, groups, sub, wide=not rank)
+    if rank:
+        style += _rank_panel(bots[2], groups)
+    handles = []
+    for i, ((init, pos), _) in enumerate(groups):
+        st = config_style(init, pos, i)
+        handles.append(Line2D([], [], color=st["color"], marker=st["marker"], mfc="none", lw=2.0,
+                              label=labels[(init, pos)]))  # fmt: skip
+    # rows of their own for the legends (in a panel they cover data): line styles, configurations
+    skey = fig.add_subplot(gs[n_rows, :])
+    skey.axis("off")
+    skey.legend(handles=style, loc="center", ncol=3 if rank else len(style), handlelength=2.6,
+                columnspacing=1.0, frameon=False)  # fmt: skip
+    key = fig.add_subplot(gs[n_rows + 1, :])
     key.axis("off")
-    key.legend(handles=handles, loc="center", ncol=min(len(handles), 4), handlelength=2.2, columnspacing=1.2,
-               frameon=False)
+    key.legend(handles=handles, loc="center", ncol=min(len(handles), ncol), handlelength=2.0,
+               columnspacing=1.0, frameon=False)  # fmt: skip
     suptitle(fig, title)
     footnote(fig, notes)
     return fig

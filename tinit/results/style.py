@@ -47,6 +47,8 @@ RC = {
 }
 
 #: One colour and one marker per configuration (init recipe, norm position), everywhere.
+#: The four classic configurations keep these; every other one takes its scheme's colour
+#: (:data:`SCHEME_COLORS`) shaded by its placement (:data:`PLACEMENT_SHADE`).
 CONFIG_COLORS = {
     ("naive", "pre"): "#d62728",
     ("scaled", "pre"): "#1f77b4",
@@ -60,6 +62,48 @@ CONFIG_MARKERS = {
     ("scaled", "post"): "v",
 }
 _FALLBACK_MARKERS = ("D", "P", "X", "*")
+#: The norm placements, in the order their panels appear.
+PLACEMENTS = ("pre", "post", "sandwich", "reordered", "none")
+#: One colour per scheme of the catalogue, in its order; naive red and gpt2 blue as the
+#: classic configurations (their post-norm orange and green come from CONFIG_COLORS). The
+#: others avoid red, blue, orange and green, so those four still mean the classic ones.
+SCHEME_COLORS = (
+    "#d62728", "#1f77b4", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79",
+    "#637939", "#8c6d31", "#843c39", "#7b4173", "#5254a3", "#b5cf6b", "#e7969c", "#de9ed6", "#000000",
+)  # fmt: skip
+#: Placement as a shade of the scheme's colour: < 1 darker (mixed with black), > 1 lighter
+#: (mixed with white by the excess); pre-norm is the colour itself.
+PLACEMENT_SHADE = {"pre": 1.0, "post": 0.6, "sandwich": 1.3, "reordered": 0.8, "none": 0.45}
+#: Markers of the placements beyond pre/post (pre and post schemes cycle SCHEME_MARKERS).
+PLACEMENT_MARKERS = {"sandwich": "D", "reordered": "P", "none": "X"}
+SCHEME_MARKERS = ("o", "s", "^", "v", "<", ">", "p", "h", "*", "d")
+
+
+def scheme_index(init: str) -> int | None:
+    """The scheme's place in the catalogue (an alias is its scheme's), None if unknown."""
+    try:
+        from ..model.schemes import CATALOGUE, get_scheme
+
+        name = get_scheme(init).name
+    except (KeyError, ImportError, ValueError):
+        return None
+    order = list(CATALOGUE)
+    return order.index(name) if name in order else None
+
+
+def _classic(init: str) -> str | None:
+    """"naive" or "scaled" for the two classic schemes (gpt2 is scaled), else None."""
+    j = scheme_index(init)
+    return {0: "naive", 1: "scaled"}.get(j) if j is not None else None
+
+
+def _shade(color: str, k: float) -> tuple[float, float, float]:
+    r, g, b = mpl.colors.to_rgb(color)
+    if k <= 1:
+        return (r * k, g * k, b * k)
+    w = min(k - 1, 0.9)
+    return (r + (1 - r) * w, g + (1 - g) * w, b + (1 - b) * w)
+
 
 # Categories that are not configurations take colours the configurations never use, so
 # that red, blue, orange and green always mean a configuration.
@@ -96,16 +140,29 @@ CLIP_MARKERS = {"low": "v", "high": "^"}
 
 
 def config_label(init: str, norm_position: str) -> str:
-    return f"{init} init, {norm_position}-norm"
+    return f"{init} init, " + ("no norm" if norm_position == "none" else f"{norm_position}-norm")
+
+
+def key_rows_height(n: int, ncol: int, row: float = 0.17, pad: float = 0.15) -> float:
+    """Height (inches) of a legend row of ``n`` entries in ``ncol`` columns."""
+    return pad + row * -(-n // max(ncol, 1))
 
 
 def config_style(init: str, norm_position: str, i: int = 0) -> dict:
-    """Colour and marker of a configuration (``i``: its index, for unknown ones)."""
-    key = (init, norm_position)
-    return {
-        "color": CONFIG_COLORS.get(key, f"C{(i + 4) % 10}"),
-        "marker": CONFIG_MARKERS.get(key, _FALLBACK_MARKERS[i % len(_FALLBACK_MARKERS)]),
-    }
+    """Colour and marker of a configuration, the same in every figure: the classic four
+    their own (:data:`CONFIG_COLORS`); any other catalogue scheme its colour, shaded by
+    the placement, with its own marker (sandwich, reordered, none: the placement's); a
+    scheme outside the catalogue (``i``: its index) a tab10 colour."""
+    classic = _classic(init)
+    key = (classic or init, norm_position)
+    if key in CONFIG_COLORS:
+        return {"color": CONFIG_COLORS[key], "marker": CONFIG_MARKERS[key]}
+    j = scheme_index(init)
+    if j is None:
+        return {"color": f"C{(i + 4) % 10}", "marker": _FALLBACK_MARKERS[i % len(_FALLBACK_MARKERS)]}
+    color = _shade(SCHEME_COLORS[j % len(SCHEME_COLORS)], PLACEMENT_SHADE.get(norm_position, 1.0))
+    marker = PLACEMENT_MARKERS.get(norm_position, SCHEME_MARKERS[j % len(SCHEME_MARKERS)])
+    return {"color": mpl.colors.to_hex(color), "marker": marker}
 
 
 def config_color(init: str, norm_position: str, i: int = 0) -> str:
@@ -299,9 +356,11 @@ def nested_marker_size(i: int, base: float = 7.0) -> float:
     return max(base - 1.3 * i, 2.5)
 
 
-def integer_axis(ax, values: Sequence[float], axis: str = "x", log: bool = False) -> None:
+def integer_axis(ax, values: Sequence[float], axis: str = "x", log: bool = False, nbins: int | str = "auto",
+                 ) -> None:  # fmt: skip
     """An axis of whole numbers (depths, layers): ticks at the values when few, else
-    integer ticks; plain labels ("12", never "1.0e1" or "10.0")."""
+    integer ticks (at most ``nbins`` intervals: a narrow panel wants few); plain labels
+    ("12", never "1.0e1" or "10.0")."""
     from matplotlib.ticker import FixedLocator, NullLocator
 
     a = ax.xaxis if axis == "x" else ax.yaxis
@@ -309,12 +368,12 @@ def integer_axis(ax, values: Sequence[float], axis: str = "x", log: bool = False
     if log:
         (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
         a.set_minor_locator(NullLocator())
-    if len(vals) <= 12:
+    if len(vals) <= (12 if nbins == "auto" else nbins + 1):
         a.set_major_locator(FixedLocator(vals))
         a.set_major_formatter(mpl.ticker.FuncFormatter(lambda v, _: f"{int(round(v))}"))
     else:
         if not log:
-            a.set_major_locator(MaxNLocator(integer=True))
+            a.set_major_locator(MaxNLocator(nbins=nbins, integer=True))
         a.set_major_formatter(
             mpl.ticker.FuncFormatter(lambda v, _: f"{int(round(v))}" if v >= 1 else f"{v:g}")
         )
