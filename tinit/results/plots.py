@@ -210,19 +210,27 @@ def _branch_panel(ax, groups, sub: str, wide: bool = True) -> list[str]:
     return notes
 
 
-def _rank_panel(ax, groups) -> list:
+def _rank_panel(ax, groups, notes: list[str]) -> list:
     """Rank collapse against k: the tokens' mean pairwise cosine similarity (solid, 1:
-    collapsed) and Dong et al.'s residual ratio (dash-dot, 0: collapsed), measured only.
-    Returns the panel's style handles."""
-    vals = []
+    collapsed) and Dong et al.'s residual ratio (dash-dot, 0: collapsed), measured only,
+    each configuration with its marker (offset, so coinciding curves stay told apart;
+    they are named in ``notes``). Returns the panel's style handles."""
+    vals, cos, res = [], {}, {}
+    n = len(groups)
     for i, ((init, pos), df) in enumerate(groups):
         st = config_style(init, pos, i)
-        ax.plot(df["k"], df["cos_sim"], color=st["color"], lw=1.3, gid=f"cos_sim:{init}/{pos}")
-        ax.plot(df["k"], df["res_ratio"], color=st["color"], lw=1.1, ls="-.", gid=f"res_ratio:{init}/{pos}")
+        marks = {"marker": st["marker"], "mfc": "none", "ms": nested_marker_size(i),
+                 "markevery": markevery(len(df), i, n)}  # fmt: skip
+        ax.plot(df["k"], df["cos_sim"], color=st["color"], lw=1.3, gid=f"cos_sim:{init}/{pos}", **marks)
+        ax.plot(df["k"], df["res_ratio"], color=st["color"], lw=1.1, ls="-.", gid=f"res_ratio:{init}/{pos}",
+                **marks)  # fmt: skip
         vals += [df["cos_sim"], df["res_ratio"]]
+        cos[f"{init}/{pos}"], res[f"{init}/{pos}"] = df["cos_sim"].to_numpy(), df["res_ratio"].to_numpy()
     v = finite(pd.concat(vals)) if vals else np.array([])
     lo, hi = (min(0.0, float(v.min())), max(1.0, float(v.max()))) if v.size else (0.0, 1.0)
     ax.set_ylim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
+    notes.append(coincidence_note(coincidences(cos, ax), "cosine"))
+    notes.append(coincidence_note(coincidences(res, ax), "residual ratio"))
     ax.set_xlabel("residual addition k (0 = embedding)")
     ax.set_ylabel("token similarity (measured)")
     ax.set_title("Rank collapse of the tokens")
@@ -301,7 +309,7 @@ def plot_variance(variance: pd.DataFrame, title: str = "") -> Figure:
     for ax, sub in zip(bots, ("attn", "ffn"), strict=False):
         notes += _branch_panel(ax, groups, sub, wide=not rank)
     if rank:
-        style += _rank_panel(bots[2], groups)
+        style += _rank_panel(bots[2], groups, notes)
     handles = []
     for i, ((init, pos), _) in enumerate(groups):
         st = config_style(init, pos, i)
