@@ -107,7 +107,9 @@ VALID = {
     "--rows": ["4,8"],
     "--reference-total": ["1e6"],
 }
-RUNS = {"grad-norms": 2, "depth-sweep": 2, "attention-scale": 2, "params": 2, "norms": 1, "check": 1, "train": 1}
+RUNS = {
+    "grad-norms": 2, "depth-sweep": 2, "attention-scale": 2, "params": 2, "norms": 1, "check": 1, "train": 1,
+}  # fmt: skip
 
 
 def _takes(command: str) -> list[str]:

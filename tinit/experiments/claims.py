@@ -308,4 +308,7 @@ def run_claims(
     if result.complete:
         params = {n: int(runs.iloc[i * claims.seeds]["params"]) for i, n in enumerate(names)}
         result.frames["claims"] = evaluate_claims(runs, names, claims.seeds, data.floor, claims, params)
+        # a one-configuration claim ("pre-norm trains") has no second configuration b
+        no_b = {c: (lambda df: df["b"].isna() | (df["b"] == "")) for c in ("b_se",)}
+        result.not_applicable["claims"] = no_b
     return result

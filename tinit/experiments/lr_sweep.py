@@ -135,4 +135,6 @@ def run_lr_sweep(
     optima = lr_optima(result["summary"])
     result.frames["lr_optimum"] = optima
     result.frames["lr_drift"] = lr_drift(optima)
+    # a line through two depths has no standard error (it needs three points)
+    result.not_applicable["lr_drift"] = {"slope_se": lambda df: df["depths"].astype(str).str.count(",") < 2}
     return result

@@ -451,7 +451,7 @@ def run_specs(
         if train.probe_points == 0:  # none asked for: no empty CSV (and the plots still get written)
             del frames["variance_during_training"]
         meta["complete_runs"] = len(records)
-        return ExperimentResult(frames, meta, complete, error)
+        return ExperimentResult(frames, meta, complete, error, not_applicable(train, device))
 
     for i, spec in enumerate(specs):
         if spec.model.vocab_size < data.vocab:
@@ -497,6 +497,30 @@ def grid_specs(
         for warmup in warmups
         for seed in seeds
     ]
+
+
+def not_applicable(train: TrainConfig, device: torch.device) -> dict:
+    """The cells the training frames leave empty by design (see
+    :attr:`ExperimentResult.not_applicable`): the step-0 row has no lr, train loss or
+    gradient yet; the held-out loss exists only every ``eval_every`` steps and at the
+    last (not after a divergence, whose row says so); the embedding (k = 0) has no
+    branch; MFU is known only on a GPU whose peak tinit knows; a standard error needs
+    two seeds. Any other NaN (a loss that became NaN) is written ``nan`` and flagged."""
+
+    def init_row(df):
+        return df["status"] == "init"
+
+    def no_eval(df):
+        evaluated = (df["step"] % train.eval_every == 0) | (df["step"] == train.steps)
+        return ~evaluated | (df["status"] == "diverged")
+
+    no_mfu = device.type != "cuda"
+    return {
+        "train": {"lr": init_row, "train_loss": init_row, "grad_norm": init_row, "eval_loss": no_eval},
+        "variance_during_training": dict.fromkeys(("branch_var", "cross_corr"), lambda df: df["k"] == 0),
+        "runs": {"mfu": no_mfu},
+        "summary": {"mfu": no_mfu, "final_eval_loss_se": lambda df: df["seeds"] < 2},
+    }
 
 
 def run_train(

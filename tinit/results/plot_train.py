@@ -15,6 +15,7 @@ from matplotlib.lines import Line2D
 from rich.table import Table
 
 from .plots import new_figure, wants_log
+from .style import config_style
 from .tables import fmt, summary_table
 
 #: Columns that, with the seed, name a configuration of a training grid.
@@ -66,6 +67,14 @@ def _floor(ax, floor: float | None, vertical: bool = False) -> None:
         line(floor, color="k", ls="--", lw=1.2, label=f"entropy floor H = {floor:.3f} nats")
 
 
+def _color(row, keys, i: int):
+    """The configuration's colour of every tinit figure (naive/pre red, scaled/pre blue,
+    ...) when the groups differ only by scheme and placement; else the i-th of tab10."""
+    if keys and set(keys) <= {"init", "norm_position"}:
+        return config_style(str(row["init"]), str(row["norm_position"]), i)["color"]
+    return f"C{i % 10}"
+
+
 def plot_loss_curves(train: pd.DataFrame, floor: float | None, title: str = "") -> Figure:
     """Held-out loss (markers, solid) and training loss (thin) against step, one colour
     per configuration, one line per seed; a cross where a run diverged. With an entropy
@@ -77,7 +86,7 @@ def plot_loss_curves(train: pd.DataFrame, floor: float | None, title: str = "") 
     keys = varying_columns(train)
     groups = list(train.groupby(keys, sort=False)) if keys else [((), train)]
     for i, (_, g) in enumerate(groups):
-        c = f"C{i % 10}"
+        c = _color(g.iloc[0], keys, i)
         label = config_name(g.iloc[0], keys)
         for j, (_, s) in enumerate(g.groupby("seed", sort=True)):
             tr = s[s["step"] > 0]
@@ -113,7 +122,7 @@ def plot_loss_curves(train: pd.DataFrame, floor: float | None, title: str = "") 
         bx = axes[1]
         bx.set_yscale("log")
         bx.set_xlabel("optimizer step")
-        bx.set_ylabel("held-out loss above the floor, loss - H (nats)")
+        bx.set_ylabel("held-out loss - H (nats)")
         bx.set_title("Distance to the entropy floor (log scale)")
         bx.grid(True, which="both", alpha=0.3)
     if title:
@@ -229,6 +238,7 @@ def plot_lr_sweep(
         sub = ""
         if len(fit) and np.isfinite(fit["slope"].iloc[0]):
             s, se = fit["slope"].iloc[0], fit["slope_se"].iloc[0]
+            s = round(float(s), 2) + 0.0  # never "-0.00"
             sub = f"\nd log2 lr* / d log2 L = {s:+.2f}" + (f" ± {se:.2f}" if np.isfinite(se) else "")
         ax.set_title(f"{init}, {pos}-norm, warmup {w}{sub}", fontsize=9)
         ax.set_xlabel("log2 peak learning rate")
