@@ -4,6 +4,7 @@ on losses built by hand, and the three training commands end to end at tiny size
 (run folder, files, one-line errors)."""
 
 import json
+import re
 import math
 
 import numpy as np
@@ -180,6 +181,9 @@ def test_train_command_writes_its_run_folder(tmp_path):
     assert (out / "variance_during_training.png").is_file()
     config = json.loads((out / "config.json").read_text())
     assert config["data"]["source"] == "markov" and config["entropy_floor"] > 0
+    # a run that trained normally: every empty cell is a declared not-applicable one, no nan
+    assert config["non_finite_total"] == 0, config["non_finite"]
+    assert not re.search(r"(^|,)nan(,|$)", (out / "train.csv").read_text(), re.M)
 
 
 def test_lr_sweep_and_claims_commands(tmp_path):
