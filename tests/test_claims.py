@@ -4,8 +4,8 @@ on losses built by hand, and the three training commands end to end at tiny size
 (run folder, files, one-line errors)."""
 
 import json
-import re
 import math
+import re
 
 import numpy as np
 import pandas as pd
