@@ -279,7 +279,11 @@ def plot_variance(variance: pd.DataFrame, title: str = "") -> Figure:
     labels = {(i, p): (i if one and many else _short(i, p) if many else config_label(i, p))
               + (" (off scale)" if (i, p) in off else "") for (i, p), _ in groups}  # fmt: skip
     width = max(len(t) for t in labels.values())
-    ncol = max(2, min(6, int(6.8 / (0.07 * width + 0.6)))) if many else 4
+    # as many columns as fit in the figure's width (inches a character, 0.6 in a handle)
+    if many:
+        ncol = max(2, min(6, int(6.8 / (0.07 * width + 0.6))))
+    else:
+        ncol = max(1, min(4, int(6.8 / (0.05 * width + 0.6))))
     key_h = 0.12 + 0.17 * -(-len(groups) // ncol)
     style_h = 0.12 + 0.17 * (2 if rank else 1)
     row_h = 2.6 if max(law_rows + [bottom]) == 3 else 2.9
