@@ -10,7 +10,7 @@ README = (ROOT / "README.md").read_text()
 
 def test_quick_start_commands_present_and_ci_runs_the_test_command():
     assert "pip install torch==2.13.0 -e . && tinit variance --layers 80" in README
-    test_cmd = 'pip install torch==2.13.0 -e ".[dev,hf,slurm]" && pytest'
+    test_cmd = 'pip install torch==2.13.0 -e ".[dev,hf,slurm]" && pytest -n 2 --dist loadfile'
     assert test_cmd in README
     assert test_cmd in (ROOT / ".ci" / "run").read_text()
 
