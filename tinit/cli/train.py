@@ -254,6 +254,17 @@ def _setup(opts: SharedOptions, topts: dict, layers: str, lrs: list[float], warm
     return depths, data, model, init, run, train
 
 
+def _grid(opts: SharedOptions, topts: dict, layers: str, lr: str, warmup: str, seeds: int):
+    """The arguments of run_train / run_lr_sweep before ``progress`` (model, init, run,
+    training config, data, schemes, norm positions, depths, seeds, lrs, warmups), the
+    data and the runs' title."""
+    lrs, warmups = _floats(lr, "--lr"), _ints(warmup, "--warmup")
+    depths, data, model, init, run, tcfg = _setup(opts, topts, layers, lrs, warmups, seeds=seeds)
+    seed_list = list(range(opts.seed, opts.seed + seeds))
+    grid = (model, init, run, tcfg, data, opts.inits, opts.norm_positions, depths, seed_list, lrs, warmups)
+    return grid, data, _describe(opts, model, data, tcfg)
+
+
 def _describe(opts: SharedOptions, model, data, train: "TrainConfig") -> str:
     src = data.info.get("source")
     return (
@@ -309,27 +320,11 @@ def train(
     from ..results.plot_train import plot_final_vs_depth, plot_loss_curves, train_table
     from .runner import Outputs, execute
 
-    lrs, warmups = _floats(lr, "--lr"), _ints(warmup, "--warmup")
-    depths, data, model, init, run, tcfg = _setup(opts, topts, layers, lrs, warmups, seeds=seeds)
-    seed_list = list(range(opts.seed, opts.seed + seeds))
-    title = _describe(opts, model, data, tcfg)
+    grid, data, title = _grid(opts, topts, layers, lr, warmup, seeds)
     execute(
         "train",
         opts,
-        lambda progress: run_train(
-            model,
-            init,
-            run,
-            tcfg,
-            data,
-            opts.inits,
-            opts.norm_positions,
-            depths,
-            seed_list,
-            lrs,
-            warmups,
-            progress,
-        ),
+        lambda progress: run_train(*grid, progress),
         Outputs(
             figures=lambda r: {
                 "loss_curves": plot_loss_curves(r["train"], data.floor, title),
@@ -366,27 +361,11 @@ def lr_sweep(
     from ..results.plot_train import plot_loss_curves, plot_lr_sweep, train_table
     from .runner import Outputs, execute
 
-    lrs, warmups = _floats(lr, "--lr"), _ints(warmup, "--warmup")
-    depths, data, model, init, run, tcfg = _setup(opts, topts, layers, lrs, warmups, seeds=seeds)
-    seed_list = list(range(opts.seed, opts.seed + seeds))
-    title = _describe(opts, model, data, tcfg)
+    grid, data, title = _grid(opts, topts, layers, lr, warmup, seeds)
     execute(
         "lr-sweep",
         opts,
-        lambda progress: run_lr_sweep(
-            model,
-            init,
-            run,
-            tcfg,
-            data,
-            opts.inits,
-            opts.norm_positions,
-            depths,
-            seed_list,
-            lrs,
-            warmups,
-            progress,
-        ),
+        lambda progress: run_lr_sweep(*grid, progress),
         Outputs(
             figures=lambda r: {
                 "lr_sweep": plot_lr_sweep(r["summary"], r["lr_optimum"], r["lr_drift"], data.floor, title),
