@@ -129,9 +129,9 @@ def test_a_table_column_has_one_number_format():
 
     # all within 0.01 .. 10^4: plain, 4 significant digits
     assert fmt_column([0.5, 1.0, 9999.0, float("nan")]) == ["0.5", "1", "9999", "-"]
-    # one value needs an exponent, so every value gets one (the same 4 significant digits)
-    assert fmt_column([5.94e-4, 0.99445, 1.0, 0.0]) == ["5.940e-4", "9.944e-1", "1.000e0", "0"]
-    assert fmt_column([65536.0, 2.62144e8]) == ["6.554e4", "2.621e8"]  # never 6.554e+04 beside 2.62e8
+    # one value needs an exponent, so every value gets one (3 significant digits: as narrow as plain)
+    assert fmt_column([5.94e-4, 0.99445, 1.0, 0.0]) == ["5.94e-4", "9.94e-1", "1.00e0", "0"]
+    assert fmt_column([65536.0, 2.62144e8]) == ["6.55e4", "2.62e8"]  # never 6.554e+04 beside 2.62e8
 
 
 def test_cost_line_breaks_between_values_only():
@@ -158,3 +158,27 @@ def test_tinit_alone_prints_the_help_and_exits_0(monkeypatch):
     alone = CliRunner().invoke(app, [])
     assert alone.exit_code == 0
     assert alone.stdout == _help([], monkeypatch) and "Error" not in alone.output
+
+
+def test_variance_summary_fits_80_columns_without_cutting_a_number():
+    """The summary table of the README's main job, with numbers spanning decades as they
+    do there (v_2L 3.3e-3 beside 0.79 and 1.0), renders at 80 columns with every cell
+    whole: rich cuts a cell that does not fit with '…', which would hide digits."""
+    import pandas as pd
+    from rich.console import Console
+
+    from tinit.results.tables import variance_table
+
+    rows = []
+    for init, pos, v, s2 in (("naive", "pre", 0.7937, 5.14e-3), ("scaled", "pre", 3.305e-3, 1.89e-5),
+                             ("naive", "post", 1.001, 7.82e-4), ("scaled", "post", 1.0, 3.95e-6)):
+        rows.append({"init": init, "norm_position": pos, "v0": 3.97e-4, "branch_var_mean": s2,
+                     "v_final": v, "pred_closed_final": v * 1.036, "rel_err_closed": -0.0352,
+                     "pred_cumulative_final": v * 1.036, "rel_err_cumulative": -0.0352,
+                     "max_abs_cross_corr": 0.0763})  # fmt: skip
+    console = Console(width=80, record=True, color_system=None)
+    console.print(variance_table(pd.DataFrame(rows), "Residual-stream variance (L=80, d=256, heads=4, ...)"))
+    text = console.export_text()
+    assert "…" not in text, text
+    assert all(len(line) <= 80 for line in text.splitlines())
+    assert "7.94e-1" in text and "3.31e-3" in text  # one exponent format in the column

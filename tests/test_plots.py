@@ -256,7 +256,7 @@ def test_check_table_states_criteria_and_explains_a_pass_with_a_large_error():
     ])  # fmt: skip
     out = _render(check_table(check, "t"))
     assert "+137.93%†" in out and "branch paths" in out and "exact" in out
-    assert "6.554e4" in out and "2.621e8" in out and "e+" not in out  # one exponent format
+    assert "6.55e4" in out and "2.62e8" in out and "e+" not in out  # one exponent format a column
 
 
 def test_fmt_one_exponent_style():

@@ -23,9 +23,10 @@ def _plain(x: float, digits: int) -> bool:
 
 
 def _sci(x: float, digits: int) -> str:
+    """``digits`` significant digits with a short exponent (6.554e4, never 6.554e+04)."""
     if x == 0 or not math.isfinite(x):
         return f"{x:g}"
-    mantissa, exp = f"{x:.{max(digits - 1, 0)}e}".split("e")  # as many significant digits as plain
+    mantissa, exp = f"{x:.{max(digits - 1, 0)}e}".split("e")
     return f"{mantissa}e{int(exp)}"
 
 
@@ -39,13 +40,14 @@ def fmt(x: float, digits: int = 4) -> str:
 
 def fmt_column(values: Iterable[float], digits: int = 4) -> list[str]:
     """One format for a whole table column: every value as :func:`fmt` would print it
-    without an exponent when all of them fit that, else every one with an exponent
-    (so a column never mixes 0.9944 and 5.94e-4)."""
+    without an exponent when all of them fit that, else every one with an exponent and
+    one significant digit less (so a column never mixes 0.9944 and 5.94e-4, and an
+    exponent column stays as narrow as a plain one: a summary table fits 80 columns)."""
     values = list(values)
     present = [float(x) for x in values if not _missing(x)]
     if all(_plain(x, digits) for x in present):
         return [fmt(x, digits) for x in values]
-    return ["-" if _missing(x) else _sci(float(x), digits) for x in values]
+    return ["-" if _missing(x) else _sci(float(x), digits - 1) for x in values]
 
 
 def pct(x: float) -> str:
@@ -134,8 +136,10 @@ def cost_line(meta: dict, width: int | None = None) -> str | None:
 
         width = Console().width
     lines, line = [], pieces[0][0]
-    for text, sep in pieces[1:]:
-        if len(line) + len(sep) + len(text) <= width:
+    for i, (text, sep) in enumerate(pieces[1:], start=1):
+        # a line that breaks after this piece ends with the next separator (";"): count it
+        tail = len(pieces[i + 1][1].rstrip()) if i + 1 < len(pieces) else 0
+        if len(line) + len(sep) + len(text) + tail <= width:
             line += sep + text
         else:
             lines.append(line + sep.rstrip())
