@@ -283,7 +283,7 @@ def plot_variance(variance: pd.DataFrame, title: str = "") -> Figure:
     if many:
         ncol = max(2, min(6, int(6.8 / (0.07 * width + 0.6))))
     else:
-        ncol = max(1, min(4, int(6.8 / (0.05 * width + 0.6))))
+        ncol = max(1, min(4, int(6.9 / (0.05 * width + 0.6))))
     key_h = 0.12 + 0.17 * -(-len(groups) // ncol)
     style_h = 0.12 + 0.17 * (2 if rank else 1)
     row_h = 2.6 if max(law_rows + [bottom]) == 3 else 2.9
