@@ -58,6 +58,7 @@ from .common import (
 from .grad_norms import stream_frame
 from .grad_norms import summarize as grad_summarize
 from .probes import VarianceProbe
+from .variance import NOT_APPLICABLE as VARIANCE_NOT_APPLICABLE
 from .variance import SUMMARY_COLUMNS, VARIANCE_COLUMNS, add_theory, summarize
 
 WEIGHT_COLUMNS = [
@@ -88,6 +89,20 @@ GAUSSIAN = ("embed", "pos", "q", "k", "v", "qkv", "o", "gate", "up", "down", "he
 #: audit role -> the recipe table's role
 RECIPE_ROLE = {"qkv": "q"}
 AS_BUILT = "as-built"
+
+
+def _not_std(df: pd.DataFrame):
+    return df["expected_kind"] != "std"
+
+
+#: Cells with no value by design (written empty; any other NaN is written ``nan``): a
+#: constant (norm gain, bias) has a value to match, not a std, so no z-scores; a
+#: parameter whose role cannot be told has no expectation; and the variance frames'.
+AUDIT_NOT_APPLICABLE = {
+    "weights": {"z_std": _not_std, "z_mean": _not_std, "expected": lambda df: df["expected_kind"].isna()},
+    "weight_groups": {"max_abs_z": lambda df: ~df["role"].isin(GAUSSIAN)},
+    **VARIANCE_NOT_APPLICABLE,
+}
 
 
 @dataclass(frozen=True)
@@ -478,7 +493,7 @@ def run_audit(
             out["stream_grads"] = cat(stream_frames, STREAM_COLUMNS)
             out["grad_summary"] = pd.DataFrame(grad_summaries, columns=GRAD_SUMMARY_COLUMNS)
         meter.record(meta)
-        return ExperimentResult(out, meta, complete, error)
+        return ExperimentResult(out, meta, complete, error, AUDIT_NOT_APPLICABLE)
 
     for label, net in configs:
         labels = {"init": label, "norm_position": sites.norm_position, "n_layers": L, "seed": seed}

@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 from rich.table import Table
 
 from .plots import new_figure, wants_log
+from .style import styled, suptitle
 from .tables import fmt, summary_table
 
 #: Verdicts that fail the audit (kept in step with tinit.experiments.audit.DEVIATING).
@@ -69,13 +70,14 @@ def weights_table(groups: pd.DataFrame, title: str) -> Table:
     return t
 
 
+@styled
 def plot_weight_stds(weights: pd.DataFrame, title: str = "") -> Figure:
     """Measured std / expected std per layer for each Gaussian role (1 = as expected);
     parameters whose verdict is not ok ringed in red. Log scale when the ratios span
     more than 30x; a zero matrix (ratio 0) is then drawn on the bottom edge."""
     from matplotlib.ticker import MaxNLocator
 
-    fig, (ax,) = new_figure(width=7.0)
+    fig, (ax,) = new_figure(row_height=3.8)
     d = weights[(weights["expected_kind"] == "std") & (weights["expected"] > 0)]
     d = d.assign(ratio=d["std"] / d["expected"])
     log = wants_log(d["ratio"], ratio=30)
@@ -98,8 +100,7 @@ def plot_weight_stds(weights: pd.DataFrame, title: str = "") -> Figure:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="best", ncol=2)
-    if title:
-        fig.suptitle(title)
+    suptitle(fig, title)
     return fig
 
 

@@ -20,6 +20,7 @@ here, so the same configuration looks the same in every figure:
 from __future__ import annotations
 
 import functools
+import textwrap
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 
@@ -404,4 +405,6 @@ def suptitle(fig: Figure, title: str) -> None:
         else:
             line = cand
     lines.append(line)
+    # a single setting longer than the figure (a long command line) breaks at its spaces
+    lines = [w for ln in lines for w in (textwrap.wrap(ln, width) if len(ln) > width else [ln])]
     fig.suptitle("\n".join(lines))
