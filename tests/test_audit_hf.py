@@ -223,6 +223,8 @@ def test_readme_gpt2_example_through_the_cli(tmp_path):
     ok = runner.invoke(app, [*base, "--expect", "gpt2", "-o", str(tmp_path / "ok")])
     assert ok.exit_code == 0, ok.output
     assert "PASS: all 148 parameters" in ok.stdout
+    # a healthy model's audit flags nothing: every empty cell is a declared not-applicable one
+    assert json.loads((tmp_path / "ok" / "config.json").read_text())["non_finite_total"] == 0
     bad = runner.invoke(app, [*base, "--expect", "naive", "-q", "-o", str(tmp_path / "bad")])
     assert bad.exit_code == 3, bad.output
     w = pd.read_csv(tmp_path / "bad" / "weights.csv")
