@@ -139,3 +139,21 @@ def test_readme_catalogue_table_is_the_data():
     assert "`inits.csv` columns: `" + ", ".join(INITS_COLUMNS) + "`" in flat
     assert "`std_drawn`" in readme and "`init_stds.csv`" in readme
     assert "--init-file" in readme and "[roles]" in readme and "| `sandwich` |" in readme
+
+
+@pytest.mark.parametrize("command", ["variance", "grad-norms", "depth-sweep"])
+def test_every_scheme_writes_no_nan_in_a_healthy_run(tmp_path, command):
+    """A run of every scheme at a healthy shape flags no value: the cells some schemes
+    leave empty by design (a zero-initialised output's correlation, ReZero's W_down
+    gradient ratio, the normalised stream of placements other than post) are declared
+    not applicable, so a `nan` in a CSV always means a measurement that went wrong."""
+    import json
+
+    shape = ["--d-model", "32", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]
+    extra = {"variance": ["--layers", "2"], "grad-norms": ["--layers", "2"],
+             "depth-sweep": ["--layers", "1,2", "--seeds", "1"]}[command]  # fmt: skip
+    out = tmp_path / "run"
+    res = runner.invoke(app, [command, "--init", "all", *shape, *extra, "-q", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "config.json").read_text())
+    assert doc["non_finite_total"] == 0, doc["non_finite"]

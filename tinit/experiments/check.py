@@ -514,6 +514,7 @@ NOT_APPLICABLE = {
     "check": {"rel_err": lambda df: df["theory"] == 0},
     "variance": {"branch_var": _k0, "cross_corr": _k0, "cov": _k0, "cov_se": _k0, "cov_z": _k0,
                  "stream_var_normed": True},
+    "stream_grads": {"branch_back_gain": _k0, "grad_cross_corr": _k0},
     "params_summary": PARAMS_NOT_APPLICABLE,
     "attention_scale": ATTENTION_NOT_APPLICABLE["attention_scale"],
 }  # fmt: skip

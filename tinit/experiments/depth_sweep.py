@@ -505,18 +505,42 @@ def not_applicable(grad_ratio: bool) -> dict:
     def under_three(df):
         return df["n_points"] < 3
 
+    def flat(df):
+        return df["diff_max_min"] == 0
+
+    def zero_branches(df):  # W_O and W_down exactly 0 (zero-out, nanochat): no branch to measure
+        return df["init"].map(_zero_outputs).astype(bool)
+
+    def no_grad_ratio(df):  # a branch gain of 0 (ReZero): W_down receives no gradient at init
+        return df["init"].map(_zero_gain).astype(bool) | (not grad_ratio)
+
     summary = {f"{q}_se": one_seed for q in SUMMARY_QUANTITIES}
     fit = {
         "slope_se": under_three, "intercept_se": under_three, "slope_se_seeds": one_seed,
-        "slope_z": lambda df: one_depth(df) | (one_seed(df) & under_three(df)),
+        # z and r2 of a line through identical values (zero-out's v_2L = v0 at every depth,
+        # the same in every seed) are 0/0
+        "slope_z": lambda df: one_depth(df) | (one_seed(df) & under_three(df)) | flat(df),
         "v_final_min_se": one_seed, "v_final_max_se": one_seed, "ratio_max_min_se": one_seed,
-        "diff_se": one_seed, **dict.fromkeys(("slope", "intercept", "r2", "theory_slope",
-                                              "theory_intercept"), one_depth),
+        "diff_se": one_seed, "transfer_ratio_se": one_seed,
+        **dict.fromkeys(("slope", "intercept", "theory_slope", "theory_intercept"), one_depth),
+        "r2": lambda df: one_depth(df) | flat(df),
+        "theory_branch_var": zero_branches,
     }  # fmt: skip
-    if not grad_ratio:
-        summary["grad_ratio_mean"] = summary["grad_ratio_se"] = True
-    sweep = {"grad_ratio": not grad_ratio}
+    summary["grad_ratio_mean"] = no_grad_ratio
+    summary["grad_ratio_se"] = lambda df: no_grad_ratio(df) | one_seed(df)
+    sweep = {"grad_ratio": no_grad_ratio,
+             **dict.fromkeys(("max_abs_cross_corr", "s2_ref_attn", "s2_ref_ffn"), zero_branches)}
     return {"depth_sweep": sweep, "depth_sweep_summary": summary, "depth_sweep_fit": fit}
+
+
+def _zero_outputs(recipe: str) -> bool:
+    s = get_scheme(recipe)
+    return s.rule("o").dist == "zero" and s.rule("down").dist == "zero"
+
+
+def _zero_gain(recipe: str) -> bool:
+    f = get_scheme(recipe).branch_mult
+    return not f.names and f() == 0
 
 
 def depth_sweep_point(

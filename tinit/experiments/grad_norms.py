@@ -384,6 +384,33 @@ def require_gradients(model: ModelConfig, run: RunConfig) -> None:
         )
 
 
+def not_applicable(model: ModelConfig, grads: pd.DataFrame) -> dict:
+    """Cells with no value by design (written empty; any other NaN is written ``nan``):
+    the embedding (k = 0) has no branch, so no branch backward gain or correlation; a
+    branch that passes no gradient back (ReZero's gain 0, a zero-initialised output)
+    has no correlation either; Gaussian branches have no W_O or W_down, and a
+    configuration whose W_O and W_down receive no gradient at all (ReZero) has no ratio
+    of their norms."""
+    wo = grads[grads["tensor"].isin(("o", "down"))]
+    dead = {key for key, g in wo.groupby(["init", "norm_position"]) if (g["grad_norm"] == 0).all()}
+
+    def no_tensor_grads(df):
+        gaussian = model.branch == "gaussian"
+        return pd.Series([gaussian or (i, p) in dead for i, p in zip(df["init"], df["norm_position"],
+                                                                          strict=True)], index=df.index)
+
+    def embedding(df):
+        return df["k"] == 0
+
+    return {
+        "stream_grads": {
+            "branch_back_gain": embedding,
+            "grad_cross_corr": lambda df: embedding(df) | (df["branch_back_gain"] == 0),
+        },
+        "summary": dict.fromkeys(TENSOR_STAT_COLUMNS, no_tensor_grads),
+    }
+
+
 def run_grad_norms(
     model: ModelConfig | None = None,
     init: InitConfig | None = None,
@@ -434,9 +461,7 @@ def run_grad_norms(
             "stream_grads": cat(stream_frames, STREAM_COLUMNS),
             "summary": pd.DataFrame(summaries, columns=SUMMARY_COLUMNS),
         }
-        # Gaussian branches have no W_O or W_down: their statistics do not apply
-        na = {"summary": dict.fromkeys(TENSOR_STAT_COLUMNS, model.branch == "gaussian")}
-        return ExperimentResult(frames, meta, complete, error, na)
+        return ExperimentResult(frames, meta, complete, error, not_applicable(model, frames["grad_norms"]))
 
     for recipe, norm_position in configs:
         cfg, ini = configure(model, init, run, recipe, norm_position)

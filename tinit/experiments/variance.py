@@ -54,19 +54,33 @@ def _is_embedding(df: pd.DataFrame):
     return df["k"] == 0
 
 
-def _pre_norm(df: pd.DataFrame):
-    return df["norm_position"] == "pre"
+def _not_post_norm(df: pd.DataFrame):
+    return df["norm_position"] != "post"
+
+
+def _zero_branch(df: pd.DataFrame):
+    return df["branch_var"] == 0
+
+
+def _zero_branches(df: pd.DataFrame):
+    return df["branch_var_mean"] == 0
 
 
 #: Cells with no value by design (written empty; any other NaN is written ``nan``):
-#: the embedding (k = 0) has no branch; only post-norm has a normalised stream.
+#: the embedding (k = 0) has no branch; only post-norm has a normalised stream (the
+#: other placements' stream is the sum itself); a branch that is exactly zero (a
+#: zero-initialised output: zero-out, nanochat) has no correlation with the stream and
+#: no reference variance.
 NOT_APPLICABLE = {
     "variance": {
         "branch_var": _is_embedding,
-        "cross_corr": _is_embedding,
-        "stream_var_normed": lambda df: _pre_norm(df) | _is_embedding(df),
+        "cross_corr": lambda df: _is_embedding(df) | _zero_branch(df),
+        "stream_var_normed": lambda df: _not_post_norm(df) | _is_embedding(df),
     },
-    "summary": {"v_final_normed": _pre_norm},
+    "summary": {
+        "v_final_normed": _not_post_norm,
+        **dict.fromkeys(("max_abs_cross_corr", "s2_ref_attn", "s2_ref_ffn"), _zero_branches),
+    },
 }
 
 
