@@ -288,7 +288,7 @@ def stream_frame(
     n_add = len(sq) - 1
     k = np.arange(n_add + 1)
     rms = np.sqrt(sq / count)
-    with np.errstate(divide="ignore", invalid="ignore"):  # a vanished gradient: nan, flagged
+    with np.errstate(all="ignore"):  # a vanished or overflowing gradient: nan / inf, flagged
         rel = rms / rms[-1]
     a = np.ones(n_add) if stream_mult is None else np.asarray(stream_mult, dtype=np.float64)
     if norm_position != "post":
@@ -302,11 +302,11 @@ def stream_frame(
     b, corr, full = nan.copy(), nan.copy(), nan.copy()
     if paths is not None:
         rr, ww, cross = paths[0, 1:], paths[1, 1:], paths[2, 1:]
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(all="ignore"):  # overflow or 0/0: inf / nan, flagged in the CSV
             b[1:] = rr / ww
             corr[1:] = cross / np.sqrt(a**2 * ww * rr)
             step = np.sqrt(a**2 + b[1:]) * norm_gain
-        full = np.concatenate([np.cumprod(step[::-1])[::-1], [1.0]])
+            full = np.concatenate([np.cumprod(step[::-1])[::-1], [1.0]])
     return pd.DataFrame(
         {
             "k": k,

@@ -15,6 +15,7 @@ import torch
 
 from .. import theory
 from ..model.config import InitConfig, ModelConfig, RunConfig
+from ..model.schemes import get_scheme, known
 from ..model.transformer import Transformer
 from .common import (
     RUN_FAILURES,
@@ -66,6 +67,11 @@ def _zero_branches(df: pd.DataFrame):
     return df["branch_var_mean"] == 0
 
 
+def _no_closed_form(df: pd.DataFrame):
+    """A user's scheme (--init-file) that declares no depth factor has no closed form."""
+    return df["init"].map(lambda name: known(name) and get_scheme(name).depth_factor is None).astype(bool)
+
+
 #: Cells with no value by design (written empty; any other NaN is written ``nan``):
 #: the embedding (k = 0) has no branch; only post-norm has a normalised stream (the
 #: other placements' stream is the sum itself); a branch that is exactly zero (a
@@ -75,11 +81,14 @@ NOT_APPLICABLE = {
     "variance": {
         "branch_var": _is_embedding,
         "cross_corr": lambda df: _is_embedding(df) | _zero_branch(df),
+        "pred_closed": lambda df: _no_closed_form(df) & ~_is_embedding(df),
         "stream_var_normed": lambda df: _not_post_norm(df) | _is_embedding(df),
     },
     "summary": {
         "v_final_normed": _not_post_norm,
-        **dict.fromkeys(("max_abs_cross_corr", "s2_ref_attn", "s2_ref_ffn"), _zero_branches),
+        "max_abs_cross_corr": _zero_branches,
+        **dict.fromkeys(("s2_ref_attn", "s2_ref_ffn"), lambda df: _zero_branches(df) | _no_closed_form(df)),
+        **dict.fromkeys(("pred_closed_final", "rel_err_closed"), _no_closed_form),
     },
 }
 

@@ -56,7 +56,11 @@ def _errorbars(ax, x, y, se, init: str, pos: str, i: int, label: str | None = No
     """Mean over seeds with one-standard-error bars: thick, translucent, the configuration's
     colour and (nested) marker, so a theory line on top and coinciding configurations stay visible."""
     st = config_style(init, pos, i)
-    se = np.nan_to_num(np.asarray(se, dtype=np.float64), nan=0.0)
+    y = np.asarray(y, dtype=np.float64)
+    # a standard error that overflowed (inf - inf) is not drawn; a value that did is not either
+    se = np.asarray(se, dtype=np.float64)
+    se = np.where(np.isfinite(se) & np.isfinite(y) & (np.abs(se) < 1e300), se, 0.0)
+    y = np.where(np.isfinite(y), y, np.nan)
     ax.errorbar(x, y, yerr=se, color=st["color"], marker=st["marker"], mfc="none", ms=nested_marker_size(i),
                 capsize=3, elinewidth=1.2, mew=1.2, label=label or config_label(init, pos),
                 gid=f"measured:{init}/{pos}", **{**MEASURED_UNDER, "lw": 2.6, "alpha": 0.6})  # fmt: skip
@@ -251,6 +255,8 @@ def _transfer_panel(ax, summary, fit, groups, order, depths, logx, notes) -> lis
         r = d["v_final_mean"] / a
         r_se = r.abs() * np.sqrt((d["v_final_se"] / d["v_final_mean"]) ** 2 + (a_se / a) ** 2)
         r_se[d.index == ref] = 0.0
+        # an overflowed run (inf / inf) is not drawn: an infinite point breaks the axes
+        r, r_se = r.where(np.isfinite(r)), r_se.where(np.isfinite(r_se), 0.0)
         f = fit[(fit["init"] == init) & (fit["norm_position"] == pos)]
         verdict = f"transfers: {f['transfers'].iloc[0]}" if len(f) else ""
         _errorbars(ax, d.index.to_numpy(), r, r_se, init, pos, order[(init, pos)],
