@@ -158,3 +158,22 @@ def test_every_scheme_writes_no_nan_in_a_healthy_run(tmp_path, command):
     assert res.exit_code == 0, res.output
     doc = json.loads((out / "config.json").read_text())
     assert doc["non_finite_total"] == 0, doc["non_finite"]
+
+
+def test_a_scheme_without_closed_form_leaves_its_theory_cells_empty(tmp_path):
+    """The README's --init-file scheme declares no depth factor, so it has no closed form:
+    depth-sweep leaves its theory cells empty (not applicable) rather than writing nan."""
+    import json
+    import re
+
+    toml = re.search(r"```toml\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S).group(1)
+    init_file = tmp_path / "my_init.toml"
+    init_file.write_text(toml)
+    shape = ["--d-model", "32", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]
+    out = tmp_path / "run"
+    args = ["depth-sweep", "--init-file", str(init_file), "--layers", "1,2", "--seeds", "2", *shape]
+    res = runner.invoke(app, [*args, "-q", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "config.json").read_text())["non_finite_total"] == 0
+    theory = pd.read_csv(out / "depth_sweep_theory.csv")
+    assert theory["theory_v_final"].isna().all()  # empty: there is no closed form to draw

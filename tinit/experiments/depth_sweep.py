@@ -30,7 +30,7 @@ from .. import theory
 from ..criteria import LAW_TOL, SPREAD_K, TRANSFER_FROM, TRANSFER_TOL
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ..model.init import role_shape_of
-from ..model.schemes import environment, evaluate, get_scheme, resolved_rule
+from ..model.schemes import environment, evaluate, get_scheme, known, resolved_rule
 from .common import (
     ExperimentResult,
     IncompleteRun,
@@ -514,6 +514,9 @@ def not_applicable(grad_ratio: bool) -> dict:
     def no_grad_ratio(df):  # a branch gain of 0 (ReZero): W_down receives no gradient at init
         return df["init"].map(_zero_gain).astype(bool) | (not grad_ratio)
 
+    def no_closed_form(df):  # a user's scheme (--init-file) that declares no depth factor
+        return df["init"].map(lambda name: known(name) and get_scheme(name).depth_factor is None).astype(bool)
+
     summary = {f"{q}_se": one_seed for q in SUMMARY_QUANTITIES}
     fit = {
         "slope_se": under_three, "intercept_se": under_three, "slope_se_seeds": one_seed,
@@ -528,9 +531,23 @@ def not_applicable(grad_ratio: bool) -> dict:
     }  # fmt: skip
     summary["grad_ratio_mean"] = no_grad_ratio
     summary["grad_ratio_se"] = lambda df: no_grad_ratio(df) | one_seed(df)
-    sweep = {"grad_ratio": no_grad_ratio,
-             **dict.fromkeys(("max_abs_cross_corr", "s2_ref_attn", "s2_ref_ffn"), zero_branches)}
-    return {"depth_sweep": sweep, "depth_sweep_summary": summary, "depth_sweep_fit": fit}
+    def no_reference(df):
+        return zero_branches(df) | no_closed_form(df)
+
+    sweep = {"grad_ratio": no_grad_ratio, "max_abs_cross_corr": zero_branches,
+             **dict.fromkeys(("s2_ref_attn", "s2_ref_ffn"), no_reference),
+             **dict.fromkeys(("pred_closed_final", "rel_err_closed"), no_closed_form)}
+    # without a closed form there is no theory line, law or comparison with them
+    theory_columns = ("theory_v_final", "theory_v_final_rel", "theory_v_growth")
+    summary.update(dict.fromkeys(("pred_closed_final_mean", *theory_columns), no_closed_form))
+    summary["pred_closed_final_se"] = lambda df: no_closed_form(df) | one_seed(df)
+    for col in ("theory_slope", "theory_intercept", "theory_branch_var", "law_max_rel_err",
+                "theory_rel_err_max", "slope_z"):
+        rule = fit.get(col)
+        fit[col] = (lambda df, r=rule: no_closed_form(df) | (r(df) if r else False))
+    theory = dict.fromkeys(theory_columns, no_closed_form)
+    return {"depth_sweep": sweep, "depth_sweep_summary": summary, "depth_sweep_fit": fit,
+            "depth_sweep_theory": theory}
 
 
 def _zero_outputs(recipe: str) -> bool:
