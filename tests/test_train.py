@@ -199,3 +199,19 @@ def test_training_refuses_non_float32_and_a_small_vocab():
             [0],
         )
     assert e.value.field == "vocab_size"
+
+
+def test_each_finished_run_is_handed_over_before_the_next_starts():
+    """run_train calls on_partial after every run but the last, with every finished run's
+    rows, so the CLI writes them before the next run starts (a kill loses one run at most)."""
+    data = load_data("markov", vocab=16, seq_len=8, batch=2, seed=0)
+    seen = []
+
+    def on_partial(result):
+        seen.append((result.complete, len(result["runs"]), sorted(result["train"]["seed"].unique())))
+
+    res = run_train(ModelConfig(n_layers=1, d_model=16, n_heads=2, vocab_size=16), InitConfig(),
+                    RunConfig(device="cpu"), TrainConfig(steps=2, eval_every=1, probe_points=0),
+                    data, ["naive"], ["pre"], [1], [0, 1, 2], on_partial=on_partial)  # fmt: skip
+    assert seen == [(False, 1, [0]), (False, 2, [0, 1])]
+    assert res.complete and len(res["runs"]) == 3

@@ -324,7 +324,7 @@ def train(
     execute(
         "train",
         opts,
-        lambda progress: run_train(*grid, progress),
+        lambda progress, on_partial=None: run_train(*grid, progress, on_partial),
         Outputs(
             figures=lambda r: {
                 "loss_curves": plot_loss_curves(r["train"], data.floor, title),
@@ -365,7 +365,7 @@ def lr_sweep(
     execute(
         "lr-sweep",
         opts,
-        lambda progress: run_lr_sweep(*grid, progress),
+        lambda progress, on_partial=None: run_lr_sweep(*grid, progress, on_partial),
         Outputs(
             figures=lambda r: {
                 "lr_sweep": plot_lr_sweep(r["summary"], r["lr_optimum"], r["lr_drift"], data.floor, title),
@@ -440,7 +440,9 @@ def claims(
     execute(
         "claims",
         opts,
-        lambda progress: run_claims(model, init, run, tcfg, data, ccfg, progress),
+        lambda progress, on_partial=None: run_claims(
+            model, init, run, tcfg, data, ccfg, progress, on_partial
+        ),
         Outputs(
             figures=lambda r: {
                 "claims": plot_claims(r["runs"], data.floor, f"Claims: {title}"),

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
-from .common import ExperimentResult, Progress
+from .common import ExperimentResult, Partial, Progress
 from .data import TrainData
 from .train import RunSpec, TrainConfig, run_specs, standard_error
 
@@ -294,6 +294,7 @@ def run_claims(
     data: TrainData,
     claims: ClaimsConfig,
     progress: Progress | None = None,
+    on_partial: Partial | None = None,
 ) -> ExperimentResult:
     """Train every configuration the claims need and judge each claim. Frames: those of
     :func:`tinit.experiments.train.run_specs` plus ``claims`` (one row per claim) and
@@ -301,7 +302,7 @@ def run_claims(
     named = claim_specs(model, init, train, claims, init.seed)
     names = list(named)
     specs = [s for n in names for s in named[n]]
-    result = run_specs(specs, train, data, run, progress, {"claims": dataclasses.asdict(claims)})
+    result = run_specs(specs, train, data, run, progress, {"claims": dataclasses.asdict(claims)}, on_partial)
     runs = result["runs"]
     configs = [n for n in names for _ in range(claims.seeds)]
     result.frames["runs"] = runs.assign(configuration=configs[: len(runs)])

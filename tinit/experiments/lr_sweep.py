@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..model.config import InitConfig, ModelConfig, RunConfig
-from .common import ExperimentResult, Progress
+from .common import ExperimentResult, Partial, Progress
 from .data import TrainData
 from .train import TrainConfig, run_train
 
@@ -126,11 +126,13 @@ def run_lr_sweep(
     lrs: Sequence[float],
     warmups: Sequence[int] | None = None,
     progress: Progress | None = None,
+    on_partial: Partial | None = None,
 ) -> ExperimentResult:
     """Train the grid over ``lrs`` at every depth, then find each optimum and its drift.
     Adds frames ``lr_optimum`` and ``lr_drift`` to those of :func:`run_train`."""
     result = run_train(
-        model, init, run, train, data, schemes, norm_positions, depths, seeds, lrs, warmups, progress
+        model, init, run, train, data, schemes, norm_positions, depths, seeds, lrs, warmups, progress,
+        on_partial,
     )
     optima = lr_optima(result["summary"])
     result.frames["lr_optimum"] = optima

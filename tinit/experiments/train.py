@@ -38,6 +38,7 @@ from .common import (
     RUN_FAILURES,
     ExperimentResult,
     IncompleteRun,
+    Partial,
     Progress,
     ProgressCounter,
     failure_reason,
@@ -407,8 +408,10 @@ def run_specs(
     run: RunConfig,
     progress: Progress | None = None,
     meta_extra: dict | None = None,
+    on_partial: Partial | None = None,
 ) -> ExperimentResult:
-    """Train every spec in order. Frames: ``train``, ``update_ratios``,
+    """Train every spec in order (``on_partial`` gets the result so far after each run,
+    so a finished run is on disk before the next starts). Frames: ``train``, ``update_ratios``,
     ``variance_during_training``, ``runs`` (one row per run) and ``summary`` (over seeds).
     A run that fails part-way (out of memory, interrupted) raises :class:`IncompleteRun`
     holding the finished runs."""
@@ -468,6 +471,8 @@ def run_specs(
             what = failure_reason(exc)
             raise IncompleteRun(f"run {i + 1}/{len(specs)}: {what}", result(False, what)) from exc
         meta["seconds"][f"run{i}"] = time.perf_counter() - t0
+        if on_partial is not None and i + 1 < len(specs):
+            on_partial(result(False))
     return result(True)
 
 
@@ -536,6 +541,7 @@ def run_train(
     lrs: Sequence[float] | None = None,
     warmups: Sequence[int] | None = None,
     progress: Progress | None = None,
+    on_partial: Partial | None = None,
 ) -> ExperimentResult:
     """Train the grid schemes x norm positions x depths x lrs x warmups x seeds on ``data``.
 
@@ -571,4 +577,5 @@ def run_train(
                 "warmups": list(warmups if warmups is not None else [train.warmup]),
             }
         },
+        on_partial,
     )
