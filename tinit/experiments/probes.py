@@ -66,9 +66,11 @@ class VarianceProbe:
     stream and branch, var(x_{k-1}) and (post-norm) the variance after the norm.
     At k = 0 only the embedding's variance.
 
-    Three reductions per addition: the stream entering addition k is the tensor
-    that left addition k-1, so its (variance, mean) is reused rather than recomputed,
-    and the covariance is one pass of row dot products (no elementwise temporary).
+    Three variance reductions per addition: the stream entering addition k is the
+    tensor that left addition k-1, so its (variance, mean) is reused rather than
+    recomputed, and the covariance is one pass of row dot products (no elementwise
+    temporary). The rank-collapse pair (:func:`token_similarity`) adds one pass over the
+    stream that leaves the addition. Everything stays on the device until :meth:`frame`.
     """
 
     def __init__(self, stat_dtype: torch.dtype = torch.float32):
