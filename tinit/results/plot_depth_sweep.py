@@ -258,9 +258,10 @@ def _transfer_panel(ax, summary, fit, groups, order, depths, logx, notes) -> lis
         # an overflowed run (inf / inf) is not drawn: an infinite point breaks the axes
         r, r_se = r.where(np.isfinite(r)), r_se.where(np.isfinite(r_se), 0.0)
         f = fit[(fit["init"] == init) & (fit["norm_position"] == pos)]
-        verdict = f"transfers: {f['transfers'].iloc[0]}" if len(f) else ""
-        _errorbars(ax, d.index.to_numpy(), r, r_se, init, pos, order[(init, pos)],
-                   label=f"{init}/{pos}: ×{ratio_text(float(r.iloc[-1]))}, {verdict}")  # fmt: skip
+        word = f["transfers"].iloc[0] if len(f) else None
+        label = (f"{init}/{pos}: ×{ratio_text(float(r.iloc[-1]))}, transfers: {word}" if isinstance(word, str)
+                 else f"{init}/{pos} (one depth: no transfer to check)")  # fmt: skip
+        _errorbars(ax, d.index.to_numpy(), r, r_se, init, pos, order[(init, pos)], label=label)
         series[f"{init}/{pos}"] = r.to_numpy()
         vals.append(r.to_numpy())
     ax.axhspan(1 - tol, 1 + tol, color="0.85", zorder=0, lw=0)
@@ -330,6 +331,10 @@ def depth_sweep_table(fit: pd.DataFrame, summary: pd.DataFrame, title: str = "")
         f"then, unclear in between (1 seed: the change alone). law: the largest |v_2L / (v0 + 2L·s²) − 1| "
         f"over the depths, each depth with its own s² (post-norm: 1 + s²); holds: ≤ {law_tol:.0%}.",
     )
+    if hi == ref:
+        t.caption = (f"one depth (L={hi}): no ratio, change or transfer verdict (sweep two depths or more). "
+                     f"law: the largest |v_2L / (v0 + 2L·s²) − 1| over the depths (post-norm: 1 + s²); "
+                     f"holds: ≤ {law_tol:.0%}.")  # fmt: skip
     for col in ("config", f"v({hi})/v({ref})", "change", "resolved", f"transfers\n≤{tol:.0%}",
                 "law err", f"law\n≤{law_tol:.0%}"):  # fmt: skip
         t.add_column(col, justify="left" if col == "config" else "right", no_wrap=True)
@@ -345,7 +350,7 @@ def depth_sweep_table(fit: pd.DataFrame, summary: pd.DataFrame, title: str = "")
             "×" + _pm(r.transfer_ratio, r.transfer_ratio_se, 4),
             change_text(r.transfer_ratio),
             resolved,
-            _word(r.transfers),
+            _word(r.transfers if isinstance(r.transfers, str) else "-"),
             f"{100 * r.law_max_rel_err:.1f}%" if math.isfinite(r.law_max_rel_err) else "-",
             _word(law_word),
         )

@@ -399,7 +399,7 @@ def suptitle(fig: Figure, title: str) -> None:
     lines, line = [], ""
     for part in title.split(", "):
         cand = f"{line}, {part}" if line else part
-        if len(cand) > width and line:
+        if len(cand) + 1 > width and line:  # + 1: a line that goes on ends in ","
             lines.append(line + ",")
             line = part
         else:
