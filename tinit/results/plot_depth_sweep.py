@@ -11,6 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from rich.table import Table
 
 from ..criteria import SPREAD_K
@@ -39,6 +40,8 @@ from .tables import fmt, summary_table
 #: A configuration whose final variance passes this many times v0 (or overflows) is drawn
 #: but does not set its panel's range; it is named under the figure.
 OFF_SCALE = 1e8
+#: The transfer panel's ratio axis is log when the ratios span this factor or more.
+TRANSFER_LOG_SPAN = 2.0
 
 
 def _log_x(depths: np.ndarray) -> bool:
@@ -264,11 +267,25 @@ def _transfer_panel(ax, summary, fit, groups, order, depths, logx, notes) -> lis
         _errorbars(ax, d.index.to_numpy(), r, r_se, init, pos, order[(init, pos)], label=label)
         series[f"{init}/{pos}"] = r.to_numpy()
         vals.append(r.to_numpy())
+        if isinstance(word, str) and word != "yes" and np.isfinite(r.iloc[-1]):
+            # outside the band (or straddling it): its ratio beside its last point, so that
+            # x1.155 is read as such next to a x8 one on the same axis
+            ax.annotate(f"×{ratio_text(float(r.iloc[-1]))}", (d.index[-1], r.iloc[-1]), xytext=(-9, 0),
+                        textcoords="offset points", ha="right", va="center", fontsize=8,
+                        bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 0.5},
+                        color=config_style(init, pos, order[(init, pos)])["color"], gid="ratio")  # fmt: skip
     ax.axhspan(1 - tol, 1 + tol, color="0.85", zorder=0, lw=0)
     ax.axvline(ref, color="0.4", ls=":", lw=1.0)
     integer_axis(ax, depths, "x", log=logx)
-    value_axis(ax, np.concatenate(vals) if vals else [1.0], log_ratio=_y_log_ratio(logx), min_rel_span=0.05,
+    # log from a 2x span: on a linear 1..8 axis a x1.155 change (beyond the 10% band)
+    # looks the same as 1; on a log axis it is as far from 1 as 0.87 is
+    value_axis(ax, np.concatenate(vals) if vals else [1.0], log_ratio=TRANSFER_LOG_SPAN, min_rel_span=0.05,
                include=(1 - tol, 1 + tol))  # fmt: skip
+    if ax.get_yscale() == "log":
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_minor_locator(LogLocator(subs=np.arange(1.0, 10.0, 0.5)))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     notes.append(coincidence_note(coincidences(series, ax), "transfer"))
     ax.set_xlabel("layers L")
     ax.set_ylabel(f"$v_{{2L}}(L)\\,/\\,v_{{2L}}({ref})$")
