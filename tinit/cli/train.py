@@ -431,11 +431,8 @@ def claims(
 
     def curves(r, deep_stack: bool):
         tr = r["train"]
-        return plot_loss_curves(
-            tr[(tr["n_layers"] == deep) == deep_stack],
-            data.floor,
-            f"{'L=' + str(deep) if deep_stack else 'L=' + str(shallow)}: {title}",
-        )
+        # the figure's title says the depth (and every other setting all its runs share)
+        return plot_loss_curves(tr[(tr["n_layers"] == deep) == deep_stack], data.floor, title)
 
     execute(
         "claims",

@@ -459,6 +459,7 @@ def run_specs(
         meta["complete_runs"] = len(records)
         return ExperimentResult(frames, meta, complete, error, not_applicable(train, device))
 
+    names = run_names(specs)
     for i, spec in enumerate(specs):
         if spec.model.vocab_size < data.vocab:
             raise ConfigError(
@@ -473,10 +474,30 @@ def run_specs(
         except RUN_FAILURES as exc:
             what = failure_reason(exc)
             raise IncompleteRun(f"run {i + 1}/{len(specs)}: {what}", result(False, what)) from exc
-        meta["seconds"][f"run{i}"] = time.perf_counter() - t0
+        key = names[i] if names[i] not in meta["seconds"] else f"{names[i]} (run {i + 1})"
+        meta["seconds"][key] = time.perf_counter() - t0
         if on_partial is not None and i + 1 < len(specs):
             on_partial(result(False))
     return result(True)
+
+
+def run_names(specs: Sequence[RunSpec]) -> list[str]:
+    """Each run named by its configuration (what the timing line and config.json's
+    ``seconds`` show): init/placement, then the settings that vary in the grid."""
+    labels = [s.labels() for s in specs]
+    short = {"n_layers": "L", "peak_lr": "lr", "d_model": "d", "d_ff": "d_ff"}
+    varying = [k for k in labels[0] if k not in ("init", "norm_position")
+               and len({str(x[k]) for x in labels}) > 1] if labels else []  # fmt: skip
+
+    def part(k: str, v) -> str:
+        if k == "tied":
+            return "tied" if v else "untied"
+        if k in ("norm", "ffn"):
+            return str(v)
+        return f"{short.get(k, k)}={v:g}" if isinstance(v, float) else f"{short.get(k, k)}={v}"
+
+    return [", ".join([f"{x['init']}/{x['norm_position']}", *(part(k, x[k]) for k in varying)])
+            for x in labels]  # fmt: skip
 
 
 def grid_specs(
