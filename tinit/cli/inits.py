@@ -71,7 +71,9 @@ def stds_table(df: "pd.DataFrame", title: str):
 def inits(
     *,
     opts: SharedOptions,
-    name: Annotated[str | None, typer.Argument(help="A scheme: show its std per role and layer.")] = None,
+    name: Annotated[
+        str | None, typer.Argument(help="A scheme: show its std per role and layer.", metavar="NAME")
+    ] = None,
 ) -> None:
     """Print the init catalogue (name, roles touched, formula, multipliers, presumed
     placement; sources in inits.csv) and write inits.csv; or, with NAME, that scheme's
