@@ -236,7 +236,7 @@ def test_params_plot_for_gpt2_shapes_all_bars_visible():
     # every bar drawn, each a real share of the axis (not an empty panel of -0.04..0.10)
     assert len(widths) == 2 and all(w > 0.4 * ax.get_xlim()[1] for w in widths)
     assert all(p.get_facecolor()[:3] == pytest.approx(_rgb(EQUAL_COLORS[True])) for p in ax.patches)
-    legends = [leg for f in fig.subfigs for leg in f.legends]
+    legends = fig.subfigs[1].legends  # the FFN panel's
     legend_colors = [h.get_facecolor()[:3] for leg in legends for h in leg.get_patches()]
     assert pytest.approx(_rgb(EQUAL_COLORS[True])) in legend_colors  # the legend shows the bars' colour
     # no entry for a kind of bar that is not drawn (every bar equals the classic count here)
