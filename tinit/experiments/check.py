@@ -1,4 +1,4 @@
-"""The background's five "check yourself" items, each answered by a measurement with
+"""The init primer's five "check yourself" items, each answered by a measurement with
 a stated pass criterion.
 
 (a) v_2L = 1 + 2L sigma^2 and its independence assumption, (b) depth-scaled init
@@ -74,7 +74,7 @@ from .variance import VARIANCE_COLUMNS, add_theory
 CHECK_COLUMNS = ["item", "claim", "measured", "theory", "rel_err", "passed", "criterion", "caveat", "detail"]
 CHECK_VARIANCE_COLUMNS = ["branch", *VARIANCE_COLUMNS, "cov", "cov_se", "cov_z"]
 
-#: The background's numbers for item (d).
+#: The primer's numbers for item (d).
 BACKGROUND_VOCAB, BACKGROUND_D, BACKGROUND_TOTAL = 128000, 2048, 1.5e9
 
 def t_quantile(alpha: float, df: int, m: int = 1) -> float:
@@ -270,7 +270,7 @@ def law_rows(
     g_z = (g_final - pred) / g_se
     rows.append(
         _row(
-            "a", "Gaussian branches (exact model): v_2L = v0 + 2L S2", g_final / g_v0, pred / g_v0,
+            "a", "Gaussian branches (the law's exact case): v_2L = v0 + 2L S2", g_final / g_v0, pred / g_v0,
             abs(g_z) <= zc,
             f"S2 = {s2:.4g} (the model run's mean s^2); error {100 * (g_final / pred - 1):+.3f}% = "
             f"{g_z:+.2f} SE (SE {100 * g_se / pred:.3f}%; pass |z| <= {zc:.2f})",
@@ -443,8 +443,8 @@ def post_norm_rows(post: pd.DataFrame, n_tokens: int, alpha: float, d_model: int
 
 
 def params_rows(model: ModelConfig) -> tuple[list[dict], dict[str, pd.DataFrame]]:
-    """(d): the background's shape and the configured model; the frames ``params``,
-    ``params_summary`` (a ``model`` column tells them apart) and ``ffn`` (background)."""
+    """(d): the primer's shape and the configured model; the frames ``params``,
+    ``params_summary`` (a ``model`` column tells them apart) and ``ffn`` (the primer's)."""
     # a fresh config: d_ff is derived from this d (replace() would keep a resolved d_ff)
     background = ModelConfig(vocab_size=BACKGROUND_VOCAB, d_model=BACKGROUND_D, n_heads=16)
     res_bg = run_params(background, reference_total=BACKGROUND_TOTAL)

@@ -109,7 +109,7 @@ def plot_check_variance(variance: pd.DataFrame, alpha: float, title: str = "") -
     if len(gauss):
         v0 = float(gauss["stream_var"].iloc[0])
         ax.plot(gauss["k"], gauss["stream_var"] / v0, color="0.45", lw=1.4, marker="D", ms=2.5,
-                label="Gaussian branches (exact model)")  # fmt: skip
+                label="Gaussian branches (the law's exact case)")  # fmt: skip
         ax.plot(gauss["k"], gauss["pred_cumulative"] / v0, color="0.45", lw=1.0, ls="--")
     ax.set_yscale("log")
     ax.set_xlabel("residual addition k")
