@@ -168,12 +168,13 @@ def _law_depth_panel(ax, pos, groups, order, depths, logx, theory, notes) -> str
     ax.set_xlabel("layers L (2L residual additions)")
     label = {"pre": "Pre-norm", "post": "Post-norm", "sandwich": "Sandwich norm",
              "reordered": "Reordered norm", "none": "No norm"}.get(pos, name)  # fmt: skip
+    # short titles: two panels a row, long ones ran into each other
     if grow:
         ax.set_ylabel(r"$v_{2L} - v_0$ (added by the 2L branches)")
-        ax.set_title(f"{label}: final stream variance")
+        ax.set_title(f"{label}: $v_{{2L}} - v_0$")
     else:
         ax.set_ylabel(r"$v_{2L}$ (the sum before the last norm)")
-        ax.set_title(f"{label}: final sum's variance")
+        ax.set_title(f"{label}: $v_{{2L}}$ (last sum)")
     return "post-norm" if not grow else name
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import ScalarFormatter
 from rich.table import Table
 
 from .style import (
@@ -276,7 +277,8 @@ def plot_variance_during_training(variance: pd.DataFrame, title: str = "", max_p
     ncols = min(3, len(shown))
     nrows = math.ceil(len(shown) / ncols)
     steps = sorted(variance["step"].unique())
-    styles = _styles(variance, [])
+    drawn = pd.concat([g for _, g in shown])  # the legend names only what the panels show
+    styles = _styles(drawn, [])
     fig, axes, key = _figure(len(steps) + len(styles["config"]), ncols, nrows, row_height=2.3, ncol=4)
     for j, (ax, (_, g)) in enumerate(zip(axes, shown, strict=False)):
         g = g[g["seed"] == g["seed"].min()]
@@ -287,7 +289,11 @@ def plot_variance_during_training(variance: pd.DataFrame, title: str = "", max_p
             ax.plot(d["k"], d["stream_var"], color=shades[i], marker=st["marker"], mfc="none", ms=3, lw=1.3)
         if wants_log(g["stream_var"]):
             ax.set_yscale("log")
-        ax.set_title(textwrap.fill(config_name(g.iloc[0], keys), 34) if keys else "", fontsize=FONT)
+        else:  # 4.1e-4 as 4.1 x10^-4: narrow panels keep narrow tick labels
+            fmt = ScalarFormatter(useMathText=True)
+            fmt.set_powerlimits((-2, 3))
+            ax.yaxis.set_major_formatter(fmt)
+        ax.set_title(textwrap.fill(config_name(g.iloc[0], keys), 30) if keys else "", fontsize=FONT)
         if j // ncols == nrows - 1 or j + ncols >= len(shown):
             ax.set_xlabel("addition k (0: embedding)")
         if j % ncols == 0:
@@ -297,7 +303,7 @@ def plot_variance_during_training(variance: pd.DataFrame, title: str = "", max_p
         ax.set_visible(False)
     handles = [Line2D([], [], color=NEUTRAL, marker="o", mfc="none", lw=1.3, alpha=a, label=f"step {step}")
                for a, step in zip(np.linspace(0.35, 1.0, len(steps)), steps, strict=True)]  # fmt: skip
-    handles += _config_handles(variance, styles, [])
+    handles += _config_handles(drawn, styles, [])
     _legend_rows(key, handles, ncol=4)
     notes = [f"steps as shades of each configuration's colour, light (step {steps[0]}) to dark "
              f"(step {steps[-1]}); first seed"]  # fmt: skip

@@ -323,7 +323,8 @@ def plot_variance(variance: pd.DataFrame, title: str = "") -> Figure:
         a.grid(True, which="major", alpha=0.3)
     notes: list[str] = []
     for ax, pos in zip(tops, positions, strict=True):
-        notes += _law_panel(ax, groups, pos, off, narrow=max(law_rows) > 2)
+        # two or more panels a row: the short titles (long ones ran into each other)
+        notes += _law_panel(ax, groups, pos, off, narrow=max(law_rows) > 1)
     style = [Line2D([], [], color=NEUTRAL, **{**MEASURED_UNDER, "zorder": None}, label="measured")]
     law = r"law $a^2 v_{k-1} + g^2 s_k^2$"
     law += r" (post-norm: $v_{k-1} + s_k^2$)" if "post" in positions else ""
