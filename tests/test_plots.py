@@ -324,9 +324,11 @@ def test_norms_plot_one_meaning_per_line_style_and_bar_legend_matches():
         assert {ln.get_linestyle() for ln in ax.get_lines()} <= {"-", ":"}
     # the smallest bar (compiled, 0.000244) is visible: a log axis reaching below it
     assert bar_ax.get_yscale() == "log" and bar_ax.get_ylim()[0] < 0.000244
-    # the bar legend does not claim an implementation's colour for a norm
+    # the bar legend (one legend under the panels) does not claim an implementation's colour for a norm
     impl_rgb = {_rgb(c) for c in ("#9467bd", "#8c564b", "#17becf")}
-    for patch in bar_ax.get_legend().get_patches():
+    assert not any(a.get_legend() for a in fig.axes)  # none inside a panel, covering data
+    (legend,) = fig.legends
+    for patch in legend.get_patches():
         assert tuple(round(v, 3) for v in patch.get_facecolor()[:3]) not in {
             tuple(round(v, 3) for v in c) for c in impl_rgb}  # fmt: skip
 

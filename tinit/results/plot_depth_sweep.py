@@ -250,7 +250,7 @@ def _transfer_panel(ax, summary, fit, groups, order, depths, logx, notes) -> lis
     legend handles: each configuration with its ratio and verdict, and the band."""
     ref = int(fit["transfer_from"].iloc[0]) if len(fit) else int(depths[0])
     tol = float(fit["transfer_tol"].iloc[0]) if len(fit) else 0.10
-    series, vals = {}, []
+    series, vals, labels = {}, [], []
     for (init, pos), d in groups:
         d = d.sort_values("n_layers").set_index("n_layers")
         if ref not in d.index:
@@ -268,13 +268,9 @@ def _transfer_panel(ax, summary, fit, groups, order, depths, logx, notes) -> lis
         _errorbars(ax, d.index.to_numpy(), r, r_se, init, pos, order[(init, pos)], label=label)
         series[f"{init}/{pos}"] = r.to_numpy()
         vals.append(r.to_numpy())
-        if isinstance(word, str) and word != "yes" and np.isfinite(r.iloc[-1]):
-            # outside the band (or straddling it): its ratio beside its last point, so that
-            # x1.155 is read as such next to a x8 one on the same axis
-            ax.annotate(f"×{ratio_text(float(r.iloc[-1]))}", (d.index[-1], r.iloc[-1]), xytext=(-9, 0),
-                        textcoords="offset points", ha="right", va="center", fontsize=8,
-                        bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 0.5},
-                        color=config_style(init, pos, order[(init, pos)])["color"], gid="ratio")  # fmt: skip
+        if isinstance(word, str) and word != "yes" and np.isfinite(r.iloc[-1]) and abs(r.iloc[-1] - 1) > tol:
+            color = config_style(init, pos, order[(init, pos)])["color"]
+            labels.append((float(r.iloc[-1]), d.index[-1], color))
     ax.axhspan(1 - tol, 1 + tol, color="0.85", zorder=0, lw=0)
     ax.axvline(ref, color="0.4", ls=":", lw=1.0)
     integer_axis(ax, depths, "x", log=logx)
@@ -287,6 +283,7 @@ def _transfer_panel(ax, summary, fit, groups, order, depths, logx, notes) -> lis
         ax.yaxis.set_minor_locator(LogLocator(subs=np.arange(1.0, 10.0, 0.5)))
         ax.yaxis.set_minor_formatter(NullFormatter())
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    _ratio_labels(ax, labels)
     notes.append(coincidence_note(coincidences(series, ax), "transfer"))
     ax.set_xlabel("layers L")
     ax.set_ylabel(f"$v_{{2L}}(L)\\,/\\,v_{{2L}}({ref})$")
@@ -294,6 +291,23 @@ def _transfer_panel(ax, summary, fit, groups, order, depths, logx, notes) -> lis
     handles, _ = ax.get_legend_handles_labels()
     handles.append(Patch(color="0.85", label=f"transfers: within ±{tol:.0%} (with 2 s.e.)"))
     return handles
+
+
+def _ratio_labels(ax, labels: list, gap: float = 0.045) -> None:
+    """Each ratio outside the band beside its last point, so that x1.155 is read as such
+    next to a x8 one on the same axis; a label that would sit on another is left out
+    (the legend holds every ratio)."""
+    lo, hi = ax.get_ylim()
+    log = ax.get_yscale() == "log"
+    placed: list[float] = []
+    for r, x, color in sorted(labels, key=lambda t: -abs(np.log(t[0]))):
+        f = (np.log(r) - np.log(lo)) / (np.log(hi) - np.log(lo)) if log else (r - lo) / (hi - lo)
+        if any(abs(f - g) < gap for g in placed):
+            continue
+        placed.append(f)
+        ax.annotate(f"×{ratio_text(r)}", (x, r), xytext=(-9, 0), textcoords="offset points", ha="right",
+                    va="center", fontsize=8, color=color, gid="ratio",
+                    bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 0.5})  # fmt: skip
 
 
 def _pm(x: float, se: float, digits: int = 3) -> str:
