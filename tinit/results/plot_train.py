@@ -109,6 +109,12 @@ def _style_of(styles: dict, row, keys: list[str]) -> dict:
     return {"color": st["color"], "marker": st["marker"], "ls": ls}
 
 
+def _note_name(row, keys: list[str]) -> str:
+    """A configuration in a note's comma list: "naive/post L=24 lr=0.015" (no commas inside)."""
+    rest = [k for k in keys if k not in ("init", "norm_position")]
+    return f"{row['init']}/{row['norm_position']}" + "".join(f" {config_name(row, [k])}" for k in rest)
+
+
 def fixed_settings(df: pd.DataFrame) -> str:
     """The configuration columns that do not vary in ``df``, as words ("L=24, naive init,
     post-norm, lr=0.015, warmup 0"): what a figure's title must say when its legend does
@@ -218,7 +224,7 @@ def plot_loss_curves(train: pd.DataFrame, floor: float | None, title: str = "") 
                 ax.plot(bad["step"], y, color=st["color"], marker="x", ms=9, mew=2, ls="none")
             seeds[sd] = ev.set_index("step")["eval_loss"]
         aligned = pd.DataFrame(seeds)  # seeds that stopped early are NaN after their last evaluation
-        seeds_of.append((config_name(g.iloc[0], keys) if keys else "run", {c: aligned[c] for c in aligned}))
+        seeds_of.append((_note_name(g.iloc[0], keys), {c: aligned[c] for c in aligned}))
     _floor(ax, floor)
     finite = train[["train_loss", "eval_loss"]].to_numpy(float)
     finite = finite[np.isfinite(finite)]
@@ -242,8 +248,11 @@ def plot_loss_curves(train: pd.DataFrame, floor: float | None, title: str = "") 
         bx.set_ylabel("held-out loss - H (nats)")
         bx.set_title("Distance to the entropy floor (log scale)")
         bx.grid(True, which="both", alpha=0.3)
+    # configurations on top of each other (their first seeds), then seeds of one configuration
+    firsts = {label: next(iter(seeds.values())).to_numpy() for label, seeds in seeds_of if seeds}
+    notes = [coincidence_note(coincidences(firsts, ax), "held-out loss")] if len(firsts) > 1 else []
     suptitle(fig, _title(train, title))
-    footnote(fig, _stalled_note(seeds_of, ax))
+    footnote(fig, notes + _stalled_note(seeds_of, ax))
     return fig
 
 
@@ -330,7 +339,7 @@ def plot_final_vs_depth(summary: pd.DataFrame, floor: float | None, title: str =
     for _, g in groups:
         g = g.sort_values("n_layers")
         st = _style_of(styles, g.iloc[0], setting)
-        name = config_name(g.iloc[0], keys) if keys else "run"
+        name = _note_name(g.iloc[0], keys)
         div = int(g["diverged"].sum())
         if div:
             notes.append(f"{name}: {div} diverged seed(s), left out of the mean")
