@@ -238,8 +238,10 @@ def plot_loss_curves(train: pd.DataFrame, floor: float | None, title: str = "") 
     handles += [
         Line2D([], [], color=NEUTRAL, lw=1.6, marker="o", mfc="none", ms=4, label="held-out loss (per seed)"),
         Line2D([], [], color=NEUTRAL, lw=0.6, alpha=0.5, label="training loss (per seed)"),
-        Line2D([], [], color=NEUTRAL, marker="x", ms=8, mew=2, ls="none", label="diverged (run stopped)"),
     ]
+    if (train["status"] == "diverged").any():  # no legend entry for a mark not drawn
+        handles.append(Line2D([], [], color=NEUTRAL, marker="x", ms=8, mew=2, ls="none",
+                              label="diverged (run stopped)"))  # fmt: skip
     _legend_rows(key, handles)
     if gap:
         bx = axes[1]
@@ -455,8 +457,9 @@ def plot_claims(runs: pd.DataFrame, floor: float | None, title: str = "") -> Fig
         st = config_style(i, p)
         handles.append(Line2D([], [], color=st["color"], marker=st["marker"], mfc="none", ls="none",
                               label=f"{config_label(i, p)}: a seed"))  # fmt: skip
-    handles.append(Line2D([], [], color="k", marker="x", mew=2, ls="none",
-                          label="diverged seed (initial loss)"))  # fmt: skip
+    if runs["diverged"].astype(bool).any():  # no legend entry for a mark not drawn
+        handles.append(Line2D([], [], color="k", marker="x", mew=2, ls="none",
+                              label="diverged seed (initial loss)"))  # fmt: skip
     handles += [h for h in ax.get_legend_handles_labels()[0] if h.get_label().startswith("entropy")]
     _legend_rows(key, handles, ncol=2)
     ax.set_title("Final loss per claim configuration")
