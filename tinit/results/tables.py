@@ -193,6 +193,7 @@ def print_tables(console, renderables: Iterable) -> None:
     for r in renderables:
         for part in fit_table(r, console.width, console) if isinstance(r, Table) else [r]:
             title = part.title if isinstance(part, Table) else None
+            caption = part.caption if isinstance(part, Table) else None
             if isinstance(title, str) and cell_len(title) > _table_width(console, part):
                 part = copy.copy(part)
                 part.title = None
@@ -200,7 +201,15 @@ def print_tables(console, renderables: Iterable) -> None:
                 lines = wrap_settings(title, width)
                 console.print(Text("\n".join(ln.center(width).rstrip() for ln in lines),
                                    style="table.title"), highlight=False)  # fmt: skip
+            # a caption much longer than its (narrow) table: under it at the console's width,
+            # not as a column of 40-character lines
+            long_caption = isinstance(caption, str) and cell_len(caption) > 2 * _table_width(console, part)
+            if long_caption:
+                part = copy.copy(part)
+                part.caption = None
             console.print(part)
+            if long_caption:
+                console.print(Text(caption, style="table.caption"), highlight=False)
 
 
 def variance_table(summary: pd.DataFrame, title: str = "") -> Table:
