@@ -206,3 +206,8 @@ def test_tinit_model_gradients_match_tinit_grad_norms(factory):
     g, w = res["stream_grads"], ref["stream_grads"]
     np.testing.assert_allclose(g["stream_grad_rms"], w["stream_grad_rms"], rtol=1e-5)
     np.testing.assert_allclose(g["pred_stream_grad_rms"], w["pred_stream_grad_rms"], rtol=1e-5)
+    if cfg.norm_position == "pre":  # a plain-sum stream: the branch paths from adjacent gradients
+        for col in ("branch_back_gain", "grad_cross_corr", "pred_full_stream_grad_rms"):
+            np.testing.assert_allclose(g[col][1:], w[col][1:], rtol=1e-4, atol=1e-7, err_msg=col)
+    else:  # post-norm: not measured, written empty (not applicable), and no legend entry for it
+        assert g["pred_full_stream_grad_rms"].isna().all()

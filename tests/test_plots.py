@@ -236,8 +236,11 @@ def test_params_plot_for_gpt2_shapes_all_bars_visible():
     # every bar drawn, each a real share of the axis (not an empty panel of -0.04..0.10)
     assert len(widths) == 2 and all(w > 0.4 * ax.get_xlim()[1] for w in widths)
     assert all(p.get_facecolor()[:3] == pytest.approx(_rgb(EQUAL_COLORS[True])) for p in ax.patches)
-    legend_colors = [h.get_facecolor()[:3] for h in ax.get_legend().get_patches()]
+    legends = fig.subfigs[1].legends  # the FFN panel's
+    legend_colors = [h.get_facecolor()[:3] for leg in legends for h in leg.get_patches()]
     assert pytest.approx(_rgb(EQUAL_COLORS[True])) in legend_colors  # the legend shows the bars' colour
+    # no entry for a kind of bar that is not drawn (every bar equals the classic count here)
+    assert pytest.approx(_rgb(EQUAL_COLORS[False])) not in legend_colors
 
 
 def _rgb(c: str) -> tuple[float, float, float]:
@@ -321,9 +324,11 @@ def test_norms_plot_one_meaning_per_line_style_and_bar_legend_matches():
         assert {ln.get_linestyle() for ln in ax.get_lines()} <= {"-", ":"}
     # the smallest bar (compiled, 0.000244) is visible: a log axis reaching below it
     assert bar_ax.get_yscale() == "log" and bar_ax.get_ylim()[0] < 0.000244
-    # the bar legend does not claim an implementation's colour for a norm
+    # the bar legend (one legend under the panels) does not claim an implementation's colour for a norm
     impl_rgb = {_rgb(c) for c in ("#9467bd", "#8c564b", "#17becf")}
-    for patch in bar_ax.get_legend().get_patches():
+    assert not any(a.get_legend() for a in fig.axes)  # none inside a panel, covering data
+    (legend,) = fig.legends
+    for patch in legend.get_patches():
         assert tuple(round(v, 3) for v in patch.get_facecolor()[:3]) not in {
             tuple(round(v, 3) for v in c) for c in impl_rgb}  # fmt: skip
 

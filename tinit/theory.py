@@ -1,9 +1,9 @@
-"""Closed forms of the background document, as small documented functions.
+"""Closed forms of the init primer, as small documented functions.
 
 Variance law (docs/design.md §1): if the stream enters an addition with variance
 v and the branch adds an uncorrelated contribution of variance s^2, then
 v' = v + s^2. After 2L additions from v0: v_2L = v0 + sum_k s_k^2, and for equal
-branches v0 + 2L s^2 -- in units of v0 the seed's ``v_2L = 1 + 2L sigma^2``. With W_O
+branches v0 + 2L s^2 -- in units of v0 the primer's ``v_2L = 1 + 2L sigma^2``. With W_O
 and W_down scaled by 1/sqrt(2L) (GPT-2), every s_k^2 drops by 2L and
 v_2L = v0 + s^2, independent of L.
 """
@@ -28,7 +28,7 @@ def pred_cumulative_post(stream_in_vars: np.ndarray, branch_vars: np.ndarray) ->
 
 
 def pred_closed_pre(v0: float, k: np.ndarray | int, mean_branch_var: float) -> np.ndarray:
-    """The seed's closed form v_k = v0 + k * mean(s^2) (equal branches)."""
+    """The primer's closed form v_k = v0 + k * mean(s^2) (equal branches)."""
     return v0 + np.asarray(k, dtype=np.float64) * mean_branch_var
 
 
@@ -43,7 +43,7 @@ def pred_closed_post(
 
 
 def gaussian_branch_final(v0: float, n_layers: int, branch_var: float) -> float:
-    """The seed's exact model (Gaussian branches): E[v_2L] = v0 + 2L * S2."""
+    """The law's exact case (Gaussian branches): E[v_2L] = v0 + 2L * S2."""
     return v0 + 2 * n_layers * branch_var
 
 

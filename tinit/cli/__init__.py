@@ -12,7 +12,7 @@ import textwrap
 from importlib.metadata import PackageNotFoundError, version
 
 import typer
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from ..__main__ import interrupted
 from .clickcompat import Abort, ClickException, UsageError
@@ -84,7 +84,12 @@ class _Command(TyperCommand):
         super().__init__(*args, **kwargs)
         for param in self.params:
             if getattr(param, "metavar", None) is None and not getattr(param, "is_flag", False):
-                param.metavar = METAVARS.get(_type_name(param), param.metavar)
+                name = _type_name(param)
+                # a repeatable option (list[str]) takes one value at a time: name that value
+                param.metavar = METAVARS.get(name.removeprefix("list[").removesuffix("]"), param.metavar)
+            if isinstance(param, TyperArgument):
+                # typer adds the type to an argument's name ("TEXT <str>"): the metavar says it
+                param.display_type_rich = lambda ctx=None: ""
 
     def format_options(self, ctx, formatter) -> None:
         sections: dict[str, list[tuple[str, str]]] = {}

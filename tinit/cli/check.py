@@ -1,4 +1,4 @@
-"""``tinit check``: the background's five "check yourself" items, measured, each with
+"""``tinit check``: the init primer's five "check yourself" items, measured, each with
 a pass/fail against the theory; exit 1 if any fails."""
 
 from typing import Annotated
@@ -32,7 +32,7 @@ def _alpha(value: float) -> float:
 
 
 @app.command(
-    "check", short_help="The background's five claims, each measured, with pass/fail (exit 1 if any fails)."
+    "check", short_help="The init primer's five claims, each measured, with pass/fail (exit 1 if any fails)."
 )
 @shared_options(exclude=CHOSEN_BY_CHECK, defaults=CHECK_DEFAULTS)
 def check(
@@ -66,7 +66,8 @@ def check(
         ),  # fmt: skip
     ] = CHECK_ALPHA,
 ) -> None:
-    """Answer the background's five "check yourself" items with measurements:
+    """Answer the five "check yourself" items of the init primer (Transformer Assembly &
+    Weight Initialization, the text tinit is built around; README) with measurements:
     (a) v_2L = 1 + 2L sigma^2 and the independence of stream and branch; (b) depth-scaled
     init makes v_2L independent of L (--layers vs --deep-layers); (c) pre-norm keeps an
     unattenuated gradient path, post-norm does not; (d) tying saves V*d parameters;
@@ -111,7 +112,7 @@ def check(
                     r["params"][r["params"]["model"] != "configured"],
                     r["ffn"],
                     r["params_summary"].iloc[:1],
-                    "(d) the background's V=128000, d=2048",
+                    "(d) the primer's V=128000, d=2048",
                 ),
                 "attention_scale": plot_attention_scale(r["attention_scale"], "(e) unit q, k"),
             },

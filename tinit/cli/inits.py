@@ -19,16 +19,32 @@ NOT_USED = (
 )  # fmt: skip
 
 
+def _rule_lines(formula: str, multipliers: str) -> str:
+    """A scheme's rules, one role group a line, its role list spaced ("o, down: ...") so
+    that a narrow terminal wraps between words; then its multipliers."""
+    lines = []
+    for part in formula.split("; "):
+        roles, sep, rule = part.partition(": ")
+        lines.append(roles.replace(",", ", ") + sep + rule)
+    if multipliers != "none":
+        lines += [f"multiplier: {m}" for m in multipliers.split("; ")]
+    return "\n".join(lines)
+
+
 def catalogue_table(df: "pd.DataFrame"):
+    """One row per scheme: the placement it presumes, its v_2L(L) (what a reader picks
+    a scheme by), its rules and multipliers; every cell wraps between words only."""
     from ..results.tables import summary_table
 
-    t = summary_table("Init catalogue", "tinit inits NAME: one scheme's std per role and layer")
-    for col in ("scheme", "roles", "formula", "multipliers", "placement"):
-        t.add_column(col, overflow="fold")
+    t = summary_table("Init catalogue", "v_2L(L): the stream variance after L layers (pre-norm style "
+                      "additions, s^2: a branch's variance); tinit inits NAME: one scheme's std per role "
+                      "and layer; sources in inits.csv")  # fmt: skip
+    for col in ("scheme", "placement", "v_2L(L)", "rules (std per role) and multipliers"):
+        t.add_column(col, overflow="ellipsis")
     for r in df.itertuples(index=False):
-        place = (r.placement or "any") + (" +QK" if r.qk_norm else "")
-        t.add_row(r.name + (f" ({r.aliases})" if r.aliases else ""), r.roles.replace(",", ", "),
-                  r.formula.replace("; ", "\n"), r.multipliers.replace("; ", "\n"), place)  # fmt: skip
+        place = (r.placement or "any") + (" + QK-norm" if r.qk_norm else "")
+        t.add_row(r.name + (f" ({r.aliases})" if r.aliases else ""), place, r.closed_form or "-",
+                  _rule_lines(r.formula, r.multipliers))  # fmt: skip
     return t
 
 
@@ -55,7 +71,9 @@ def stds_table(df: "pd.DataFrame", title: str):
 def inits(
     *,
     opts: SharedOptions,
-    name: Annotated[str | None, typer.Argument(help="A scheme: show its std per role and layer.")] = None,
+    name: Annotated[
+        str | None, typer.Argument(help="A scheme: show its std per role and layer.", metavar="NAME")
+    ] = None,
 ) -> None:
     """Print the init catalogue (name, roles touched, formula, multipliers, presumed
     placement; sources in inits.csv) and write inits.csv; or, with NAME, that scheme's

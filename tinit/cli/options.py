@@ -394,7 +394,7 @@ SHARED: dict[str, tuple[Any, Any]] = {
             _opt(
                 "--branch",
                 help="'gaussian' replaces every branch by independent N(0, --branch-var) noise: "
-                "the seed's exact model.",
+                "the one model in which v_2L = v0 + 2L s^2 holds exactly.",
                 panel=MODEL,
             ),
         ],

@@ -48,7 +48,7 @@ from ..results.rundir import (
     write_config,
     write_csvs,
 )
-from ..results.tables import cost_line
+from ..results.tables import cost_line, print_tables
 from .common import SWEEP_CAPTURE
 from .options import SharedOptions, bad_option
 
@@ -292,8 +292,7 @@ def _finish(
         raise typer.Exit(1)
     console = Console()
     if not opts.quiet and not stopped_writing:
-        for table in outputs.tables(result):
-            console.print(table)
+        print_tables(console, outputs.tables(result))
         for note in outputs.notes:
             console.print(note)
         cost = cost_line(result.meta)

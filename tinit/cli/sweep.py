@@ -311,6 +311,7 @@ def _write(run_dir: Path, command: str, opts, result, outputs) -> None:
     """The merged files, as `tinit COMMAND` writes them."""
     from ..results.plots import save_figure
     from ..results.rundir import write_config, write_csvs
+    from ..results.tables import print_tables
 
     write_csvs(run_dir, result.frames, result.not_applicable)
     if result.frames and all(len(df) for df in result.frames.values()):
@@ -321,5 +322,4 @@ def _write(run_dir: Path, command: str, opts, result, outputs) -> None:
     write_config(run_dir, command, result.meta, complete=result.complete, error=result.error)
     if not opts.quiet:
         console = Console()
-        for table in outputs.tables(result):
-            console.print(table)
+        print_tables(console, outputs.tables(result))

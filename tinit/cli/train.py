@@ -381,7 +381,7 @@ def lr_sweep(
 CHOSEN_BY_CLAIMS = ("layers", "init", "pre_norm", "post_norm", "norm", "ffn", "d_ff", "untie")
 
 
-@app.command("claims", short_help="The background's training claims, each over seeds, with a verdict.")
+@app.command("claims", short_help="The init primer's training claims, each over seeds, with a verdict.")
 @shared_options(exclude=(*CHOSEN_BY_CLAIMS, *NOT_FOR_TRAINING), defaults=CPU_DEFAULTS)
 @train_options(defaults={"steps": 200})
 def claims(
@@ -404,7 +404,7 @@ def claims(
         float, _o("--tol", help="Smallest final-loss difference that counts (nats).", callback=_positive)
     ] = 0.02,
 ) -> None:
-    """Test the background's claims about training, each over --seeds seeds: deep post-norm
+    """Test the init primer's claims about training, each over --seeds seeds: deep post-norm
     needs warmup at a high lr; pre-norm trains the same deep stack without it; naive init
     falls behind the depth-scaled one at depth, which transfers from --shallow to --deep;
     RMSNorm loses nothing against LayerNorm; SwiGLU beats GELU at equal parameters; tying
@@ -431,11 +431,8 @@ def claims(
 
     def curves(r, deep_stack: bool):
         tr = r["train"]
-        return plot_loss_curves(
-            tr[(tr["n_layers"] == deep) == deep_stack],
-            data.floor,
-            f"{'L=' + str(deep) if deep_stack else 'L=' + str(shallow)}: {title}",
-        )
+        # the figure's title says the depth (and every other setting all its runs share)
+        return plot_loss_curves(tr[(tr["n_layers"] == deep) == deep_stack], data.floor, title)
 
     execute(
         "claims",

@@ -21,7 +21,7 @@ def variance(*, opts: SharedOptions) -> None:
     from ..experiments.points import variance_plan
     from ..experiments.variance import run_variance
     from ..results.plots import plot_variance
-    from ..results.tables import variance_table
+    from ..results.tables import overflow_notes, variance_table
     from .runner import Outputs, configs_or_exit, execute
 
     model, init, run = configs_or_exit(lambda: (opts.model_config(), opts.init_config(), opts.run_config()))
@@ -34,7 +34,8 @@ def variance(*, opts: SharedOptions) -> None:
         ),
         Outputs(
             figures=lambda r: {"variance": plot_variance(r["variance"], title)},
-            tables=lambda r: [variance_table(r["summary"], f"Residual-stream variance ({title})")],
+            tables=lambda r: [variance_table(r["summary"], f"Residual-stream variance ({title})"),
+                              *overflow_notes(r["summary"], (r.meta.get("run") or {}).get("dtype"))],
         ),
         plan=lambda: variance_plan(model, init, run, opts.inits, opts.placements),
     )

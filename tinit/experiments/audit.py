@@ -76,12 +76,19 @@ GRAD_COLUMNS = [
 STREAM_COLUMNS = [
     "init", "norm_position", "n_layers", "seed", "k", "layer", "sublayer", "stream_grad_rms",
     "stream_grad_rel", "pred_identity_gain", "pred_stream_grad_rms", "stream_var",
+    "branch_back_gain", "grad_cross_corr", "pred_full_gain", "pred_full_stream_grad_rms",
 ]  # fmt: skip
 GRAD_SUMMARY_COLUMNS = [
     "init", "norm_position", "n_layers", "seed", "loss", "down_ratio_first_last", "down_max_min",
     "down_max_layer", "o_ratio_first_last", "o_max_min", "o_max_layer", "stream_grad_ratio",
-    "pred_stream_grad_ratio", "stream_grad_ratio_err",
+    "pred_stream_grad_ratio", "stream_grad_ratio_err", "pred_full_stream_grad_ratio",
+    "full_stream_grad_ratio_err", "better_path",
 ]  # fmt: skip
+#: The full-path columns, measured where the stream is a plain sum of its branches.
+FULL_PATH = {
+    "stream_grads": ("branch_back_gain", "grad_cross_corr", "pred_full_gain", "pred_full_stream_grad_rms"),
+    "grad_summary": ("pred_full_stream_grad_ratio", "full_stream_grad_ratio_err"),
+}
 
 #: Verdicts that fail the audit (exit code 3); ``ok`` and ``unchecked`` do not.
 DEVIATING = ("off-recipe", "pytorch-default", "zero", "constant", "non-finite")
@@ -102,7 +109,22 @@ AUDIT_NOT_APPLICABLE = {
     "weights": {"z_std": _not_std, "z_mean": _not_std, "expected": lambda df: df["expected_kind"].isna()},
     "weight_groups": {"max_abs_z": lambda df: ~df["role"].isin(GAUSSIAN)},
     **VARIANCE_NOT_APPLICABLE,
-}
+    # the embedding has no branch; a branch that passes nothing back has no correlation
+    "stream_grads": {"branch_back_gain": lambda df: df["k"] == 0,
+                     "grad_cross_corr": lambda df: (df["k"] == 0) | (df["branch_back_gain"] == 0)},
+}  # fmt: skip
+
+
+def audit_not_applicable(sites: Sites) -> dict:
+    """:data:`AUDIT_NOT_APPLICABLE`, and where the stream is not a plain sum of its
+    branches (post-norm: the gradient at the sum before each norm is not tapped;
+    parallel residual: the MLP's stream_in is a sum the model never forms) no full path."""
+    if sites.norm_position == "pre" and not sites.parallel:
+        return AUDIT_NOT_APPLICABLE
+    out = {k: dict(v) for k, v in AUDIT_NOT_APPLICABLE.items()}
+    for stem, cols in FULL_PATH.items():
+        out.setdefault(stem, {}).update(dict.fromkeys(cols, True))
+    return out
 
 
 @dataclass(frozen=True)
@@ -275,13 +297,25 @@ class StreamHooks:
         self._cur = self._x_in = None
         self.width = 0
         self._pending: dict[int, tuple] = {}
+        # |r_k|^2, |w_k|^2, <w_k, r_k> per addition (grad_norms.branch_paths' layout): in a plain
+        # sum x_k = x_{k-1} + F_k the gradient of F_k is w_k, that of F_{k-1} (or of the
+        # embedding, k = 1) is u_{k-1}, and the branch part is r_k = u_{k-1} - w_k
+        self.paths = np.full((3, 2 * L + 1), np.nan)
+        self._above: tuple[int, torch.Tensor] | None = None
 
     def _tap(self, k: int, t: torch.Tensor) -> None:
         if self.grads and t.requires_grad:
 
             def acc(g, k=k):
-                s = g.detach().to(torch.float64 if g.dtype == torch.float64 else torch.float32).square().sum()
+                g = g.detach().to(torch.float64 if g.dtype == torch.float64 else torch.float32)
+                s = g.square().sum()
                 self.sq[k] = s if self.sq[k] is None else self.sq[k] + s
+                if self._above is not None and self._above[0] == k + 1:  # backward runs k = 2L .. 0
+                    w = self._above[1]
+                    r = g - w
+                    sums = (r.square().sum(), w.square().sum(), (w * r).sum())
+                    self.paths[:, k + 1] = [float(x) for x in sums]
+                self._above = (k, g)
 
             t.register_hook(acc)
 
@@ -412,7 +446,8 @@ def measure_grads(model: nn.Module, sites: Sites, tokens: torch.Tensor, roles: l
                      "param_norm": float(torch.linalg.vector_norm(p.detach(), dtype=stats))})  # fmt: skip
     sq = np.array([math.nan if s is None else float(s) for s in hooks.sq])
     model.zero_grad(set_to_none=True)
-    return pd.DataFrame(rows), sq, float(loss.detach()), hooks.width
+    plain = sites.norm_position == "pre" and not sites.parallel
+    return pd.DataFrame(rows), sq, float(loss.detach()), hooks.width, hooks.paths if plain else None
 
 
 @torch.no_grad()
@@ -493,7 +528,7 @@ def run_audit(
             out["stream_grads"] = cat(stream_frames, STREAM_COLUMNS)
             out["grad_summary"] = pd.DataFrame(grad_summaries, columns=GRAD_SUMMARY_COLUMNS)
         meter.record(meta)
-        return ExperimentResult(out, meta, complete, error, AUDIT_NOT_APPLICABLE)
+        return ExperimentResult(out, meta, complete, error, audit_not_applicable(sites))
 
     for label, net in configs:
         labels = {"init": label, "norm_position": sites.norm_position, "n_layers": L, "seed": seed}
@@ -502,7 +537,7 @@ def run_audit(
             raw, rel = measure_stream(net, sites, tokens)
             tick()
             if grads:
-                gdf, sq, loss, width = measure_grads(net, sites, tokens, roles)
+                gdf, sq, loss, width, paths = measure_grads(net, sites, tokens, roles)
                 tick()
         except RUN_FAILURES as exc:
             what = failure_reason(exc)
@@ -519,7 +554,8 @@ def run_audit(
         if grads:
             count = int(tokens.shape[0]) * int(tokens.shape[1]) * width
             eps = getattr(getattr(net, "cfg", None), "norm_eps", 0.0)
-            streams = stream_frame(sq, count, df["stream_var"].to_numpy(), sites.norm_position, eps)
+            streams = stream_frame(sq, count, df["stream_var"].to_numpy(), sites.norm_position, eps,
+                                   paths=paths)  # fmt: skip
             grad_frames.append(gdf.assign(**labels))
             stream_frames.append(streams.assign(**labels))
             grad_summaries.append({**labels, "loss": loss, **grad_summarize(gdf, streams)})

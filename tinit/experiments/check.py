@@ -1,4 +1,4 @@
-"""The background's five "check yourself" items, each answered by a measurement with
+"""The init primer's five "check yourself" items, each answered by a measurement with
 a stated pass criterion.
 
 (a) v_2L = 1 + 2L sigma^2 and its independence assumption, (b) depth-scaled init
@@ -74,7 +74,7 @@ from .variance import VARIANCE_COLUMNS, add_theory
 CHECK_COLUMNS = ["item", "claim", "measured", "theory", "rel_err", "passed", "criterion", "caveat", "detail"]
 CHECK_VARIANCE_COLUMNS = ["branch", *VARIANCE_COLUMNS, "cov", "cov_se", "cov_z"]
 
-#: The background's numbers for item (d).
+#: The primer's numbers for item (d).
 BACKGROUND_VOCAB, BACKGROUND_D, BACKGROUND_TOTAL = 128000, 2048, 1.5e9
 
 def t_quantile(alpha: float, df: int, m: int = 1) -> float:
@@ -203,9 +203,14 @@ def _row(item, claim, measured, theory, passed, detail, rel_err=None, criterion=
 # --- (a) ---
 
 
-def law_rows(df: pd.DataFrame, gauss: pd.DataFrame, s2: float, n_el: int, alpha: float) -> list[dict]:
-    """(a): the law with model branches, the independence assumption, and the exact
-    model (``gauss``: Gaussian branches of variance ``s2``, ``n_el`` elements per tensor)."""
+#: A law error beyond this beside a pass gets a caveat (why its tolerance is that wide).
+WIDE_ERROR = 0.10
+
+
+def law_row(df: pd.DataFrame, alpha: float) -> dict:
+    """(a) at one depth: v_2L / v0 against the law v0 + sum s_k^2 (the measured branch
+    variances), judged by the z of their difference, 2 sum Cov_k, against its exact
+    standard error under independence."""
     adds = df[df["k"] > 0]
     L2 = len(adds)
     v0, v_final = _f(df["stream_var"].iloc[0]), _f(df["stream_var"].iloc[-1])
@@ -215,14 +220,35 @@ def law_rows(df: pd.DataFrame, gauss: pd.DataFrame, s2: float, n_el: int, alpha:
     se = 2 * np.sqrt(_f((adds["cov_se"] ** 2).sum()))
     z = (v_final - law) / se
     zc = z_quantile(alpha)
-    rows = [
-        _row(
-            "a", "v_2L / v0 = 1 + 2L sigma^2 (naive init, pre-norm)", v_final / v0, law / v0, abs(z) <= zc,
-            f"2L={L2}, sigma^2 = mean s^2/v0 = {sigma2:.4g}; error {100 * (v_final / law - 1):+.2f}% = "
-            f"{z:+.2f} SE (SE {100 * se / law:.2f}% from the {L2} covariances; pass |z| <= {zc:.2f})",
-            criterion=f"|z| ≤ {zc:.2f}",
+    err = v_final / law - 1
+    caveat = ""
+    if abs(z) <= zc and abs(err) > WIDE_ERROR:
+        caveat = (
+            f"(a) at L={L2 // 2}: {100 * err:+.0f}% is {z:+.2f} SE: deep in a naive stack the tokens "
+            f"become alike and the covariances' standard error widens ({100 * se / law:.0f}% of the law), "
+            f"so the law is not rejected there but is confirmed only to ±{100 * zc * se / law:.0f}%"
         )
-    ]  # fmt: skip
+    return _row(
+        "a", f"v_2L / v0 = 1 + 2L sigma^2 (naive init, pre-norm, L={L2 // 2})", v_final / v0, law / v0,
+        abs(z) <= zc,
+        f"2L={L2}, sigma^2 = mean s^2/v0 = {sigma2:.4g}; error {100 * err:+.2f}% = "
+        f"{z:+.2f} SE (SE {100 * se / law:.2f}% from the {L2} covariances; pass |z| <= {zc:.2f})",
+        criterion=f"|z| ≤ {zc:.2f}", caveat=caveat,
+    )  # fmt: skip
+
+
+def law_rows(
+    df: pd.DataFrame, gauss: pd.DataFrame, s2: float, n_el: int, alpha: float,
+    deep: pd.DataFrame | None = None,
+) -> list[dict]:
+    """(a): the law with model branches at each depth the check runs (``df`` and the
+    naive ``deep`` run: the claim speaks of every L), the independence assumption, and
+    the exact model (``gauss``: Gaussian branches of variance ``s2``, ``n_el`` elements
+    per tensor)."""
+    adds = df[df["k"] > 0]
+    L2 = len(adds)
+    zc = z_quantile(alpha)
+    rows = [law_row(df, alpha)] + ([law_row(deep, alpha)] if deep is not None else [])
     zs = adds["cov_z"].abs()
     zb = z_quantile(alpha, L2)
     worst = adds.loc[_argmax(zs)]
@@ -244,7 +270,7 @@ def law_rows(df: pd.DataFrame, gauss: pd.DataFrame, s2: float, n_el: int, alpha:
     g_z = (g_final - pred) / g_se
     rows.append(
         _row(
-            "a", "Gaussian branches (exact model): v_2L = v0 + 2L S2", g_final / g_v0, pred / g_v0,
+            "a", "Gaussian branches (the law's exact case): v_2L = v0 + 2L S2", g_final / g_v0, pred / g_v0,
             abs(g_z) <= zc,
             f"S2 = {s2:.4g} (the model run's mean s^2); error {100 * (g_final / pred - 1):+.3f}% = "
             f"{g_z:+.2f} SE (SE {100 * g_se / pred:.3f}%; pass |z| <= {zc:.2f})",
@@ -332,7 +358,9 @@ def depth_rows(runs: dict[tuple[str, int], pd.DataFrame], short: int, long: int,
 # --- (c) ---
 
 
-def gradient_rows(summary: pd.DataFrame, streams: pd.DataFrame, n_tokens: int, alpha: float) -> list[dict]:
+def gradient_rows(
+    summary: pd.DataFrame, streams: pd.DataFrame, n_tokens: int, alpha: float, d_model: int = 0
+) -> list[dict]:
     rows = []
     pre = streams[streams["norm_position"] == "pre"]
     if len(pre):
@@ -350,27 +378,64 @@ def gradient_rows(summary: pd.DataFrame, streams: pd.DataFrame, n_tokens: int, a
                 criterion=f"≥ {bound:.4f}",
             )
         )  # fmt: skip
-    post = summary[summary["norm_position"] == "post"]
-    if len(post):
-        r = post.iloc[0]
-        m, pred = _f(r["stream_grad_ratio"]), _f(r["pred_stream_grad_ratio"])
-        d_pred, d_one = abs(np.log(m / pred)), abs(np.log(m))
-        caveat = ""
-        if abs(m / pred - 1) > 0.2:
-            caveat = (
-                f"the measured gain is {m / pred:.3g}x the identity-path prediction: the prediction leaves "
-                "out the branch paths (the backward gain through the branches), which add gradient; "
-                "the claim is only that the gain is the norms' product, not 1"
-            )
-        rows.append(
-            _row(
-                "c", "post-norm: gradient path scaled by every norm (gain prod 1/sqrt(var s_j), not 1)",
-                m, pred, d_pred < d_one,
-                f"RMS grad_0 / RMS grad_2L; |log(measured/prediction)| = {d_pred:.3f} vs "
-                f"|log(measured/1)| = {d_one:.3f} (pass: closer to the prediction)",
-                criterion="nearer theory than 1 (log)", caveat=caveat,
-            )
-        )  # fmt: skip
+    post = streams[streams["norm_position"] == "post"].sort_values("k")
+    if len(post) > 2:
+        rows += post_norm_rows(post, n_tokens, alpha, d_model)
+    return rows
+
+
+def post_norm_rows(post: pd.DataFrame, n_tokens: int, alpha: float, d_model: int = 0) -> list[dict]:
+    """(c), post-norm, in two parts, so that no pass rests on what it does not test:
+
+    - from k = 1 to 2L (after the first norm): the measured gain RMS grad_1 / RMS grad_2L
+      against the norms' compounded gain prod_{j>=2} 1/sqrt(var s_j). With small branches
+      every s_j has variance ~1 and that product is ~1: then post-norm attenuates nothing
+      here, and the row says so (its caveat) instead of passing as if it did;
+    - the first norm alone: RMS grad_0 / RMS grad_1 against 1/sqrt(var s_1), which is
+      the embedding's scale (x50 for a 0.02 embedding), not a compounding over depth.
+      The norm divides each token by its own rms; for Gaussian tokens of d components
+      (the embedding) the mean square is var * chi2_d / d, and the RMS over tokens of
+      1/rms is sqrt(E[d / chi2_d] / var) = sqrt(d / (d - 2)) / sqrt(var): +1.6% at d = 64.
+      (After the first norm every token's mean square is 1: no such spread.)
+
+    Tolerance: |log(measured / prediction)| <= -log sqrt(1 - z^2/T), the allowance of the
+    pre-norm row's bound (T tokens; z at alpha, Bonferroni over the 2L additions)."""
+    L2 = int(post["k"].max())
+    z = z_quantile(alpha, L2, two_sided=False)
+    tol = -0.5 * np.log(max(1.0 - z**2 / n_tokens, 1e-12))
+    at = post.set_index("k")
+    m1, g1 = _f(at.loc[1, "stream_grad_rel"]), _f(at.loc[1, "pred_identity_gain"])
+    m0, g0 = _f(at.loc[0, "stream_grad_rel"]), _f(at.loc[0, "pred_identity_gain"])
+    d1 = abs(np.log(m1 / g1))
+    caveat = ""
+    if abs(g1 - 1) < 0.05:
+        caveat = (
+            f"(c) post-norm from k = 1: the norms' compounded gain is {g1:.4g} here, as pre-norm's 1: with "
+            "small branches each addition's sum has variance ~1 and each norm's gain 1/sqrt(var s) is ~1, so "
+            "at this sigma post-norm attenuates nothing after the first norm (what passes is the mechanism, "
+            "not an attenuation); an attenuation needs branch variances of order 1 (--sigma inv-sqrt-d), "
+            "where the branch paths, which the prediction leaves out, then carry the gradient"
+        )
+    rows = [_row(
+        "c", f"post-norm, k = 1..{L2}: gradient gain = the norms' product prod_(j>=2) 1/sqrt(var s_j), not 1",
+        m1, g1, d1 <= tol,
+        f"RMS grad_1 / RMS grad_{L2} (after the first norm); |log(measured/prediction)| = {d1:.4f}, "
+        f"pass <= {tol:.4f} (-log sqrt(1 - z^2/T), T={n_tokens} tokens, z={z:.2f}); the product "
+        f"differs from 1 by {100 * (g1 - 1):+.2f}%",
+        criterion=f"|log(m/p)| ≤ {tol:.3f}", caveat=caveat,
+    )]  # fmt: skip
+    spread = math.sqrt(d_model / (d_model - 2)) if d_model > 2 else 1.0
+    m01, g01 = m0 / m1, g0 / g1 * spread
+    d0 = abs(np.log(m01 / g01))
+    rows.append(_row(
+        "c", "post-norm, first norm: gain 1/sqrt(var s_1) (the embedding's scale, not depth)",
+        m01, g01, d0 <= tol,
+        f"RMS grad_0 / RMS grad_1; var s_1 = {(spread / g01) ** 2:.4g} (the embedding plus the first "
+        f"branch); prediction sqrt(d/(d-2))/sqrt(var s_1), the per-token rms spread of d={d_model} "
+        "Gaussian components; "
+        f"|log(measured/prediction)| = {d0:.4f}, pass <= {tol:.4f}",
+        criterion=f"|log(m/p)| ≤ {tol:.3f}",
+    ))  # fmt: skip
     return rows
 
 
@@ -378,8 +443,8 @@ def gradient_rows(summary: pd.DataFrame, streams: pd.DataFrame, n_tokens: int, a
 
 
 def params_rows(model: ModelConfig) -> tuple[list[dict], dict[str, pd.DataFrame]]:
-    """(d): the background's shape and the configured model; the frames ``params``,
-    ``params_summary`` (a ``model`` column tells them apart) and ``ffn`` (background)."""
+    """(d): the primer's shape and the configured model; the frames ``params``,
+    ``params_summary`` (a ``model`` column tells them apart) and ``ffn`` (the primer's)."""
     # a fresh config: d_ff is derived from this d (replace() would keep a resolved d_ff)
     background = ModelConfig(vocab_size=BACKGROUND_VOCAB, d_model=BACKGROUND_D, n_heads=16)
     res_bg = run_params(background, reference_total=BACKGROUND_TOTAL)
@@ -571,7 +636,8 @@ def _run_check(model, init, run, deep_layers, head_dims, alpha, progress, on_par
             runs[(recipe, L)] = df
     frames["variance"] = pd.concat(var_frames, ignore_index=True)
     meter.stop("variance")
-    rows += law_rows(runs[("naive", short)], gauss, s2, tokens.numel() * model.d_model, alpha)
+    rows += law_rows(runs[("naive", short)], gauss, s2, tokens.numel() * model.d_model, alpha,
+                     runs[("naive", long)])  # fmt: skip
     rows += depth_rows(runs, short, long, alpha)
     partial()
 
@@ -587,7 +653,8 @@ def _run_check(model, init, run, deep_layers, head_dims, alpha, progress, on_par
     meter.stop("grad_norms", [grads.meta])
     frames["stream_grads"] = grads["stream_grads"]
     frames["grad_summary"] = grads["summary"]
-    rows += gradient_rows(grads["summary"], grads["stream_grads"], run.batch * run.seq_len, alpha)
+    rows += gradient_rows(grads["summary"], grads["stream_grads"], run.batch * run.seq_len, alpha,
+                          model.d_model)  # fmt: skip
     partial()
 
     p_rows, p_frames = params_rows(model)

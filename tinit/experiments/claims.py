@@ -1,4 +1,4 @@
-"""The background's claims about *training*, each as a seeded test with a verdict.
+"""The init primer's claims about *training*, each as a seeded test with a verdict.
 
 Every claim compares the final held-out loss of two sets of runs that differ in one
 thing, over the same seeds. With d = mean difference and SE = sqrt(SE_a^2 + SE_b^2)

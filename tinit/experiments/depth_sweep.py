@@ -379,25 +379,30 @@ def fit_configs(
         t_ratio_se = abs(t_ratio) * math.sqrt((t_a_se / t_a) ** 2 + (b_se / b) ** 2)
         t_diff_se = math.sqrt(t_a_se**2 + b_se**2)
         law_err = (s["v_final_mean"] / s["pred_closed_final_mean"] - 1.0).abs().max()
+        one = len(depths) == 1  # nothing to compare: no ratio, change or transfer verdict
         # the seeds' spread is the honest standard error; one seed has only the OLS one
         se_used = slope_se_seeds if len(seeds) > 1 else fit["slope_se"]
         rows.append({
             "init": recipe, "norm_position": pos, "n_points": len(d), "n_seeds": len(seeds),
             "layers_min": int(depths[0]), "layers_max": int(depths[-1]),
-            **fit, "slope_se_seeds": slope_se_seeds,
+            **fit,
             "theory_slope": th["slope"], "theory_intercept": th["intercept"],
             "slope_z": (fit["slope"] - th["slope"]) / se_used if se_used > 0 else math.nan,
             "depth_scaled": line.depth_scaled, "theory_branch_var": line.branch_var,
             "v_final_min_mean": a, "v_final_min_se": a_se, "v_final_max_mean": b, "v_final_max_se": b_se,
-            "ratio_max_min": ratio, "ratio_max_min_se": ratio_se,
-            "diff_max_min": diff, "diff_se": diff_se,
-            "within_spread": None if not math.isfinite(diff_se) else bool(abs(diff) <= SPREAD_K * diff_se),
-            "transfer_from": ref, "transfer_to": int(depths[-1]),
-            "transfer_ratio": t_ratio, "transfer_ratio_se": t_ratio_se, "transfer_tol": TRANSFER_TOL,
-            "transfer_significant": (
-                None if not math.isfinite(t_diff_se) else bool(abs(b - t_a) > SPREAD_K * t_diff_se)
+            **dict.fromkeys(("ratio_max_min", "ratio_max_min_se", "diff_max_min", "diff_se", "transfer_ratio",
+                             "transfer_ratio_se", "slope_se_seeds"), math.nan),
+            **({} if one else {"ratio_max_min": ratio, "ratio_max_min_se": ratio_se, "diff_max_min": diff,
+                               "diff_se": diff_se, "transfer_ratio": t_ratio, "transfer_ratio_se": t_ratio_se,
+                               "slope_se_seeds": slope_se_seeds}),
+            "within_spread": (
+                None if one or not math.isfinite(diff_se) else bool(abs(diff) <= SPREAD_K * diff_se)
             ),
-            "transfers": transfer_verdict(t_ratio, t_ratio_se),
+            "transfer_from": ref, "transfer_to": int(depths[-1]), "transfer_tol": TRANSFER_TOL,
+            "transfer_significant": (
+                None if one or not math.isfinite(t_diff_se) else bool(abs(b - t_a) > SPREAD_K * t_diff_se)
+            ),
+            "transfers": None if one else transfer_verdict(t_ratio, t_ratio_se),
             "law_max_rel_err": float(law_err), "law_tol": LAW_TOL,
             "law_holds": bool(law_err <= LAW_TOL) if math.isfinite(law_err) else None,
             "closed_form": get_scheme(recipe).closed_form,
@@ -519,12 +524,15 @@ def not_applicable(grad_ratio: bool) -> dict:
 
     summary = {f"{q}_se": one_seed for q in SUMMARY_QUANTITIES}
     fit = {
-        "slope_se": under_three, "intercept_se": under_three, "slope_se_seeds": one_seed,
+        "slope_se": under_three, "intercept_se": under_three,
         # z and r2 of a line through identical values (zero-out's v_2L = v0 at every depth,
         # the same in every seed) are 0/0
         "slope_z": lambda df: one_depth(df) | (one_seed(df) & under_three(df)) | flat(df),
-        "v_final_min_se": one_seed, "v_final_max_se": one_seed, "ratio_max_min_se": one_seed,
-        "diff_se": one_seed, "transfer_ratio_se": one_seed,
+        "v_final_min_se": one_seed, "v_final_max_se": one_seed,
+        # one depth: nothing to compare (no ratio, change or transfer); one seed: no s.e.
+        **dict.fromkeys(("ratio_max_min", "diff_max_min", "transfer_ratio"), one_depth),
+        **dict.fromkeys(("ratio_max_min_se", "diff_se", "transfer_ratio_se", "slope_se_seeds"),
+                        lambda df: one_depth(df) | one_seed(df)),
         **dict.fromkeys(("slope", "intercept", "theory_slope", "theory_intercept"), one_depth),
         "r2": lambda df: one_depth(df) | flat(df),
         "theory_branch_var": zero_branches,

@@ -97,7 +97,11 @@ def run_inits(
         frames = {"init_stds": stds_frame(model, dataclasses.replace(init, recipe=scheme))}
     if progress is not None:
         progress(1, 1)
-    return ExperimentResult(frames, meta)
+    return ExperimentResult(frames, meta, not_applicable=NOT_APPLICABLE)
+
+
+#: Only a truncated normal has a truncation bound: the other draws' ``bound`` is empty.
+NOT_APPLICABLE = {"init_stds": {"bound": lambda df: df["distribution"] != "trunc"}}
 
 
 def catalogue_markdown() -> str:

@@ -99,7 +99,7 @@ def run_params(
     Frames: ``params`` (one row per tying and component), ``ffn`` (the 8d/3 vs 4d
     check) and ``summary`` (one row: totals, the saving V*d and its fractions).
     ``reference_total`` adds the saving's fraction of that many parameters (the
-    background's "17.5% of a 1.5B model"). ``n_kv_heads`` (for presets of GQA models)
+    primer's "17.5% of a 1.5B model"). ``n_kv_heads`` (for presets of GQA models)
     adds what the real model, with grouped-query attention, would count. ``init``
     and ``run`` are accepted for a uniform signature; counts do not depend on them.
 

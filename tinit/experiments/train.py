@@ -234,6 +234,9 @@ class Trainer:
             delta = torch._foreach_norm(torch._foreach_sub(weights, before))
             base = torch._foreach_norm(before)
             ratios = (torch.stack(delta) / torch.stack(base)).tolist() if weights else []
+        # a matrix that was zero (zero-out's, nanochat's W_O, W_down at step 1) has no
+        # relative update: NaN, written empty (not the inf of a division by zero)
+        ratios = [math.nan if float(b) == 0 else x for x, b in zip(ratios, base, strict=True)]
         return lr, loss_value, float(grad_norm), ratios
 
     @torch.no_grad()
@@ -456,6 +459,7 @@ def run_specs(
         meta["complete_runs"] = len(records)
         return ExperimentResult(frames, meta, complete, error, not_applicable(train, device))
 
+    names = run_names(specs)
     for i, spec in enumerate(specs):
         if spec.model.vocab_size < data.vocab:
             raise ConfigError(
@@ -470,10 +474,30 @@ def run_specs(
         except RUN_FAILURES as exc:
             what = failure_reason(exc)
             raise IncompleteRun(f"run {i + 1}/{len(specs)}: {what}", result(False, what)) from exc
-        meta["seconds"][f"run{i}"] = time.perf_counter() - t0
+        key = names[i] if names[i] not in meta["seconds"] else f"{names[i]} (run {i + 1})"
+        meta["seconds"][key] = time.perf_counter() - t0
         if on_partial is not None and i + 1 < len(specs):
             on_partial(result(False))
     return result(True)
+
+
+def run_names(specs: Sequence[RunSpec]) -> list[str]:
+    """Each run named by its configuration (what the timing line and config.json's
+    ``seconds`` show): init/placement, then the settings that vary in the grid."""
+    labels = [s.labels() for s in specs]
+    short = {"n_layers": "L", "peak_lr": "lr", "d_model": "d", "d_ff": "d_ff"}
+    varying = [k for k in labels[0] if k not in ("init", "norm_position")
+               and len({str(x[k]) for x in labels}) > 1] if labels else []  # fmt: skip
+
+    def part(k: str, v) -> str:
+        if k == "tied":
+            return "tied" if v else "untied"
+        if k in ("norm", "ffn"):
+            return str(v)
+        return f"{short.get(k, k)}={v:g}" if isinstance(v, float) else f"{short.get(k, k)}={v}"
+
+    return [", ".join([f"{x['init']}/{x['norm_position']}", *(part(k, x[k]) for k in varying)])
+            for x in labels]  # fmt: skip
 
 
 def grid_specs(
@@ -509,8 +533,11 @@ def not_applicable(train: TrainConfig, device: torch.device) -> dict:
     :attr:`ExperimentResult.not_applicable`): the step-0 row has no lr, train loss or
     gradient yet; the held-out loss exists only every ``eval_every`` steps and at the
     last (not after a divergence, whose row says so); the embedding (k = 0) has no
-    branch; MFU is known only on a GPU whose peak tinit knows; a standard error needs
-    two seeds. Any other NaN (a loss that became NaN) is written ``nan`` and flagged."""
+    branch, and a zero branch no correlation; a zero-initialised matrix has no relative
+    update at step 1; a run that did not diverge has no divergence step, one that did no
+    final loss; MFU is known only on a GPU whose peak tinit knows; a standard error needs
+    two seeds that did not diverge. Any other NaN (a loss that became NaN) is written
+    ``nan`` and flagged."""
 
     def init_row(df):
         return df["status"] == "init"
@@ -519,13 +546,34 @@ def not_applicable(train: TrainConfig, device: torch.device) -> dict:
         evaluated = (df["step"] % train.eval_every == 0) | (df["step"] == train.steps)
         return ~evaluated | (df["status"] == "diverged")
 
+    def diverged(df):
+        return df["diverged"].astype(bool)
+
+    def all_diverged(df):
+        return df["diverged"] >= df["seeds"]
+
     no_mfu = device.type != "cuda"
     return {
         "train": {"lr": init_row, "train_loss": init_row, "grad_norm": init_row, "eval_loss": no_eval},
-        "variance_during_training": dict.fromkeys(("branch_var", "cross_corr"), lambda df: df["k"] == 0),
-        "runs": {"mfu": no_mfu},
-        "summary": {"mfu": no_mfu, "final_eval_loss_se": lambda df: df["seeds"] < 2},
-    }
+        "update_ratios": {"update_ratio": zero_before},
+        "variance_during_training": {"branch_var": lambda df: df["k"] == 0,
+                                     "cross_corr": lambda df: (df["k"] == 0) | (df["branch_var"] == 0)},
+        "runs": {"mfu": no_mfu, "diverged_step": lambda df: ~diverged(df), "final_eval_loss": diverged},
+        "summary": {"mfu": no_mfu, "final_eval_loss_se": lambda df: df["seeds"] - df["diverged"] < 2,
+                    "final_eval_loss_mean": all_diverged, "gap_to_floor": all_diverged},
+    }  # fmt: skip
+
+
+def zero_before(df: pd.DataFrame):
+    """Update ratios with no meaning: step 1 of a matrix the scheme initialises to zero
+    (its ||W_before|| is 0; any other NaN is a measurement, written nan)."""
+    from ..model.schemes import get_scheme, known
+
+    def zero_role(name: str, tensor: str) -> bool:
+        return known(name) and get_scheme(name).rule(tensor).dist == "zero"
+
+    zero = [zero_role(str(i), str(t)) for i, t in zip(df["init"], df["tensor"], strict=True)]
+    return (df["step"] == 1).to_numpy() & np.asarray(zero, dtype=bool)
 
 
 def run_train(

@@ -76,7 +76,8 @@ def _no_closed_form(df: pd.DataFrame):
 #: the embedding (k = 0) has no branch; only post-norm has a normalised stream (the
 #: other placements' stream is the sum itself); a branch that is exactly zero (a
 #: zero-initialised output: zero-out, nanochat) has no correlation with the stream and
-#: no reference variance.
+#: no reference variance; a configuration whose stream stayed finite has no first
+#: non-finite addition.
 NOT_APPLICABLE = {
     "variance": {
         "branch_var": _is_embedding,
@@ -89,6 +90,8 @@ NOT_APPLICABLE = {
         "max_abs_cross_corr": _zero_branches,
         **dict.fromkeys(("s2_ref_attn", "s2_ref_ffn"), lambda df: _zero_branches(df) | _no_closed_form(df)),
         **dict.fromkeys(("pred_closed_final", "rel_err_closed"), _no_closed_form),
+        # empty when no addition overflowed (the usual case); else the first k that did
+        "first_nonfinite_k": True,
     },
 }
 

@@ -115,7 +115,7 @@ class GeluFFN(nn.Module):
 
 
 class GaussianBranch(nn.Module):
-    """The seed's exact model of a branch: an independent N(0, var) draw of the
+    """The Gaussian-branch model (the law's exact case) of a branch: an independent N(0, var) draw of the
     input's shape, ignoring the input. Drawn per (seed, layer, sublayer), so a
     rebuilt branch draws the same numbers."""
 

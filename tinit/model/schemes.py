@@ -10,10 +10,9 @@ carries what its theory needs: how each branch's variance depends on depth
 
 Nothing outside this module compares scheme names: code asks the scheme.
 
-The formulas follow ``shared/init-catalogue.md`` (which names each codebase's source
-file). The source files themselves could not be re-read while this catalogue was
-written; where the catalogue left a choice open, the scheme's description says what
-tinit chose.
+The formulas follow each codebase's own file, named in every scheme's ``sources``
+(the project's notes on them, outside this repository, are not shipped); where a
+source left a choice open, the scheme's description says what tinit chose.
 """
 
 from __future__ import annotations

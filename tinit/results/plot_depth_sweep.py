@@ -11,6 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from rich.table import Table
 
 from ..criteria import SPREAD_K
@@ -39,6 +40,8 @@ from .tables import fmt, summary_table
 #: A configuration whose final variance passes this many times v0 (or overflows) is drawn
 #: but does not set its panel's range; it is named under the figure.
 OFF_SCALE = 1e8
+#: The transfer panel's ratio axis is log when the ratios span this factor or more.
+TRANSFER_LOG_SPAN = 2.0
 
 
 def _log_x(depths: np.ndarray) -> bool:
@@ -165,12 +168,13 @@ def _law_depth_panel(ax, pos, groups, order, depths, logx, theory, notes) -> str
     ax.set_xlabel("layers L (2L residual additions)")
     label = {"pre": "Pre-norm", "post": "Post-norm", "sandwich": "Sandwich norm",
              "reordered": "Reordered norm", "none": "No norm"}.get(pos, name)  # fmt: skip
+    # short titles: two panels a row, long ones ran into each other
     if grow:
         ax.set_ylabel(r"$v_{2L} - v_0$ (added by the 2L branches)")
-        ax.set_title(f"{label}: final stream variance")
+        ax.set_title(f"{label}: $v_{{2L}} - v_0$")
     else:
         ax.set_ylabel(r"$v_{2L}$ (the sum before the last norm)")
-        ax.set_title(f"{label}: final sum's variance")
+        ax.set_title(f"{label}: $v_{{2L}}$ (last sum)")
     return "post-norm" if not grow else name
 
 
@@ -246,7 +250,7 @@ def _transfer_panel(ax, summary, fit, groups, order, depths, logx, notes) -> lis
     legend handles: each configuration with its ratio and verdict, and the band."""
     ref = int(fit["transfer_from"].iloc[0]) if len(fit) else int(depths[0])
     tol = float(fit["transfer_tol"].iloc[0]) if len(fit) else 0.10
-    series, vals = {}, []
+    series, vals, labels = {}, [], []
     for (init, pos), d in groups:
         d = d.sort_values("n_layers").set_index("n_layers")
         if ref not in d.index:
@@ -258,16 +262,28 @@ def _transfer_panel(ax, summary, fit, groups, order, depths, logx, notes) -> lis
         # an overflowed run (inf / inf) is not drawn: an infinite point breaks the axes
         r, r_se = r.where(np.isfinite(r)), r_se.where(np.isfinite(r_se), 0.0)
         f = fit[(fit["init"] == init) & (fit["norm_position"] == pos)]
-        verdict = f"transfers: {f['transfers'].iloc[0]}" if len(f) else ""
-        _errorbars(ax, d.index.to_numpy(), r, r_se, init, pos, order[(init, pos)],
-                   label=f"{init}/{pos}: ×{ratio_text(float(r.iloc[-1]))}, {verdict}")  # fmt: skip
+        word = f["transfers"].iloc[0] if len(f) else None
+        label = (f"{init}/{pos}: ×{ratio_text(float(r.iloc[-1]))}, transfers: {word}" if isinstance(word, str)
+                 else f"{init}/{pos} (one depth: no transfer to check)")  # fmt: skip
+        _errorbars(ax, d.index.to_numpy(), r, r_se, init, pos, order[(init, pos)], label=label)
         series[f"{init}/{pos}"] = r.to_numpy()
         vals.append(r.to_numpy())
+        if isinstance(word, str) and word != "yes" and np.isfinite(r.iloc[-1]) and abs(r.iloc[-1] - 1) > tol:
+            color = config_style(init, pos, order[(init, pos)])["color"]
+            labels.append((float(r.iloc[-1]), d.index[-1], color))
     ax.axhspan(1 - tol, 1 + tol, color="0.85", zorder=0, lw=0)
     ax.axvline(ref, color="0.4", ls=":", lw=1.0)
     integer_axis(ax, depths, "x", log=logx)
-    value_axis(ax, np.concatenate(vals) if vals else [1.0], log_ratio=_y_log_ratio(logx), min_rel_span=0.05,
+    # log from a 2x span: on a linear 1..8 axis a x1.155 change (beyond the 10% band)
+    # looks the same as 1; on a log axis it is as far from 1 as 0.87 is
+    value_axis(ax, np.concatenate(vals) if vals else [1.0], log_ratio=TRANSFER_LOG_SPAN, min_rel_span=0.05,
                include=(1 - tol, 1 + tol))  # fmt: skip
+    if ax.get_yscale() == "log":
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_minor_locator(LogLocator(subs=np.arange(1.0, 10.0, 0.5)))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    _ratio_labels(ax, labels)
     notes.append(coincidence_note(coincidences(series, ax), "transfer"))
     ax.set_xlabel("layers L")
     ax.set_ylabel(f"$v_{{2L}}(L)\\,/\\,v_{{2L}}({ref})$")
@@ -275,6 +291,23 @@ def _transfer_panel(ax, summary, fit, groups, order, depths, logx, notes) -> lis
     handles, _ = ax.get_legend_handles_labels()
     handles.append(Patch(color="0.85", label=f"transfers: within ±{tol:.0%} (with 2 s.e.)"))
     return handles
+
+
+def _ratio_labels(ax, labels: list, gap: float = 0.045) -> None:
+    """Each ratio outside the band beside its last point, so that x1.155 is read as such
+    next to a x8 one on the same axis; a label that would sit on another is left out
+    (the legend holds every ratio)."""
+    lo, hi = ax.get_ylim()
+    log = ax.get_yscale() == "log"
+    placed: list[float] = []
+    for r, x, color in sorted(labels, key=lambda t: -abs(np.log(t[0]))):
+        f = (np.log(r) - np.log(lo)) / (np.log(hi) - np.log(lo)) if log else (r - lo) / (hi - lo)
+        if any(abs(f - g) < gap for g in placed):
+            continue
+        placed.append(f)
+        ax.annotate(f"×{ratio_text(r)}", (x, r), xytext=(-9, 0), textcoords="offset points", ha="right",
+                    va="center", fontsize=8, color=color, gid="ratio",
+                    bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 0.5})  # fmt: skip
 
 
 def _pm(x: float, se: float, digits: int = 3) -> str:
@@ -330,6 +363,10 @@ def depth_sweep_table(fit: pd.DataFrame, summary: pd.DataFrame, title: str = "")
         f"then, unclear in between (1 seed: the change alone). law: the largest |v_2L / (v0 + 2L·s²) − 1| "
         f"over the depths, each depth with its own s² (post-norm: 1 + s²); holds: ≤ {law_tol:.0%}.",
     )
+    if hi == ref:
+        t.caption = (f"one depth (L={hi}): no ratio, change or transfer verdict (sweep two depths or more). "
+                     f"law: the largest |v_2L / (v0 + 2L·s²) − 1| over the depths (post-norm: 1 + s²); "
+                     f"holds: ≤ {law_tol:.0%}.")  # fmt: skip
     for col in ("config", f"v({hi})/v({ref})", "change", "resolved", f"transfers\n≤{tol:.0%}",
                 "law err", f"law\n≤{law_tol:.0%}"):  # fmt: skip
         t.add_column(col, justify="left" if col == "config" else "right", no_wrap=True)
@@ -345,7 +382,7 @@ def depth_sweep_table(fit: pd.DataFrame, summary: pd.DataFrame, title: str = "")
             "×" + _pm(r.transfer_ratio, r.transfer_ratio_se, 4),
             change_text(r.transfer_ratio),
             resolved,
-            _word(r.transfers),
+            _word(r.transfers if isinstance(r.transfers, str) else "-"),
             f"{100 * r.law_max_rel_err:.1f}%" if math.isfinite(r.law_max_rel_err) else "-",
             _word(law_word),
         )

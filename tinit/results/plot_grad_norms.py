@@ -39,6 +39,8 @@ from .tables import error_style, summary_table
 #: --tensor choice -> the tensors drawn, with their panel titles
 TENSORS = {"down": ("down",), "o": ("o",), "both": ("down", "o")}
 TENSOR_TITLES = {"down": r"$W_{down}$ (FFN output)", "o": r"$W_O$ (attention output)"}
+#: The stream-gradient predictions drawn (column, name): each is clipped and marked alike.
+PREDICTIONS = (("pred_stream_grad_rms", "identity-path"), ("pred_full_stream_grad_rms", "full-path"))
 
 
 def _label(init: str, pos: str, n: int) -> str:
@@ -107,7 +109,7 @@ def plot_stream_grads(stream_grads: pd.DataFrame, title: str = "") -> Figure:
                 label=_label(init, pos, len(groups)), gid=f"measured:{init}/{pos}",
                 **MEASURED_UNDER)  # fmt: skip
         ax.plot(df["k"], df["pred_stream_grad_rms"], color=st["color"], gid=f"theory:{init}/{pos}", **THEORY)
-        if "pred_full_stream_grad_rms" in df:
+        if "pred_full_stream_grad_rms" in df and df["pred_full_stream_grad_rms"].notna().any():
             ax.plot(df["k"], df["pred_full_stream_grad_rms"], color=st["color"], gid=f"full:{init}/{pos}",
                     **THEORY_ALT)  # fmt: skip
         series[f"{init}/{pos}"] = df["stream_grad_rms"].to_numpy()
@@ -117,13 +119,17 @@ def plot_stream_grads(stream_grads: pd.DataFrame, title: str = "") -> Figure:
     lim = value_axis(ax, meas, log_ratio=5, min_rel_span=0.2, include=pred)
     notes = []
     for i, ((init, pos), df) in enumerate(groups):
-        pred = df["pred_stream_grad_rms"].to_numpy()
-        n = mark_clipped(ax, df["k"], pred, lim, config_style(init, pos, i)["color"])
-        if n:
-            notes.append(
-                f"{init}/{pos}: the prediction leaves the measured range at {n} of {len(df)} additions "
-                f"(its range {np.nanmin(pred):.2g} to {np.nanmax(pred):.2g}); clipped, triangles at the edge"
-            )
+        for col, what in PREDICTIONS:
+            if col not in df:
+                continue
+            pred = df[col].to_numpy(dtype=np.float64)
+            n = mark_clipped(ax, df["k"], pred, lim, config_style(init, pos, i)["color"])
+            if n:
+                notes.append(
+                    f"{init}/{pos}: the {what} prediction leaves the measured range at {n} of {len(df)} "
+                    f"additions (its range {_num(np.nanmin(pred))} to {_num(np.nanmax(pred))}); clipped, "
+                    "triangles at the edge"
+                )
     factors = []
     for (init, pos), df in groups:
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -137,14 +143,17 @@ def plot_stream_grads(stream_grads: pd.DataFrame, title: str = "") -> Figure:
     integer_axis(ax, stream_grads["k"].unique(), "x")
     ax.set_xlabel("residual addition k (0 = embedding output)")
     ax.set_ylabel(r"RMS of $\partial\,\mathrm{loss} / \partial\,\mathrm{stream}_k$")
-    ax.set_title("Stream gradient (post-norm: at the normalised stream)")
+    post = (stream_grads["norm_position"] == "post").any()
+    ax.set_title("Stream gradient" + (" (post-norm: at the normalised stream)" if post else ""))
     handles, _ = ax.get_legend_handles_labels()
     style = [
         Line2D([], [], color=NEUTRAL, **{**MEASURED_UNDER, "zorder": None}, label="measured"),
         Line2D([], [], color=NEUTRAL, **{**THEORY, "zorder": None}, label="identity-path prediction"),
-        Line2D([], [], color=NEUTRAL, **{**THEORY_ALT, "zorder": None},
-               label="full-path prediction (measured branch gains)"),
     ]
+    full = stream_grads.get("pred_full_stream_grad_rms")
+    if full is not None and full.notna().any():
+        style.append(Line2D([], [], color=NEUTRAL, **{**THEORY_ALT, "zorder": None},
+                            label="full-path prediction (measured branch gains)"))  # fmt: skip
     key_legend(key, handles + style, ncol=3)
     suptitle(fig, title)
     footnote(fig, notes)

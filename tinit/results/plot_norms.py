@@ -57,12 +57,11 @@ def plot_norms(timing: pd.DataFrame, ratio: pd.DataFrame, title: str = "") -> Fi
     ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_ylabel("time ratio  LayerNorm / RMSNorm")
     ax.set_title("LayerNorm / RMSNorm time (median)")
-    ax.legend(
-        handles=[Line2D([], [], color=IMPL_COLORS[i], lw=1.5, label=i) for i in impls]
-        + [Line2D([], [], color="0.3", ls=PASS_STYLES[p], lw=1.5, label=PASS_LABELS[p]) for p in PASS_STYLES]
-        + [Line2D([], [], color="0.5", ls="-.", lw=1.1, label="equal cost")],
-                loc="best",
-    )
+    # one legend under the panels for all four (in a panel, legends covered lines and bar labels)
+    handles = [Line2D([], [], color=IMPL_COLORS[i], lw=1.5, label=i) for i in impls]
+    handles += [Line2D([], [], color="0.3", ls=PASS_STYLES[p], lw=1.5, label=f"ratio: {PASS_LABELS[p]}")
+                for p in PASS_STYLES]  # fmt: skip
+    handles.append(Line2D([], [], color="0.5", ls="-.", lw=1.1, label="equal cost"))
     _size_axis(ax, sizes)
 
     for a, pass_ in ((tx, "forward"), (bx, "forward_backward")):
@@ -75,15 +74,9 @@ def plot_norms(timing: pd.DataFrame, ratio: pd.DataFrame, title: str = "") -> Fi
         a.set_yscale("log")
         a.set_ylabel("median time per call (ms)")
         a.set_title(f"Absolute time, {PASS_LABELS[pass_]}")
-        a.legend(
-            handles=[Line2D([], [], color=IMPL_COLORS[i], lw=1.5, label=i) for i in impls]
-            + [
-                Line2D([], [], color="0.3", ls="-", marker="o", ms=4, label="RMSNorm"),
-                Line2D([], [], color="0.3", ls=":", marker="^", ms=4, label="LayerNorm"),
-            ],
-                        loc="best",
-        )
         _size_axis(a, sizes)
+    handles += [Line2D([], [], color="0.3", ls="-", marker="o", ms=4, label="time: RMSNorm"),
+                Line2D([], [], color="0.3", ls=":", marker="^", ms=4, label="time: LayerNorm")]  # fmt: skip
 
     fb = ok[ok["pass"] == "forward_backward"]
     if len(fb):
@@ -109,9 +102,9 @@ def plot_norms(timing: pd.DataFrame, ratio: pd.DataFrame, title: str = "") -> Fi
             sx.set_ylim(min(allv) / 3, max(allv) * 4)
         else:
             sx.margins(y=0.15)
-        bar_kinds = [Patch(fc="0.55", ec="0.2", label="RMSNorm (colour: implementation)"),
-                     Patch(fc="0.85", ec="0.2", hatch="//", label="LayerNorm")]  # fmt: skip
-        sx.legend(handles=bar_kinds, loc="best")
+        handles += [Patch(fc="0.55", ec="0.2", label="bytes: RMSNorm"),
+                    Patch(fc="0.85", ec="0.2", hatch="//", label="bytes: LayerNorm")]  # fmt: skip
         sx.grid(True, axis="y", alpha=0.3)
+    fig.legend(handles=handles, loc="outside lower center", ncols=4, frameon=False)
     suptitle(fig, title)
     return fig

@@ -57,16 +57,25 @@ def plot_params(params: pd.DataFrame, ffn: pd.DataFrame, summary: pd.DataFrame, 
             left += w
         ax.annotate(f"{int(round(left * factor)):,}", (left, y), ha="left", va="center", fontsize=8,
                     xytext=(4, 0), textcoords="offset points")  # fmt: skip
-    top = float(s["total_untied"]) / factor
-    ax.set_xlim(0, top * 1.22)  # room for the total beside the longest bar
+    longest = float(s["total_untied"]) / factor
+    ax.set_xlim(0, longest * 1.22)  # room for the total beside the longest bar
     ax.set_yticks(range(len(tyings)), [f"{t} head" for t in tyings])
     ax.invert_yaxis()
     ax.set_ylim(len(tyings) - 0.45, -0.55)
     ax.set_xlabel(f"parameters ({unit})" if unit else "parameters")
     ax.set_title(f"Tying the head saves {int(s['saved']):,} ({100 * s['saved_frac_untied']:.1f}% of untied)")
     present = [c for c in COMPONENT_LABELS if (params["component"].eq(c) & params["count"].gt(0)).any()]
-    handles = [Patch(color=COMPONENT_COLORS[c], label=COMPONENT_LABELS[c]) for c in present]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.32), ncol=4, frameon=False)
+    # a component under half a percent of the total is narrower than a line at this width:
+    # its legend entry says so (and how many) instead of pointing at nothing
+    counts = params[params["tying"] == tyings[-1]].set_index("component")["count"]
+    total = float(s["total_untied"])
+    handles = []
+    for c in present:
+        n = int(counts.get(c, 0))
+        thin = 0 < n < 0.005 * total
+        label = COMPONENT_LABELS[c] + (f" ({n:,}: too thin)" if thin else "")
+        handles.append(Patch(color=COMPONENT_COLORS[c], label=label))
+    top.legend(handles=handles, loc="outside lower center", ncols=3, frameon=False)
     ax.grid(True, axis="x", alpha=0.3)
 
     ffn_factor, ffn_unit = _scale(float(ffn["weights"].max()))
@@ -87,15 +96,14 @@ def plot_params(params: pd.DataFrame, ffn: pd.DataFrame, summary: pd.DataFrame, 
     bx.set_xlim(0, max(vals.max(), classic) * 2.1)  # room for the annotations
     bx.set_xlabel(f"FFN weights per block ({ffn_unit})" if ffn_unit else "FFN weights per block")
     bx.set_title("Gated FFN at 8d/3 vs classic FFN at 4d")
-    bx.legend(
+    # under the whole lower figure, centred on it (centred on the panel, it ran past the edge)
+    bottom.legend(
         handles=[
-            Patch(color=EQUAL_COLORS[True], label="exactly the classic count"),
-            Patch(color=EQUAL_COLORS[False], label="differs from it"),
-            Line2D([], [], color="0.2", ls=(0, (4, 2)), lw=1.1, label="theory: 3·d·(8d/3) = 2·d·4d = 8d²"),
-        ],
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.28),
-        ncol=3,
+            Patch(color=EQUAL_COLORS[e], label="exactly the classic count" if e else "differs from it")
+            for e in (True, False) if e in equal  # no entry for a kind of bar not drawn
+        ] + [Line2D([], [], color="0.2", ls=(0, (4, 2)), lw=1.1, label="theory: 3·d·(8d/3) = 2·d·4d = 8d²")],
+        loc="outside lower center",
+        ncols=3,
         frameon=False,
     )
     bx.grid(True, axis="x", alpha=0.3)

@@ -9,13 +9,27 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import ScalarFormatter
 from rich.table import Table
 
-from .plots import new_figure, wants_log
-from .style import config_style
+from .style import (
+    FONT,
+    FULL_WIDTH,
+    NEUTRAL,
+    coincidence_note,
+    coincidences,
+    config_label,
+    config_style,
+    footnote,
+    integer_axis,
+    key_rows_height,
+    nested_marker_size,
+    styled,
+    suptitle,
+    wants_log,
+)
 from .tables import fmt, summary_table
 
 #: Columns that, with the seed, name a configuration of a training grid.
@@ -67,40 +81,150 @@ def _floor(ax, floor: float | None, vertical: bool = False) -> None:
         line(floor, color="k", ls="--", lw=1.2, label=f"entropy floor H = {floor:.3f} nats")
 
 
-def _color(row, keys, i: int):
-    """The configuration's colour of every tinit figure (naive/pre red, scaled/pre blue,
-    ...) when the groups differ only by scheme and placement; else the i-th of tab10."""
-    if keys and set(keys) <= {"init", "norm_position"}:
-        return config_style(str(row["init"]), str(row["norm_position"]), i)["color"]
-    return f"C{i % 10}"
+#: Line styles of the settings other than scheme and placement (depth, lr, warmup, norm,
+#: FFN, tying), in order; the configuration (scheme, placement) is colour and marker.
+LINESTYLES = ("-", (0, (5, 2)), (0, (5, 1.5, 1, 1.5)), (0, (1, 1.2)), (0, (8, 2, 1, 2, 1, 2)), (0, (3, 1)))
 
 
+def _setting_keys(df: pd.DataFrame) -> list[str]:
+    """The varying columns other than scheme and placement: what line styles tell apart."""
+    return [c for c in varying_columns(df) if c not in ("init", "norm_position")]
+
+
+def _styles(df: pd.DataFrame, keys: list[str]) -> dict:
+    """(colour, marker) of each (init, norm_position) from the one grammar
+    (:func:`config_style`: naive/pre red circles, ...) and a line style per combination
+    of the other varying settings, the same in every training figure of a run."""
+    configs = list(dict.fromkeys(zip(df["init"].astype(str), df["norm_position"].astype(str), strict=True)))
+    combos = list(dict.fromkeys(tuple(r) for r in df[keys].itertuples(index=False))) if keys else [()]
+    return {
+        "config": {c: config_style(*c, i) for i, c in enumerate(configs)},
+        "ls": {c: LINESTYLES[j % len(LINESTYLES)] for j, c in enumerate(combos)},
+    }
+
+
+def _style_of(styles: dict, row, keys: list[str]) -> dict:
+    st = styles["config"][(str(row["init"]), str(row["norm_position"]))]
+    ls = styles["ls"][tuple(row[k] for k in keys)] if keys else "-"
+    return {"color": st["color"], "marker": st["marker"], "ls": ls}
+
+
+def _note_name(row, keys: list[str]) -> str:
+    """A configuration in a note's comma list: "naive/post L=24 lr=0.015" (no commas inside)."""
+    rest = [k for k in keys if k not in ("init", "norm_position")]
+    return f"{row['init']}/{row['norm_position']}" + "".join(f" {config_name(row, [k])}" for k in rest)
+
+
+def fixed_settings(df: pd.DataFrame) -> str:
+    """The configuration columns that do not vary in ``df``, as words ("L=24, naive init,
+    post-norm, lr=0.015, warmup 0"): what a figure's title must say when its legend does
+    not (a single configuration's depth, init, placement and learning rate)."""
+    keys = ("n_layers", "init", "norm_position", "peak_lr", "warmup")
+    words = []
+    for c in keys:
+        if c not in df or df[c].nunique(dropna=False) != 1:
+            continue
+        v = df[c].iloc[0]
+        if c == "peak_lr":
+            words.append(f"lr={float(v):g}")
+        else:
+            words.append({"n_layers": "L={}", "init": "{} init", "norm_position": "{}-norm",
+                          "warmup": "warmup {}"}[c].format(v))  # fmt: skip
+    return ", ".join(words)
+
+
+def _title(df: pd.DataFrame, title: str) -> str:
+    fixed = fixed_settings(df)
+    return ", ".join(t for t in (fixed, title) if t)
+
+
+def _figure(n_handles: int, ncols: int = 1, nrows: int = 1, row_height: float = 3.2, ncol: int = 3):
+    """Panels and, under them, a row of their own for the legend (a legend in a panel
+    covers the curves of deep runs that stall; one under the figure collided with the
+    notes): returns (fig, flat axes, key axes)."""
+    key_h = key_rows_height(n_handles, ncol)
+    fig = Figure(figsize=(FULL_WIDTH, row_height * nrows + key_h), layout="constrained")
+    gs = fig.add_gridspec(nrows + 1, ncols, height_ratios=[row_height] * nrows + [key_h])
+    axes = np.array([fig.add_subplot(gs[r, c]) for r in range(nrows) for c in range(ncols)])
+    for ax in axes:
+        ax.tick_params(labelsize=FONT)
+        ax.grid(True, which="major", alpha=0.3)
+    key = fig.add_subplot(gs[nrows, :])
+    key.axis("off")
+    return fig, axes, key
+
+
+def _legend_rows(key, handles: list, ncol: int = 3) -> None:
+    """The one legend, in the key row, at the grammar's 8 pt."""
+    key.legend(handles=handles, loc="center", ncol=min(ncol, max(len(handles), 1)), fontsize=FONT,
+               frameon=False, handlelength=2.6, columnspacing=1.2)  # fmt: skip
+
+
+def _config_handles(df: pd.DataFrame, styles: dict, keys: list[str]) -> list:
+    """Legend entries: each configuration (colour and marker), then each setting (line
+    style, grey) when settings vary."""
+    out = []
+    for (init, pos), st in styles["config"].items():
+        out.append(Line2D([], [], color=st["color"], marker=st["marker"], mfc="none", lw=1.6,
+                          label=config_label(init, pos)))  # fmt: skip
+    if keys:
+        for combo, ls in styles["ls"].items():
+            row = dict(zip(keys, combo, strict=True))
+            out.append(Line2D([], [], color=NEUTRAL, ls=ls, lw=1.6, label=config_name(row, keys)))
+    return out
+
+
+def _stalled_note(groups: list, ax, what: str = "held-out loss") -> list[str]:
+    """Seeds of one configuration drawn on top of each other on ``ax`` (e.g. two that
+    stall at the same loss): named, with where they end, since only one line shows."""
+    notes = []
+    for label, seeds in groups:
+        series = {f"seed {sd}": np.asarray(v, dtype=np.float64) for sd, v in seeds.items()}
+        for same in coincidences(series, ax):
+            ends = [series[n][np.isfinite(series[n])] for n in same]
+            end = ", ".join(f"{e[-1]:.3g}" for e in ends if e.size)
+            notes.append(f"{label}: {', '.join(same[:-1])} and {same[-1]} lie on top of each other "
+                         f"({what} ending at {end})")  # fmt: skip
+    return notes
+
+
+@styled
 def plot_loss_curves(train: pd.DataFrame, floor: float | None, title: str = "") -> Figure:
-    """Held-out loss (markers, solid) and training loss (thin) against step, one colour
-    per configuration, one line per seed; a cross where a run diverged. With an entropy
-    floor H, a second panel shows the held-out loss above it, loss - H, on a log scale,
-    where configurations that end close together stay apart."""
+    """Held-out loss (markers, solid) and training loss (thin) against step: each
+    configuration in its colour and marker (the one grammar), the other varying settings
+    (depth, lr, warmup, ...) by line style, one line per seed; a cross where a run
+    diverged. With an entropy floor H, a second panel shows the held-out loss above it,
+    loss - H, on a log scale, where configurations that end close together stay apart.
+    Seeds drawn on top of each other are named under the figure."""
     gap = floor is not None and math.isfinite(floor)
-    fig, axes = new_figure(ncols=2 if gap else 1, row_height=3.6)
-    ax = axes[0]
     keys = varying_columns(train)
+    setting = _setting_keys(train)
+    styles = _styles(train, setting)
+    n_handles = len(styles["config"]) + (len(styles["ls"]) if setting else 0) + 4
+    fig, axes, key = _figure(n_handles, ncols=2 if gap else 1, row_height=3.2)
+    ax = axes[0]
     groups = list(train.groupby(keys, sort=False)) if keys else [((), train)]
-    for i, (_, g) in enumerate(groups):
-        c = _color(g.iloc[0], keys, i)
-        label = config_name(g.iloc[0], keys)
-        for j, (_, s) in enumerate(g.groupby("seed", sort=True)):
+    seeds_of = []
+    for _, g in groups:
+        st = _style_of(styles, g.iloc[0], setting)
+        seeds = {}
+        for sd, s in g.groupby("seed", sort=True):
             tr = s[s["step"] > 0]
-            ax.plot(tr["step"], tr["train_loss"], color=c, lw=0.6, alpha=0.35)
+            ax.plot(tr["step"], tr["train_loss"], color=st["color"], ls=st["ls"], lw=0.6, alpha=0.35)
             ev = s[np.isfinite(s["eval_loss"])]
-            lab = label if j == 0 else None
-            ax.plot(ev["step"], ev["eval_loss"], color=c, lw=1.6, marker="o", ms=3, label=lab)
+            line = {"color": st["color"], "ls": st["ls"], "lw": 1.6, "marker": st["marker"], "mfc": "none",
+                    "ms": 4}  # fmt: skip
+            ax.plot(ev["step"], ev["eval_loss"], **line)
             if gap:
                 above = ev["eval_loss"] - floor
-                axes[1].plot(ev["step"][above > 0], above[above > 0], color=c, lw=1.6, marker="o", ms=3)
+                axes[1].plot(ev["step"][above > 0], above[above > 0], **line)
             bad = s[s["status"] == "diverged"]
             if len(bad):
                 y = bad["train_loss"].where(np.isfinite(bad["train_loss"]), ev["eval_loss"].max())
-                ax.plot(bad["step"], y, color=c, marker="x", ms=9, mew=2, ls="none")
+                ax.plot(bad["step"], y, color=st["color"], marker="x", ms=9, mew=2, ls="none")
+            seeds[sd] = ev.set_index("step")["eval_loss"]
+        aligned = pd.DataFrame(seeds)  # seeds that stopped early are NaN after their last evaluation
+        seeds_of.append((_note_name(g.iloc[0], keys), {c: aligned[c] for c in aligned}))
     _floor(ax, floor)
     finite = train[["train_loss", "eval_loss"]].to_numpy(float)
     finite = finite[np.isfinite(finite)]
@@ -109,15 +233,16 @@ def plot_loss_curves(train: pd.DataFrame, floor: float | None, title: str = "") 
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("cross-entropy loss (nats)")
     ax.set_title("Loss curves")
-    handles, _ = ax.get_legend_handles_labels()
+    handles = _config_handles(train, styles, setting)
+    handles += [h for h in ax.get_legend_handles_labels()[0] if h.get_label().startswith("entropy")]
     handles += [
-        Line2D([], [], color="0.4", lw=1.6, marker="o", ms=3, label="held-out loss (per seed)"),
-        Line2D([], [], color="0.4", lw=0.6, alpha=0.5, label="training loss (per seed)"),
-        Line2D([], [], color="0.4", marker="x", ms=8, mew=2, ls="none", label="diverged (run stopped)"),
+        Line2D([], [], color=NEUTRAL, lw=1.6, marker="o", mfc="none", ms=4, label="held-out loss (per seed)"),
+        Line2D([], [], color=NEUTRAL, lw=0.6, alpha=0.5, label="training loss (per seed)"),
     ]
-    # below the panels: deep runs that stall sit where an in-panel legend would go
-    fig.legend(handles=handles, fontsize=7, loc="outside lower center", ncols=3)
-    ax.grid(True, alpha=0.3)
+    if (train["status"] == "diverged").any():  # no legend entry for a mark not drawn
+        handles.append(Line2D([], [], color=NEUTRAL, marker="x", ms=8, mew=2, ls="none",
+                              label="diverged (run stopped)"))  # fmt: skip
+    _legend_rows(key, handles)
     if gap:
         bx = axes[1]
         bx.set_yscale("log")
@@ -125,114 +250,152 @@ def plot_loss_curves(train: pd.DataFrame, floor: float | None, title: str = "") 
         bx.set_ylabel("held-out loss - H (nats)")
         bx.set_title("Distance to the entropy floor (log scale)")
         bx.grid(True, which="both", alpha=0.3)
-    if title:
-        fig.suptitle(title, fontsize=10)
+    # configurations on top of each other (their first seeds), then seeds of one configuration
+    firsts = {label: next(iter(seeds.values())).to_numpy() for label, seeds in seeds_of if seeds}
+    notes = [coincidence_note(coincidences(firsts, ax), "held-out loss")] if len(firsts) > 1 else []
+    suptitle(fig, _title(train, title))
+    footnote(fig, notes + _stalled_note(seeds_of, ax))
     return fig
 
 
-def viridis(x: float):
-    return colormaps["viridis"](x)
+def _shades(color: str, n: int) -> list:
+    """``n`` shades of one configuration's colour, light (first) to dark (last)."""
+    import matplotlib as mpl
+
+    r, g, b = mpl.colors.to_rgb(color)
+    out = []
+    for i in range(n):
+        t = i / max(n - 1, 1)  # 0: light, 1: dark
+        if t < 0.5:
+            w = 0.6 * (1 - 2 * t)
+            out.append((r + (1 - r) * w, g + (1 - g) * w, b + (1 - b) * w))
+        else:
+            k = 1 - 0.5 * (2 * t - 1)
+            out.append((r * k, g * k, b * k))
+    return out
 
 
+@styled
 def plot_variance_during_training(variance: pd.DataFrame, title: str = "", max_panels: int = 9) -> Figure:
     """Residual-stream variance v_k against the addition k at each probed step, one panel
     per configuration (first seed; at most ``max_panels``), so v_2L can be followed
-    through training."""
+    through training. Each panel in its configuration's colour and marker, the steps as
+    its shades (light: early, dark: late); the panel titles name what varies, the
+    figure title what does not; one legend under the panels."""
     keys = [c for c in varying_columns(variance) if c != "seed"]
     groups = list(variance.groupby(keys, sort=False)) if keys else [((), variance)]
-    groups = groups[:max_panels]
-    ncols = min(3, len(groups))
-    nrows = math.ceil(len(groups) / ncols)
-    fig, axes = new_figure(ncols=ncols, nrows=nrows, row_height=2.9)
+    shown = groups[:max_panels]
+    ncols = min(3, len(shown))
+    nrows = math.ceil(len(shown) / ncols)
     steps = sorted(variance["step"].unique())
-    for ax, (_, g) in zip(axes, groups, strict=False):
+    drawn = pd.concat([g for _, g in shown])  # the legend names only what the panels show
+    styles = _styles(drawn, [])
+    fig, axes, key = _figure(len(steps) + len(styles["config"]), ncols, nrows, row_height=2.3, ncol=4)
+    for j, (ax, (_, g)) in enumerate(zip(axes, shown, strict=False)):
         g = g[g["seed"] == g["seed"].min()]
+        st = _style_of(styles, g.iloc[0], [])
+        shades = _shades(st["color"], len(steps))
         for i, step in enumerate(steps):
             d = g[g["step"] == step].sort_values("k")
-            color = viridis(0.9 * i / max(len(steps) - 1, 1))
-            ax.plot(d["k"], d["stream_var"], color=color, marker="o", ms=2.5,
-                    label=f"step {step}")  # fmt: skip
+            ax.plot(d["k"], d["stream_var"], color=shades[i], marker=st["marker"], mfc="none", ms=3, lw=1.3)
         if wants_log(g["stream_var"]):
             ax.set_yscale("log")
-        ax.set_title(textwrap.fill(config_name(g.iloc[0], keys), 48), fontsize=8)
-        ax.set_xlabel("residual addition k (0 = embedding)")
-        ax.set_ylabel("stream variance $v_k$ (post-norm: before the norm)", fontsize=8)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    for ax in axes[len(groups) :]:
+        else:  # 4.1e-4 as 4.1 x10^-4: narrow panels keep narrow tick labels
+            fmt = ScalarFormatter(useMathText=True)
+            fmt.set_powerlimits((-2, 3))
+            ax.yaxis.set_major_formatter(fmt)
+        ax.set_title(textwrap.fill(config_name(g.iloc[0], keys), 30) if keys else "", fontsize=FONT)
+        if j // ncols == nrows - 1 or j + ncols >= len(shown):
+            ax.set_xlabel("addition k (0: embedding)")
+        if j % ncols == 0:
+            ax.set_ylabel("$v_k$ (post-norm: before the norm)")
+        integer_axis(ax, g["k"].unique(), "x", nbins=4)
+    for ax in axes[len(shown) :]:
         ax.set_visible(False)
-    if title:
-        fig.suptitle(title, fontsize=10)
+    handles = [Line2D([], [], color=NEUTRAL, marker="o", mfc="none", lw=1.3, alpha=a, label=f"step {step}")
+               for a, step in zip(np.linspace(0.35, 1.0, len(steps)), steps, strict=True)]  # fmt: skip
+    handles += _config_handles(drawn, styles, [])
+    _legend_rows(key, handles, ncol=4)
+    notes = [f"steps as shades of each configuration's colour, light (step {steps[0]}) to dark "
+             f"(step {steps[-1]}); first seed"]  # fmt: skip
+    if len(groups) > max_panels:
+        notes.append(f"{len(groups) - max_panels} more configurations in variance_during_training.csv")
+    suptitle(fig, _title(variance, title))
+    footnote(fig, notes)
     return fig
 
 
+@styled
 def plot_final_vs_depth(summary: pd.DataFrame, floor: float | None, title: str = "") -> Figure:
-    """Final held-out loss (mean +- standard error over seeds) against depth, one line
-    per configuration; configurations where every seed diverged are listed in the legend."""
-    fig, (ax,) = new_figure(row_height=4.2)
+    """Final held-out loss (mean +- standard error over seeds) against depth: each
+    configuration in its colour and marker (the one grammar, as in loss_curves.png), the
+    other varying settings by line style; configurations where every seed diverged are
+    listed in the legend."""
     keys = [c for c in varying_columns(summary) if c != "n_layers"]
+    setting = [c for c in _setting_keys(summary) if c != "n_layers"]
+    styles = _styles(summary, setting)
+    n_handles = len(styles["config"]) + (len(styles["ls"]) if setting else 0) + 1
+    fig, (ax,), key = _figure(n_handles, row_height=3.4)
     groups = list(summary.groupby(keys, sort=False)) if keys else [((), summary)]
-    for i, (_, g) in enumerate(groups):
+    notes, series = [], {}
+    for _, g in groups:
         g = g.sort_values("n_layers")
-        label = config_name(g.iloc[0], keys)
+        st = _style_of(styles, g.iloc[0], setting)
+        name = _note_name(g.iloc[0], keys)
         div = int(g["diverged"].sum())
         if div:
-            label += f" ({div} diverged)"
-        ax.errorbar(
-            g["n_layers"],
-            g["final_eval_loss_mean"],
-            yerr=g["final_eval_loss_se"].fillna(0),
-            color=f"C{i % 10}",
-            marker="os^vD"[i % 5],
-            capsize=3,
-            lw=1.5,
-            label=label,
-        )
+            notes.append(f"{name}: {div} diverged seed(s), left out of the mean")
+        ax.errorbar(g["n_layers"], g["final_eval_loss_mean"], yerr=g["final_eval_loss_se"].fillna(0),
+                    color=st["color"], marker=st["marker"], mfc="none", ls=st["ls"], capsize=3, lw=1.5,
+                    ms=nested_marker_size(len(series) % 4))  # fmt: skip
+        series[name] = g["final_eval_loss_mean"].to_numpy()
     _floor(ax, floor)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(
-        sorted(summary["n_layers"].unique()), [str(v) for v in sorted(summary["n_layers"].unique())]
-    )
+    depths = sorted(summary["n_layers"].unique())
+    if len(depths) > 1:
+        ax.set_xscale("log", base=2)
+    integer_axis(ax, depths, "x")
     ax.set_xlabel("layers L")
-    ax.set_ylabel("final held-out loss (nats), mean ± SE over seeds")
-    ax.set_title(title or "Final loss against depth")
-    ax.legend(fontsize=7)
-    ax.grid(True, alpha=0.3)
+    ax.set_ylabel("final held-out loss (nats),\nmean ± SE over seeds")
+    ax.set_title("Final loss against depth")
+    handles = _config_handles(summary, styles, setting)
+    handles += [h for h in ax.get_legend_handles_labels()[0] if h.get_label().startswith("entropy")]
+    _legend_rows(key, handles)
+    notes.append(coincidence_note(coincidences(series, ax), "final loss"))
+    suptitle(fig, _title(summary, title))
+    footnote(fig, notes)
     return fig
 
 
+@styled
 def plot_lr_sweep(
     summary: pd.DataFrame, optima: pd.DataFrame, drift: pd.DataFrame, floor: float | None, title: str = ""
 ) -> Figure:
-    """Final loss against log2 peak lr, one curve per depth (panels per scheme and norm
-    position), the optimum starred; the fitted drift of log2 lr* with log2 L in the panel title."""
+    """Final loss against log2 peak lr, one curve per depth (panels per scheme, norm
+    position and warmup, each in its configuration's colour and marker; depths by line
+    style), the optimum starred; the fitted drift of log2 lr* with log2 L in the panel title."""
     panels = list(summary.groupby(["init", "norm_position", "warmup"], sort=False))
-    fig, axes = new_figure(ncols=len(panels), row_height=3.4)
     depths = sorted(summary["n_layers"].unique())
+    fig, axes, key = _figure(len(depths) + 3, ncols=len(panels), row_height=3.0, ncol=4)
+    ls_of = {L: LINESTYLES[i % len(LINESTYLES)] for i, L in enumerate(depths)}
+    configs = list(dict.fromkeys(zip(summary["init"], summary["norm_position"], strict=True)))
+    notes = []
     for ax, ((init, pos, w), g) in zip(axes, panels, strict=True):
+        st = config_style(str(init), str(pos), configs.index((init, pos)))
+        series = {}
         for i, L in enumerate(depths):
             d = g[g["n_layers"] == L].sort_values("peak_lr")
-            c = f"C{i % 10}"
-            ax.errorbar(
-                np.log2(d["peak_lr"]),
-                d["final_eval_loss_mean"],
-                yerr=d["final_eval_loss_se"].fillna(0),
-                color=c,
-                marker="o",
-                ms=4,
-                capsize=2,
-                label=f"L={L}",
-            )
+            series[f"L={L}"] = d["final_eval_loss_mean"].to_numpy()
+            se = d["final_eval_loss_se"].fillna(0)
+            ax.errorbar(np.log2(d["peak_lr"]), d["final_eval_loss_mean"], yerr=se, color=st["color"],
+                        marker=st["marker"], mfc="none", ls=ls_of[L], ms=nested_marker_size(i % 4), capsize=2,
+                        label=f"L={L}")  # fmt: skip
             for _, r in d[d["diverged"] == d["seeds"]].iterrows():
-                ax.axvline(np.log2(r["peak_lr"]), color=c, ls=":", lw=1)
-            o = optima[
-                (optima["init"] == init)
-                & (optima["norm_position"] == pos)
-                & (optima["n_layers"] == L)
-                & (optima["warmup"] == w)
-            ]
+                ax.axvline(np.log2(r["peak_lr"]), color=st["color"], ls=":", lw=1)
+            o = optima[(optima["init"] == init) & (optima["norm_position"] == pos) & (optima["n_layers"] == L)
+                       & (optima["warmup"] == w)]  # fmt: skip
             if len(o) and np.isfinite(o["best_loss"].iloc[0]):
-                ax.plot(o["log2_lr_opt"], o["best_loss"], marker="*", ms=15, color=c, mec="k", ls="none")
+                ax.plot(o["log2_lr_opt"], o["best_loss"], marker="*", ms=13, color=st["color"], mec="k",
+                        ls="none")  # fmt: skip
         _floor(ax, floor)
         fit = drift[(drift["init"] == init) & (drift["norm_position"] == pos) & (drift["warmup"] == w)]
         sub = ""
@@ -240,45 +403,69 @@ def plot_lr_sweep(
             s, se = fit["slope"].iloc[0], fit["slope_se"].iloc[0]
             s = round(float(s), 2) + 0.0  # never "-0.00"
             sub = f"\nd log2 lr* / d log2 L = {s:+.2f}" + (f" ± {se:.2f}" if np.isfinite(se) else "")
-        ax.set_title(f"{init}, {pos}-norm, warmup {w}{sub}", fontsize=9)
+        ax.set_title(f"{config_label(str(init), str(pos))}, warmup {w}{sub}", fontsize=FONT)
         ax.set_xlabel("log2 peak learning rate")
         ax.set_ylabel("final held-out loss (nats)")
-        ax.grid(True, alpha=0.3)
-        handles, _ = ax.get_legend_handles_labels()
-        star = Line2D([], [], color="0.3", marker="*", ms=12, mec="k", ls="none", label="optimum lr*")
-        handles.append(star)
-        if (g["diverged"] == g["seeds"]).any():
-            handles.append(Line2D([], [], color="0.3", ls=":", label="every seed diverged at this lr"))
-        ax.legend(handles=handles, fontsize=7)
-    if title:
-        fig.suptitle(title, fontsize=10)
+        notes.append(coincidence_note(coincidences(series, ax), f"{config_label(str(init), str(pos))}, "
+                                      f"warmup {w}"))  # fmt: skip
+    handles = [Line2D([], [], color=NEUTRAL, ls=ls_of[L], marker="o", mfc="none", label=f"L={L}")
+               for L in depths]  # fmt: skip
+    handles.append(Line2D([], [], color=NEUTRAL, marker="*", ms=11, mec="k", ls="none", label="optimum lr*"))
+    if (summary["diverged"] == summary["seeds"]).any():
+        handles.append(Line2D([], [], color=NEUTRAL, ls=":", label="every seed diverged at this lr"))
+    handles += [h for h in axes[0].get_legend_handles_labels()[0] if h.get_label().startswith("entropy")]
+    _legend_rows(key, handles, ncol=4)
+    suptitle(fig, _title(summary.drop(columns=["n_layers", "peak_lr"]), title))
+    footnote(fig, notes)
     return fig
 
 
+@styled
 def plot_claims(runs: pd.DataFrame, floor: float | None, title: str = "") -> Figure:
-    """Final held-out loss of every claim configuration: one dot per seed (a diverged
-    seed as a cross at its initial loss), the mean as a bar."""
+    """Final held-out loss of every claim configuration: one open marker per seed in the
+    configuration's colour and marker (a diverged seed as a black cross at its initial
+    loss), the mean as a translucent bar; seeds on top of each other are named."""
     names = list(dict.fromkeys(runs["configuration"]))
-    fig, (ax,) = new_figure(row_height=0.45 * len(names) + 1.6)
+    n_configs = len(set(zip(runs["init"], runs["norm_position"], strict=True)))
+    fig, (ax,), key = _figure(n_configs + 2, row_height=0.4 * len(names) + 1.0, ncol=2)
+    notes = []
     for i, n in enumerate(names):
         g = runs[runs["configuration"] == n]
+        st = config_style(str(g["init"].iloc[0]), str(g["norm_position"].iloc[0]))
         div = g["diverged"].astype(bool).to_numpy()
         score = np.where(div, g["initial_eval_loss"], g["final_eval_loss"]).astype(float)
-        ax.barh(i, score.mean(), color="C0" if not div.any() else "C3", alpha=0.3)
-        ax.plot(score[~div], np.full((~div).sum(), i), "o", color="C0", ms=4)
-        ax.plot(score[div], np.full(div.sum(), i), "x", color="C3", ms=8, mew=2)
+        ax.barh(i, score.mean(), color=st["color"], alpha=0.25)
+        ax.plot(score[~div], np.full((~div).sum(), i), ls="none", marker=st["marker"], mfc="none",
+                color=st["color"], ms=6, mew=1.3)  # fmt: skip
+        ax.plot(score[div], np.full(div.sum(), i), "x", color="k", ms=8, mew=2)
     _floor(ax, floor, vertical=True)
-    ax.set_yticks(range(len(names)), names, fontsize=8)
+    lo, hi = ax.get_xlim()
+    for n in names:  # seeds closer than about a marker's width: one marker shows, so say so
+        g = runs[runs["configuration"] == n]
+        ok = g[~g["diverged"].astype(bool)].sort_values("final_eval_loss")
+        x = ok["final_eval_loss"].to_numpy(dtype=float)
+        close = np.flatnonzero(np.diff(x) < 0.012 * (hi - lo))
+        if close.size:
+            seeds = sorted({int(ok["seed"].iloc[j]) for c in close for j in (c, c + 1)})
+            notes.append(f"{n}: seeds {', '.join(map(str, seeds))} overlap near {x[close[0]]:.3g} nats")
+    ax.set_yticks(range(len(names)), names, fontsize=FONT)
     ax.invert_yaxis()
     ax.set_xlabel("final held-out loss (nats); bar: mean over seeds")
-    handles, _ = ax.get_legend_handles_labels()
-    handles += [
-        Line2D([], [], color="C0", marker="o", ls="none", label="seed"),
-        Line2D([], [], color="C3", marker="x", mew=2, ls="none", label="diverged seed (initial loss)"),
-    ]
-    ax.legend(handles=handles, fontsize=7, loc="lower right")
-    ax.set_title(title or "Claims: final loss per configuration")
+    pairs = zip(runs["init"].astype(str), runs["norm_position"].astype(str), strict=True)
+    handles = []
+    for i, p in dict.fromkeys(pairs):
+        st = config_style(i, p)
+        handles.append(Line2D([], [], color=st["color"], marker=st["marker"], mfc="none", ls="none",
+                              label=f"{config_label(i, p)}: a seed"))  # fmt: skip
+    if runs["diverged"].astype(bool).any():  # no legend entry for a mark not drawn
+        handles.append(Line2D([], [], color="k", marker="x", mew=2, ls="none",
+                              label="diverged seed (initial loss)"))  # fmt: skip
+    handles += [h for h in ax.get_legend_handles_labels()[0] if h.get_label().startswith("entropy")]
+    _legend_rows(key, handles, ncol=2)
+    ax.set_title("Final loss per claim configuration")
     ax.grid(True, axis="x", alpha=0.3)
+    suptitle(fig, title)
+    footnote(fig, notes)
     return fig
 
 

@@ -137,8 +137,11 @@ def _law_panel(ax, groups, pos: str, off: dict, narrow: bool = False) -> list[st
     clipped = []
     for i, (init, p, df) in enumerate(rows):  # leaving the measured range: clipped, marked
         d = df[df["k"] >= kmin]
+        measured_k = np.isfinite(d["stream_var"].to_numpy(dtype=np.float64))
         for col in ("stream_var", *cols):
-            n = mark_clipped(ax, d["k"], d[col], lim, config_style(init, p, i)["color"])
+            # past an overflow there is no measurement to set a prediction against: no mark
+            y = d[col].where(measured_k)
+            n = mark_clipped(ax, d["k"], y, lim, config_style(init, p, i)["color"])
             if n and (init, p) not in off:
                 clipped.append(f"{col} of {_short(init, p)}")
     if clipped:
@@ -162,6 +165,8 @@ def _branch_panel(ax, groups, sub: str, wide: bool = True) -> list[str]:
     clipped and marked. Returns notes."""
     series, notes = {}, []
     n_all = len(groups)
+    groups = [(key, _before_overflow(df)) for key, df in groups]
+    past = [_short(*key) for key, df in groups if df.attrs.get("overflow_k") is not None]
     for i, ((init, pos), df) in enumerate(groups):
         d = df[df["sublayer"] == sub].sort_values("layer")
         st = config_style(init, pos, i)
@@ -183,8 +188,12 @@ def _branch_panel(ax, groups, sub: str, wide: bool = True) -> list[str]:
     else:
         lim = value_axis(ax, first)
     if ax.get_yscale() == "log" and zeros:
-        notes.append(f"{sub}: s^2 = 0 (a zero-initialised output, or past an overflow) of " + ", ".join(zeros)
+        notes.append(f"{sub}: s^2 = 0 (a zero-initialised output) of " + ", ".join(zeros)
                      + ": triangles at the bottom edge")  # fmt: skip
+    if past and sub == "attn":
+        notes.append("branch variances after the stream overflowed are not drawn (no measurement): "
+                     + ", ".join(f"{_short(*key)} from k = {df.attrs['overflow_k']}" for key, df in groups
+                                 if df.attrs.get("overflow_k") is not None))  # fmt: skip
     off0, offk = [], []
     for i, ((init, pos), df) in enumerate(groups):
         d = df[df["sublayer"] == sub].sort_values("layer")
@@ -210,6 +219,18 @@ def _branch_panel(ax, groups, sub: str, wide: bool = True) -> list[str]:
     return notes
 
 
+def _before_overflow(df: pd.DataFrame) -> pd.DataFrame:
+    """The configuration's rows with the branch variance blanked where the stream entering
+    the addition is no longer finite (past an overflow the branch reads Norm(inf): its 0 or
+    NaN measures nothing); ``attrs["overflow_k"]``: the first such addition, or None."""
+    d = df.sort_values("k")
+    v = d["stream_var"].to_numpy(dtype=np.float64)
+    entering = np.concatenate([[True], np.isfinite(v[:-1])])
+    out = d.assign(branch_var=d["branch_var"].where(entering))
+    out.attrs["overflow_k"] = int(d["k"].to_numpy()[~entering][0]) if (~entering).any() else None
+    return out
+
+
 def _rank_panel(ax, groups, notes: list[str]) -> list:
     """Rank collapse against k: the tokens' mean pairwise cosine similarity (solid, 1:
     collapsed) and Dong et al.'s residual ratio (dash-dot, 0: collapsed), measured only,
@@ -232,7 +253,7 @@ def _rank_panel(ax, groups, notes: list[str]) -> list:
     notes.append(coincidence_note(coincidences(cos, ax), "cosine"))
     notes.append(coincidence_note(coincidences(res, ax), "residual ratio"))
     ax.set_xlabel("residual addition k (0 = embedding)")
-    ax.set_ylabel("token similarity (measured)")
+    ax.set_ylabel("cosine (1) / residual ratio (0):\ncollapsed at")
     ax.set_title("Rank collapse of the tokens")
     integer_axis(ax, df["k"], "x", nbins=5)
     return [
@@ -302,7 +323,8 @@ def plot_variance(variance: pd.DataFrame, title: str = "") -> Figure:
         a.grid(True, which="major", alpha=0.3)
     notes: list[str] = []
     for ax, pos in zip(tops, positions, strict=True):
-        notes += _law_panel(ax, groups, pos, off, narrow=max(law_rows) > 2)
+        # two or more panels a row: the short titles (long ones ran into each other)
+        notes += _law_panel(ax, groups, pos, off, narrow=max(law_rows) > 1)
     style = [Line2D([], [], color=NEUTRAL, **{**MEASURED_UNDER, "zorder": None}, label="measured")]
     law = r"law $a^2 v_{k-1} + g^2 s_k^2$"
     law += r" (post-norm: $v_{k-1} + s_k^2$)" if "post" in positions else ""

@@ -11,8 +11,17 @@ import pandas as pd
 from matplotlib.figure import Figure
 from rich.table import Table
 
-from .plots import new_figure, wants_log
-from .style import styled, suptitle
+from .plots import wants_log
+from .style import (
+    ROLE_STYLES,
+    coincidence_note,
+    coincidences,
+    footnote,
+    key_legend,
+    new_figure_with_key,
+    styled,
+    suptitle,
+)
 from .tables import fmt, summary_table
 
 #: Verdicts that fail the audit (kept in step with tinit.experiments.audit.DEVIATING).
@@ -72,24 +81,31 @@ def weights_table(groups: pd.DataFrame, title: str) -> Table:
 
 @styled
 def plot_weight_stds(weights: pd.DataFrame, title: str = "") -> Figure:
-    """Measured std / expected std per layer for each Gaussian role (1 = as expected);
-    parameters whose verdict is not ok ringed in red. Log scale when the ratios span
-    more than 30x; a zero matrix (ratio 0) is then drawn on the bottom edge."""
+    """Measured std / expected std per layer for each Gaussian role (1 = as expected),
+    each role in its own colour and marker (:data:`ROLE_STYLES`, never a configuration's
+    colour); parameters whose verdict is not ok ringed in black; roles drawn on top of
+    each other named under the figure. Log scale when the ratios span more than 30x; a
+    zero matrix (ratio 0) is then drawn on the bottom edge."""
     from matplotlib.ticker import MaxNLocator
 
-    fig, (ax,) = new_figure(row_height=3.8)
+    fig, (ax,), key = new_figure_with_key(row_height=3.6, key_height=0.55)
     d = weights[(weights["expected_kind"] == "std") & (weights["expected"] > 0)]
     d = d.assign(ratio=d["std"] / d["expected"])
     log = wants_log(d["ratio"], ratio=30)
     floor = 0.5 * d.loc[d["ratio"] > 0, "ratio"].min() if log and (d["ratio"] > 0).any() else 0.0
     d = d.assign(y=d["ratio"].where(d["ratio"] > 0, floor))
-    for i, (role, g) in enumerate(d.groupby("role", sort=False)):
+    roles = list(d.groupby("role", sort=False))
+    series = {}
+    for i, (role, g) in enumerate(roles):
         g = g.sort_values("layer")
-        ax.plot(g["layer"], g["y"], marker="os^vD<>ph*"[i % 10], ls="-" if len(g) > 1 else "none",
-                lw=1.2, ms=5, label=role, color=f"C{i % 10}")  # fmt: skip
+        color, marker = ROLE_STYLES.get(role, ("#bdbdbd", "X"))
+        # open markers of decreasing size: roles at the same ratio nest instead of hiding
+        ax.plot(g["layer"], g["y"], marker=marker, ls="-" if len(g) > 1 else "none", lw=1.2, mfc="none",
+                mew=1.3, ms=max(9.0 - 0.6 * i, 4.5), label=role, color=color, gid=f"role:{role}")  # fmt: skip
+        series[role] = g.set_index("layer")["y"]
     bad = d[d["verdict"] != "ok"]
     if len(bad):
-        ax.plot(bad["layer"], bad["y"], ls="none", marker="o", ms=13, mfc="none", mec="red", mew=1.5,
+        ax.plot(bad["layer"], bad["y"], ls="none", marker="o", ms=14, mfc="none", mec="k", mew=1.5,
                 label="verdict not ok")  # fmt: skip
     ax.axhline(1.0, color="0.3", lw=1.0, ls="--", label="expected")
     ax.set_xlabel("layer (-1: embeddings, L: head)")
@@ -99,8 +115,15 @@ def plot_weight_stds(weights: pd.DataFrame, title: str = "") -> Figure:
         ax.set_yscale("log")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="best", ncol=2)
+    # roles measured at the same layers that lie on top of each other: named, not hidden
+    layered = {r: v for r, v in series.items() if len(v) > 1}
+    aligned = {}
+    for r, v in layered.items():
+        aligned.setdefault(tuple(v.index), {})[r] = v.to_numpy()
+    groups = [g for same in aligned.values() for g in coincidences(same, ax)]
+    key_legend(key, ax.get_legend_handles_labels()[0], ncol=6)
     suptitle(fig, title)
+    footnote(fig, [coincidence_note(groups, "roles")])
     return fig
 
 

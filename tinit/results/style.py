@@ -128,6 +128,12 @@ COMPONENT_COLORS = {
     "head": "#e377c2",
 }
 EQUAL_COLORS = {True: "#17becf", False: "#e377c2"}
+#: tinit audit: weight roles (colour, marker), none in the configurations' four colours.
+ROLE_STYLES = {
+    "embed": ("#8c564b", "o"), "pos": ("#c49c94", "s"), "q": ("#9467bd", "^"), "k": ("#c5b0d5", "v"),
+    "v": ("#e377c2", "<"), "qkv": ("#9467bd", "^"), "o": ("#17becf", "D"), "gate": ("#bcbd22", ">"),
+    "up": ("#7f7f7f", "p"), "down": ("#393b79", "h"), "head": ("#000000", "*"), "unknown": ("#bdbdbd", "X"),
+}  # fmt: skip
 #: Measurement: solid. Where a theory line lies on it, the measurement is translucent
 #: and thick, the theory thin, dark-dashed and on top, so both stay visible.
 MEASURED = {"ls": "-", "lw": 1.6, "zorder": 2}
@@ -399,7 +405,7 @@ def suptitle(fig: Figure, title: str) -> None:
     lines, line = [], ""
     for part in title.split(", "):
         cand = f"{line}, {part}" if line else part
-        if len(cand) > width and line:
+        if len(cand) + 1 > width and line:  # + 1: a line that goes on ends in ","
             lines.append(line + ",")
             line = part
         else:

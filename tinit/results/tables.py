@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from rich import box
+from rich.cells import cell_len
 from rich.table import Table
+from rich.text import Text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -76,17 +79,153 @@ def summary_table(title: str | None, caption: str | None = None) -> Table:
     )
 
 
+def _needs(console, table: Table, i: int) -> tuple[int, int]:
+    """Column ``i``'s (least, natural) content width with no text cut: the longest line
+    of a no-wrap column, else its longest word (lines may wrap between words)."""
+    col = table.columns[i]
+    least = natural = 0
+    for cell in [col.header, *col._cells]:
+        text = cell if isinstance(cell, Text) else console.render_str(cell) if isinstance(cell, str) else None
+        if text is None:  # another renderable: trust its own measurement
+            from rich.measure import Measurement
+
+            m = Measurement.get(console, console.options, cell)
+            least, natural = max(least, m.minimum), max(natural, m.maximum)
+            continue
+        for line in text.plain.split("\n"):
+            words = [cell_len(w) for w in line.split()] or [0]
+            natural = max(natural, cell_len(line))
+            least = max(least, cell_len(line) if col.no_wrap else max(words))
+    return least, natural
+
+
+def _with_columns(table: Table, idx: list[int], title: bool, caption: bool) -> Table:
+    part = copy.copy(table)
+    part.columns = []
+    for j, i in enumerate(idx):
+        col = copy.copy(table.columns[i])
+        col._index = j
+        part.columns.append(col)
+    part.title = table.title if title else None
+    part.caption = table.caption if caption else None
+    return part
+
+
+def fit_table(table: Table, width: int, console=None) -> list[Table]:
+    """``table`` as one or more tables no wider than ``width`` in which no cell text is
+    cut: if every column at its least width (no-wrap: whole lines; others: whole words)
+    fits, the wrapping columns share the room left; else the columns are split over
+    several tables, each repeating the first (key) column. Rich alone would shorten
+    numbers to "4.0e…" and verdicts to "hol…" at 80 columns."""
+    if not isinstance(table, Table) or not table.columns:
+        return [table]
+    if console is None:
+        from rich.console import Console
+
+        console = Console(width=width)
+    needs = [_needs(console, table, i) for i in range(len(table.columns))]
+
+    def total(idx: list[int], key: str) -> int:
+        part = _with_columns(table, idx, False, False)
+        return sum(needs[i][0 if key == "least" else 1] + part._get_padding_width(j)
+                   for j, i in enumerate(idx)) + part._extra_width  # fmt: skip
+
+    all_idx = list(range(len(table.columns)))
+    if total(all_idx, "natural") <= width:
+        return [table]
+    def split(limit: int) -> list[list[int]]:
+        groups, group = [], [0]
+        for i in all_idx[1:]:
+            if len(group) > 1 and total([*group, i], "least") > limit:
+                groups.append(group)
+                group = [0, i]
+            else:
+                group.append(i)
+        return [*groups, group]
+
+    groups = split(width)
+    # as few tables as that, of similar widths (not a full one and a last column alone)
+    for limit in range(total(all_idx, "least") // len(groups), width):
+        if len(balanced := split(limit)) == len(groups):
+            groups = balanced
+            break
+    parts = []
+    for g, idx in enumerate(groups):
+        part = _with_columns(table, idx, g == 0, g == len(groups) - 1)
+        if total(idx, "natural") > width:  # fix the widths: least, plus the room left for wrapping text
+            spare = max(width - total(idx, "least"), 0)
+            extra = [needs[i][1] - needs[i][0] for i in idx]
+            room = sum(extra) or 1
+            for col, i, e in zip(part.columns, idx, extra, strict=True):
+                col.width = needs[i][0] + (spare * e) // room
+        parts.append(part)
+    return parts
+
+
+def wrap_settings(text: str, width: int) -> list[str]:
+    """``text`` (settings joined by ", ") in lines of at most ``width``, broken only
+    between settings ("seed 0" never becomes "seed" / "0,"); a setting longer than a
+    line breaks at its spaces."""
+    import textwrap
+
+    lines, line = [], ""
+    for part in text.split(", "):
+        cand = f"{line}, {part}" if line else part
+        if len(cand) + 1 > width and line:  # + 1: a line that goes on ends in ","
+            lines.append(line + ",")
+            line = part
+        else:
+            line = cand
+    lines.append(line)
+    return [w for ln in lines for w in (textwrap.wrap(ln, width) if len(ln) > width else [ln])]
+
+
+def _table_width(console, table: Table) -> int:
+    from rich.measure import Measurement
+
+    return Measurement.get(console, console.options, table).maximum
+
+
+def print_tables(console, renderables: Iterable) -> None:
+    """Print a command's tables (and notes) at the console's width, no cell text cut;
+    a title wider than its table is printed over it, broken between settings (rich
+    would break it inside one: "seed" / "0,")."""
+    for r in renderables:
+        for part in fit_table(r, console.width, console) if isinstance(r, Table) else [r]:
+            title = part.title if isinstance(part, Table) else None
+            caption = part.caption if isinstance(part, Table) else None
+            if isinstance(title, str) and cell_len(title) > _table_width(console, part):
+                part = copy.copy(part)
+                part.title = None
+                width = max(_table_width(console, part), min(console.width, 60))
+                lines = wrap_settings(title, width)
+                console.print(Text("\n".join(ln.center(width).rstrip() for ln in lines),
+                                   style="table.title"), highlight=False)  # fmt: skip
+            # a caption much longer than its (narrow) table: under it at the console's width,
+            # not as a column of 40-character lines
+            long_caption = isinstance(caption, str) and cell_len(caption) > 2 * _table_width(console, part)
+            if long_caption:
+                part = copy.copy(part)
+                part.caption = None
+            console.print(part)
+            if long_caption:
+                console.print(Text(caption, style="table.caption"), highlight=False)
+
+
 def variance_table(summary: pd.DataFrame, title: str = "") -> Table:
-    """One row per configuration: v0, v_2L measured, the law's two predictions and
-    their relative errors, and the largest stream/branch correlation."""
-    t = summary_table(title, "err = measured / law - 1; ρ = corr(stream, branch)")
-    for col in ("config", "v0", "mean s²", "v_2L", "closed", "err", "cumul.", "err", "max|ρ|"):
+    """One row per configuration: v0, v_2L measured, the closed form and the law's two
+    relative errors (closed form; cumulative law from the measured branch variances),
+    and the largest stream/branch correlation. Nine columns with the cumulative law's
+    value would not fit 80 columns; its error says it (law = v_2L / (1 + err))."""
+    t = summary_table(title, "closed: the scheme's closed form; err = v_2L / law - 1 for the closed form "
+                      "and the cumulative law v0 + sum s_k²; ρ = corr(stream, branch)")  # fmt: skip
+    for col in ("config", "v0", "mean s²", "v_2L", "closed", "err", "cumul.\nerr", "max|ρ|"):
         t.add_column(col, justify="left" if col == "config" else "right", no_wrap=True)
     num = {
         col: fmt_column(summary[col], digits)
         for col, digits in (
             ("v0", 3), ("branch_var_mean", 3), ("v_final", 4), ("pred_closed_final", 4),
-            ("pred_cumulative_final", 4), ("max_abs_cross_corr", 2),
+            ("max_abs_cross_corr", 2),
         )
     }  # fmt: skip
     for i, r in enumerate(summary.itertuples(index=False)):
@@ -97,11 +236,29 @@ def variance_table(summary: pd.DataFrame, title: str = "") -> Table:
             num["v_final"][i],
             num["pred_closed_final"][i],
             f"[{error_style(r.rel_err_closed)}]{pct(r.rel_err_closed)}[/]",
-            num["pred_cumulative_final"][i],
             f"[{error_style(r.rel_err_cumulative)}]{pct(r.rel_err_cumulative)}[/]",
             num["max_abs_cross_corr"][i],
         )
     return t
+
+
+def overflow_notes(summary: pd.DataFrame, dtype: str | None = None) -> list[Text]:
+    """One warning per configuration whose stream variance stopped being a finite
+    number: from which addition on (``first_nonfinite_k``), and where that is."""
+    notes = []
+    if "first_nonfinite_k" not in summary:
+        return notes
+    for r in summary.itertuples(index=False):
+        k = r.first_nonfinite_k
+        if k is None or k != k:
+            continue
+        k = int(k)
+        where = "the embedding" if k == 0 else f"layer {(k - 1) // 2}, {'attention' if k % 2 else 'FFN'}"
+        notes.append(Text(
+            f"Warning: {r.init}/{r.norm_position}: the stream variance overflows (is not a finite "
+            f"number{f' in {dtype}' if dtype else ''}) from addition k = {k} on ({where}); "
+            f"v_k there is written inf/nan and v_2L is not measured", style="yellow"))  # fmt: skip
+    return notes
 
 
 def cost_line(meta: dict, width: int | None = None) -> str | None:
