@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from ..model.config import InitConfig, ModelConfig, RunConfig
-from .common import ExperimentResult, Progress, grid
+from .common import ExperimentResult, Progress, check_configs, grid
 from .depth_sweep import (
     SWEEP_COLUMNS,
     assemble,
@@ -122,6 +122,7 @@ def depth_sweep_plan(
     if grads:
         require_gradients(model, run)
     configs = list(grid(inits, norm_positions))
+    check_configs(model, init, run, configs, depths)
     points = [
         Point(
             "depth-sweep",
@@ -151,6 +152,7 @@ def _concat_plan(command: str, kind: str, stems: Sequence[str], model, init, run
                  na: dict | None = None, **kwargs) -> Plan:  # fmt: skip
     """A command whose frames are its configurations' frames one after the other."""
     configs = list(grid(inits, norm_positions))
+    check_configs(model, init, run, configs)
     points = [
         Point(kind, {"n_layers": model.n_layers, "seed": init.seed, "init": recipe, "norm_position": pos},
               {"model": model, "init": init, "run": run, "inits": (recipe,), "norm_positions": (pos,),

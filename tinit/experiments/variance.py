@@ -25,6 +25,7 @@ from .common import (
     Partial,
     Progress,
     ProgressCounter,
+    check_configs,
     configure,
     failure_reason,
     grid,
@@ -197,6 +198,7 @@ def run_variance(
     model, init, run = model or ModelConfig(), init or InitConfig(), run or RunConfig()
     device, dtype = resolve_device(run.device), resolve_dtype(run.dtype)
     configs = list(grid(inits, norm_positions))
+    check_configs(model, init, run, configs)
     stream = should_stream(model, dtype, device, run.stream)
     tokens = make_tokens(model, run, init.seed if run.data_seed is None else run.data_seed, device)
     tick = ProgressCounter(progress, len(configs) * model.n_layers)
