@@ -43,6 +43,7 @@ FIELD_OPTIONS = {
     "norm_position": "--norm-position", "norm_eps": "--norm-eps", "head_dims": "--head-dims",
     "transfer_from": "--transfer-from",
     "n_kv_heads": "--kv-heads", "base_width": "--base-width", "base_depth": "--base-depth",
+    "init_file": "--init-file", "data": "--data", "lr": "--lr", "warmup": "--warmup",
 }  # fmt: skip
 
 

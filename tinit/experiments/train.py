@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch.optim.lr_scheduler import LambdaLR
 
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ..model.params import count_params
 from ..model.transformer import Transformer
 from .common import (
     RUN_FAILURES,
@@ -41,6 +42,8 @@ from .common import (
     Partial,
     Progress,
     ProgressCounter,
+    available_memory,
+    check_configs,
     failure_reason,
     matmul_precision,
     resolve_device,
@@ -420,6 +423,7 @@ def run_specs(
         raise ConfigError(
             "dtype", "training keeps float32 master weights (bf16 autocast on CUDA); use float32"
         )
+    check_specs(specs, data, device)
     torch.manual_seed(0)  # nothing draws from the global generator; fixed in case a kernel does
     tick = ProgressCounter(progress, len(specs) * train.steps)
     records: list[RunRecord] = []
@@ -454,7 +458,7 @@ def run_specs(
         if train.probe_points == 0:  # none asked for: no empty CSV (and the plots still get written)
             del frames["variance_during_training"]
         meta["complete_runs"] = len(records)
-        return ExperimentResult(frames, meta, complete, error, not_applicable(train, device))
+        return ExperimentResult(frames, meta, complete, error, not_applicable(train, device, data.floor))
 
     for i, spec in enumerate(specs):
         if spec.model.vocab_size < data.vocab:
@@ -504,13 +508,56 @@ def grid_specs(
     ]
 
 
-def not_applicable(train: TrainConfig, device: torch.device) -> dict:
+#: Bytes per parameter a training run holds at least: float32 weights, gradients and
+#: AdamW's two moments.
+TRAIN_BYTES_PER_PARAM = 16
+
+
+def check_specs(specs: Sequence[RunSpec], data: TrainData, device: torch.device) -> None:
+    """Before anything trains: no run repeats another (a repeat would be counted as a
+    seed), every vocabulary covers the data, every scheme is defined at every layer, and
+    the largest model's weights, gradients and AdamW state fit in the device's free
+    memory (else a ConfigError naming what makes it large, not an out-of-memory stop)."""
+    seen: set = set()
+    for spec in specs:
+        key = (tuple(sorted(spec.labels().items())), spec.init.seed)
+        if key in seen:
+            raise ConfigError("lr", f"the run {spec.labels()} (seed {spec.init.seed}) is in the grid twice: "
+                              "give each lr, warmup, depth and seed once")  # fmt: skip
+        seen.add(key)
+        if spec.model.vocab_size < data.vocab:
+            raise ConfigError(
+                "vocab_size", f"the data needs a vocabulary of {data.vocab}, got {spec.model.vocab_size}"
+            )
+    checked = set()
+    for spec in specs:
+        key = (spec.model, spec.init.recipe)
+        if key not in checked:
+            checked.add(key)
+            check_configs(spec.model, spec.init, RunConfig(seq_len=data.seq_len),
+                          [(spec.init.recipe, spec.model.norm_position)])  # fmt: skip
+    if not specs:
+        return
+    big = max(specs, key=lambda s: count_params(s.model, s.init.recipe).total).model
+    n = count_params(big).total
+    free = available_memory(device)
+    if n * TRAIN_BYTES_PER_PARAM > free:
+        embedding = big.vocab_size * big.d_model
+        field = ("data" if data.chain is None else "vocab_size") if 2 * embedding > n else "d_model"
+        need, gib = n * TRAIN_BYTES_PER_PARAM / 2**30, free / 2**30
+        raise ConfigError(field, f"a model of {n:.3g} parameters (L={big.n_layers}, d={big.d_model}, "
+                          f"V={big.vocab_size}) needs {need:.3g} GiB for its weights, gradients and AdamW "
+                          f"state, more than the {gib:.3g} GiB free")  # fmt: skip
+
+
+def not_applicable(train: TrainConfig, device: torch.device, floor: float | None = 0.0) -> dict:
     """The cells the training frames leave empty by design (see
     :attr:`ExperimentResult.not_applicable`): the step-0 row has no lr, train loss or
     gradient yet; the held-out loss exists only every ``eval_every`` steps and at the
     last (not after a divergence, whose row says so); the embedding (k = 0) has no
     branch; MFU is known only on a GPU whose peak tinit knows; a standard error needs
-    two seeds. Any other NaN (a loss that became NaN) is written ``nan`` and flagged."""
+    two seeds; data with no known entropy rate (``floor`` None) has no floor. Any other
+    NaN (a loss that became NaN) is written ``nan`` and flagged."""
 
     def init_row(df):
         return df["status"] == "init"
@@ -524,7 +571,9 @@ def not_applicable(train: TrainConfig, device: torch.device) -> dict:
         "train": {"lr": init_row, "train_loss": init_row, "grad_norm": init_row, "eval_loss": no_eval},
         "variance_during_training": dict.fromkeys(("branch_var", "cross_corr"), lambda df: df["k"] == 0),
         "runs": {"mfu": no_mfu},
-        "summary": {"mfu": no_mfu, "final_eval_loss_se": lambda df: df["seeds"] < 2},
+        "summary": {"mfu": no_mfu, "final_eval_loss_se": lambda df: df["seeds"] < 2,
+                    # a file or stdlib has no known entropy rate: no floor, no gap to it
+                    "entropy_floor": floor is None, "gap_to_floor": floor is None},
     }
 
 

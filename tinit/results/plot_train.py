@@ -190,9 +190,13 @@ def plot_final_vs_depth(summary: pd.DataFrame, floor: float | None, title: str =
         )
     _floor(ax, floor)
     ax.set_xscale("log", base=2)
-    ax.set_xticks(
-        sorted(summary["n_layers"].unique()), [str(v) for v in sorted(summary["n_layers"].unique())]
-    )
+    depths = sorted(summary["n_layers"].unique())
+    # the depths set the x range even when no point has a mean (every seed diverged)
+    ax.set_xlim(depths[0] / 1.25, depths[-1] * 1.25)
+    ax.set_xticks(depths, [str(v) for v in depths])
+    if not np.isfinite(summary["final_eval_loss_mean"].to_numpy(float)).any():
+        ax.text(0.5, 0.75, "every run diverged: no final loss to draw", transform=ax.transAxes,
+                ha="center", va="center", fontsize=9, bbox={"facecolor": "white", "edgecolor": "0.6"})
     ax.set_xlabel("layers L")
     ax.set_ylabel("final held-out loss (nats), mean ± SE over seeds")
     ax.set_title(title or "Final loss against depth")
