@@ -15,6 +15,8 @@ No I/O here: :mod:`tinit.sweep` runs the points and writes them.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +33,8 @@ from .depth_sweep import (
     seed_configs,
     transfer_reference,
 )
-from .grad_norms import TENSOR_STAT_COLUMNS, require_gradients, run_grad_norms
+from .grad_norms import not_applicable as grad_norms_not_applicable
+from .grad_norms import require_gradients, run_grad_norms
 from .variance import NOT_APPLICABLE as VARIANCE_NOT_APPLICABLE
 from .variance import run_variance
 
@@ -51,9 +54,17 @@ class Point:
 
     @property
     def name(self) -> str:
-        """A folder name: ``L4-seed1-naive-pre`` style, unique within a plan."""
+        """A folder name: ``L4-seed1-naive-pre`` style, unique within a plan. A label with
+        anything but letters, digits and ``_ . + = -`` (a library scheme named ``a/../b``)
+        is replaced by ``_`` there, with a hash of the whole name: the folder stays inside
+        ``points/`` and distinct."""
         short = {"n_layers": "L", "seed": "seed", "init": "", "norm_position": ""}
-        return "-".join(f"{short.get(k, k)}{v}" for k, v in self.labels.items())
+        raw = "-".join(f"{short.get(k, k)}{v}" for k, v in self.labels.items())
+        safe = re.sub(r"[^A-Za-z0-9_.+=-]", "_", raw)
+        if safe != raw or safe.startswith("."):
+            digest = hashlib.blake2b(raw.encode(), digest_size=4).hexdigest()
+            safe = f"{safe.lstrip('.')}-{digest}"
+        return safe
 
 
 @dataclass
@@ -69,8 +80,9 @@ class Plan:
     gather: Callable[[dict[str, Frames]], Frames]
     meta: dict[str, Any] = field(default_factory=dict)
     #: the cells that are empty by design, as the command's experiment declares them
-    #: (:attr:`ExperimentResult.not_applicable`), so the merged CSVs are written alike
-    not_applicable: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: (:attr:`ExperimentResult.not_applicable`), so the merged CSVs are written alike; or
+    #: a function of the gathered frames giving them (where the rules depend on the data)
+    not_applicable: dict[str, dict[str, Any]] | Callable[[Frames], dict] = field(default_factory=dict)
 
 
 def _depth_sweep_runner(
@@ -180,8 +192,10 @@ def variance_plan(model, init, run, inits, norm_positions) -> Plan:
 def grad_norms_plan(model, init, run, inits, norm_positions, batches: int = 1) -> Plan:
     """``grad-norms`` as one point per (init, norm position)."""
     require_gradients(model, run)
-    return _concat_plan(
+    plan = _concat_plan(
         "grad-norms", "grad-norms", ("grad_norms", "stream_grads", "summary"), model, init, run, inits,
-        norm_positions, {"summary": dict.fromkeys(TENSOR_STAT_COLUMNS, model.branch == "gaussian")},
-        batches=batches,
+        norm_positions, batches=batches,
     )  # fmt: skip
+    # the single run's rules, from the gathered frames (which configurations pass no gradient)
+    plan.not_applicable = lambda frames: grad_norms_not_applicable(model, frames["grad_norms"])
+    return plan
