@@ -23,8 +23,6 @@ import math
 import operator
 from collections.abc import Iterable
 
-import numpy as np
-
 #: Variables an init rule may use (DESIGN/issue 12): the block index l (0-based), the
 #: depth L, the widths, the matrix's fans, the base std and the scheme's own names.
 VARIABLES = {
@@ -43,11 +41,6 @@ VARIABLES = {
     "std": "the role's own std (only in a truncation bound)",
 }
 FUNCTIONS = {"sqrt": math.sqrt, "log": math.log, "exp": math.exp, "min": min, "max": max}
-#: The same functions over arrays (:meth:`Formula.values`): a domain error or an
-#: overflow gives nan or inf there, which the caller reports.
-ARRAY_FUNCTIONS = {"sqrt": np.sqrt, "log": np.log, "exp": np.exp,
-                   "min": lambda *a: functools.reduce(np.minimum, a),
-                   "max": lambda *a: functools.reduce(np.maximum, a)}  # fmt: skip
 #: Limits on a formula's size (the catalogue's longest rule has 55 characters, 17 nodes
 #: and 6 levels): beyond them a formula is refused before it is parsed or evaluated.
 MAX_CHARS, MAX_NODES, MAX_DEPTH = 1000, 256, 32
@@ -69,7 +62,6 @@ _BINOPS = {
     ast.Div: operator.truediv,
     ast.Pow: _pow,
 }
-_ARRAY_BINOPS = {**_BINOPS, ast.Pow: np.power}
 _UNOPS = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 
 
@@ -178,14 +170,17 @@ class Formula:
             raise FormulaError(f"{self.text!r} is not a finite number at {_short(env, self.names)}")
         return float(value)
 
-    def values(self, **env) -> np.ndarray:
+    def values(self, **env):
         """The formula over arrays (``env`` values broadcast, e.g. every layer at once),
         as float64; where it is undefined (log(0), 1/0, an overflow) the value is nan
         or inf: the caller checks :func:`numpy.isfinite`."""
+        import numpy as np  # (not at import: `tinit --help` loads this module and no numpy)
+
+        binops, functions = _array_ops()
         arrays = {k: np.asarray(v, dtype=np.float64) for k, v in env.items()}
         shape = np.broadcast_shapes(*(a.shape for a in arrays.values())) if arrays else ()
         with np.errstate(all="ignore"):
-            out = self._eval(self._tree, arrays, _ARRAY_BINOPS, ARRAY_FUNCTIONS)
+            out = self._eval(self._tree, arrays, binops, functions)
         return np.broadcast_to(np.asarray(out, dtype=np.float64), shape)
 
     def __repr__(self) -> str:
@@ -199,6 +194,18 @@ class Formula:
 
     def __hash__(self) -> int:
         return hash(self.text)
+
+
+@functools.cache
+def _array_ops() -> tuple[dict, dict]:
+    """The operators and functions over arrays (:meth:`Formula.values`): a domain error
+    or an overflow gives nan or inf there, which the caller reports."""
+    import numpy as np
+
+    functions = {"sqrt": np.sqrt, "log": np.log, "exp": np.exp,
+                 "min": lambda *a: functools.reduce(np.minimum, a),
+                 "max": lambda *a: functools.reduce(np.maximum, a)}  # fmt: skip
+    return {**_BINOPS, ast.Pow: np.power}, functions
 
 
 def _clip(text: str, n: int = 60) -> str:
