@@ -459,13 +459,15 @@ def claims(
     data, model, init, run, tcfg, ccfg = configs_or_exit(build)
     title = _describe(opts, model, data, tcfg) + f", {seeds} seeds"
 
-    def curves(r, deep_stack: bool):
+    def curves(r, deep_stack: bool) -> dict:
+        """claims_deep_curves / claims_shallow_curves, for a stack with runs (a stopped
+        run may have none of the shallow ones yet)."""
         tr = r["train"]
-        return plot_loss_curves(
-            tr[(tr["n_layers"] == deep) == deep_stack],
-            data.floor,
-            f"{'L=' + str(deep) if deep_stack else 'L=' + str(shallow)}: {title}",
-        )
+        rows = tr[(tr["n_layers"] == deep) == deep_stack]
+        if not len(rows):
+            return {}
+        name = "claims_deep_curves" if deep_stack else "claims_shallow_curves"
+        return {name: plot_loss_curves(rows, data.floor, f"L={deep if deep_stack else shallow}: {title}")}
 
     execute(
         "claims",
@@ -476,8 +478,8 @@ def claims(
         Outputs(
             figures=lambda r: {
                 "claims": plot_claims(r["runs"], data.floor, f"Claims: {title}"),
-                "claims_deep_curves": curves(r, True),
-                "claims_shallow_curves": curves(r, False),
+                **curves(r, True),
+                **curves(r, False),
                 **variance_figure(r, title),
             },
             tables=lambda r: (

@@ -43,7 +43,7 @@ VARIABLES = {
 FUNCTIONS = {"sqrt": math.sqrt, "log": math.log, "exp": math.exp, "min": min, "max": max}
 #: Limits on a formula's size (the catalogue's longest rule has 55 characters, 17 nodes
 #: and 6 levels): beyond them a formula is refused before it is parsed or evaluated.
-MAX_CHARS, MAX_NODES, MAX_DEPTH = 1000, 256, 32
+MAX_CHARS, MAX_NODES, MAX_DEPTH = 1000, 256, 64
 
 
 def _pow(a: float, b: float) -> float:
