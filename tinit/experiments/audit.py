@@ -108,7 +108,11 @@ AUDIT_NOT_APPLICABLE = {
     "weights": {
         "z_std": _not_std, "z_mean": _not_std, "expected": _no_expectation, "rel_err": _no_expectation,
     },  # fmt: skip
-    "weight_groups": {"max_abs_z": lambda df: ~df["role"].isin(GAUSSIAN)},
+    "weight_groups": {
+        "max_abs_z": lambda df: ~df["role"].isin(GAUSSIAN),
+        # a group of unknown role has no expectation
+        **dict.fromkeys(("expected_min", "expected_max"), lambda df: df["role"] == "unknown"),
+    },
     **VARIANCE_NOT_APPLICABLE,
 }
 
