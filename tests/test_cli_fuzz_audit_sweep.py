@@ -172,7 +172,7 @@ def audit_source(draw) -> tuple[list[str], object]:
     return ["--hf", family, *itertools.chain.from_iterable(("--set", s) for s in sets)], None
 
 
-@settings(max_examples=30, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     source=audit_source(),
     chosen=st.lists(st.sampled_from(sorted(AUDIT_OPTIONS)), max_size=3, unique=True),
@@ -291,7 +291,7 @@ def check_sweep(res, out: Path, argv) -> None:
 
 
 @settings(
-    max_examples=10,
+    max_examples=6,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
@@ -321,7 +321,7 @@ def test_sweep_never_ends_in_a_traceback(tmp_path_factory, monkeypatch, command,
 
 
 @pytest.mark.skipif(not hasattr(resource, "prlimit"), reason="needs resource.prlimit (Linux)")
-@pytest.mark.parametrize("fault", ["kill", "memory"])
+@pytest.mark.parametrize("fault", ["memory"])  # (a killed worker: tests/test_hostile_sweep.py)
 def test_sweep_with_a_fault_in_a_worker(tmp_path, monkeypatch, fault):
     """A worker killed, or left without memory, while the points run: the sweep still ends
     in a documented way, every point done or failed, the rows of the done points merged."""

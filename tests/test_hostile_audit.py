@@ -141,6 +141,7 @@ def test_readme_says_module_executes_the_file():
         (["intermediate_size=-5"], "--set"),
         (["num_hidden_layers=0"], "--hf"),  # was blamed on --sites, which nobody gave
         (["vocab_size=0"], "--hf"),  # was blamed on --vocab
+        (["intermediate_size=0"], "--hf"),  # an empty matrix: found by the fuzz (max() of nothing)
     ],
 )
 def test_transformers_validation_errors_are_one_line(tmp_path, sets, option):

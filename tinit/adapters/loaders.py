@@ -22,6 +22,7 @@ import json
 import os
 import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -153,7 +154,8 @@ def _check_fits(auto, config, spec: str, device: torch.device, dtype: torch.dtyp
     than the free memory (transformers' default configs are full-size: llama is 7B)."""
     from ..experiments.common import available_memory
 
-    with torch.device("meta"):
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         n = sum(p.numel() for p in auto.from_config(config, dtype=dtype).parameters())
     if n == 0:
         raise ConfigError("--hf", f"{spec}: the model has no parameters")
@@ -175,7 +177,10 @@ def load_hf(spec: str, sets: dict[str, Any], device: torch.device, dtype: torch.
     config.use_cache = False
     try:
         _check_fits(AutoModelForCausalLM, config, spec, device, dtype)
-        with torch.device(device):
+        # building tiny shapes makes torch and transformers warn (zero-element tensors,
+        # ids outside a small vocabulary): what matters is checked below, in one line
+        with torch.device(device), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     except ConfigError:
         raise
@@ -248,6 +253,15 @@ def load_module(spec: str) -> nn.Module:
         raise ConfigError("--module", f"{spec}() returned a model on the meta device ({meta[0]} and "
                           f"{len(meta) - 1} more have no values): its init never ran")  # fmt: skip
     return model.eval()
+
+
+def check_parameters(model: nn.Module, option: str) -> None:
+    """Every parameter must hold numbers: an empty one (a size set to 0) has no std to
+    audit, and one on the meta device was never initialised."""
+    for name, p in model.named_parameters():
+        if p.numel() == 0:
+            shape = "x".join(map(str, p.shape))
+            raise ConfigError(option, f"the model's parameter {name} is empty (shape {shape}): a size is 0")
 
 
 def infer_vocab(model: nn.Module) -> int | None:

@@ -187,7 +187,14 @@ def audit(
     Exit codes: 0 every weight ok; 3 some weight deviates (off-recipe, pytorch-default,
     zero, constant, non-finite); 2 bad input; 1 the run failed part-way.
     """
-    from ..adapters.loaders import infer_vocab, load_hf, load_module, max_positions, parse_set
+    from ..adapters.loaders import (
+        check_parameters,
+        infer_vocab,
+        load_hf,
+        load_module,
+        max_positions,
+        parse_set,
+    )
     from ..adapters.loaders import one_line as _one_line
     from ..adapters.roles import classify_roles
     from ..adapters.sites import find_sites
@@ -227,6 +234,7 @@ def audit(
             model = load_module(module)
             model = model.to(device=device, dtype=dtype if _given(ctx, "dtype") else None)
         option = "--hf" if hf else "--module"
+        check_parameters(model, option)
         inferred = infer_vocab(model)
         if inferred is not None and inferred < 2 and vocab is None:
             raise ConfigError(option, f"the model's vocabulary is {inferred} token(s): it needs >= 2")
