@@ -89,7 +89,7 @@ NOT_APPLICABLE = {
         "v_final_normed": _not_post_norm,
         "max_abs_cross_corr": _zero_branches,
         **dict.fromkeys(("s2_ref_attn", "s2_ref_ffn"), lambda df: _zero_branches(df) | _no_closed_form(df)),
-        **dict.fromkeys(("pred_closed_final", "rel_err_closed"), _no_closed_form),
+        **dict.fromkeys(("pred_closed_final", "rel_err_closed", "closed_form"), _no_closed_form),
         # empty when every stream variance is finite (a number of k otherwise; read back from a
         # sweep's point CSV that empty cell is a NaN, which must stay empty)
         "first_nonfinite_k": True,
