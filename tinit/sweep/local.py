@@ -1,7 +1,9 @@
-"""The local executor: a pool of worker processes (spawned, so each starts clean), one
-point per task. On a machine with several GPUs each worker is pinned to one of them
-through ``CUDA_VISIBLE_DEVICES`` (set before the worker touches CUDA), round-robin when
-there are more workers than GPUs."""
+"""The local executor: worker processes (spawned, so each starts clean), one point per
+task, each worker slot its own one-process pool (a worker that dies fails only its own
+point; the slot gets a fresh one). On a machine with several GPUs each worker is pinned
+to one of them through ``CUDA_VISIBLE_DEVICES`` (set before the worker touches CUDA),
+round-robin when there are more workers than GPUs. When the sweep is stopped (a signal)
+the workers are terminated, not left running."""
 
 from __future__ import annotations
 
