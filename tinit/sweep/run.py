@@ -77,11 +77,11 @@ def run_sweep(
         write_config(run_dir, plan.command, {**plan.meta, "sweep": sweep_record(plan, args, runs, info)},
                      complete=False, error="running")  # fmt: skip
 
-    record_running()
     if hasattr(executor, "on_submit"):
         executor.on_submit = record_running
     interrupted = None
     try:
+        record_running()
         got = executor.run(todo, [point_dir(run_dir, p.name) for p in todo], plan.command,
                            lambda i: update({**info, **i}))  # fmt: skip
         info.update(got)
