@@ -354,15 +354,18 @@ def _write(run_dir: Path, command: str, opts, result, outputs, signals) -> None:
     n_bad = sum(sum(c.values()) for c in counts.values())
     extra = {"non_finite": counts, "non_finite_total": n_bad}
     error = result.error
+
+    def steps():  # the figures are drawn only once the CSVs are written
+        yield lambda: write_csvs(run_dir, result.frames, result.not_applicable)
+        if result.frames and all(len(df) for df in result.frames.values()):
+            for stem, fig in outputs.figures(result).items():
+                yield lambda stem=stem, fig=fig: save_figure(fig, run_dir, stem, opts.format)
+            yield lambda: outputs.files(result, run_dir)
+
     try:
         write_config(run_dir, command, result.meta, complete=False,
                      error=f"writing the merged files{f'; {error}' if error else ''}", **extra)  # fmt: skip
-        steps = [lambda: write_csvs(run_dir, result.frames, result.not_applicable)]
-        if result.frames and all(len(df) for df in result.frames.values()):
-            steps += [lambda s=s, f=f: save_figure(f, run_dir, s, opts.format)
-                      for s, f in outputs.figures(result).items()]  # fmt: skip
-            steps.append(lambda: outputs.files(result, run_dir))
-        for step in steps:
+        for step in steps():
             if signals.caught:
                 error = f"stopped by {signals.caught[0]} while writing" + (f"; {error}" if error else "")
                 result.complete = False

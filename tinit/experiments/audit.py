@@ -97,13 +97,14 @@ def _not_std(df: pd.DataFrame):
     return df["expected_kind"] != "std"
 
 
-#: Cells with no value by design (written empty; any other NaN is written ``nan``): a
-#: constant (norm gain, bias) has a value to match, not a std, so no z-scores; a
-#: parameter whose role cannot be told has no expectation; and the variance frames'.
 def _no_expectation(df: pd.DataFrame):
     return df["expected_kind"].isna() | (df["expected_kind"] == "-")
 
 
+#: Cells with no value by design (written empty; any other NaN is written ``nan``): a
+#: constant (norm gain, bias) has a value to match, not a std, so no z-scores; a
+#: parameter whose role cannot be told has no expectation (written "-" as its kind);
+#: and the variance frames'.
 AUDIT_NOT_APPLICABLE = {
     "weights": {
         "z_std": _not_std, "z_mean": _not_std, "expected": _no_expectation, "rel_err": _no_expectation,
@@ -375,12 +376,11 @@ class StreamHooks:
 
 class ModelError(ConfigError):
     """The audited model cannot be measured: its forward or backward fails (or calls
-    sys.exit), it returns no logits of shape (batch, seq, >= vocab), or the ``--sites``
-    given do not describe its residual. Bad input (the CLI names --hf, --module or
-    --sites), not a failed run."""
+    sys.exit), or it returns no logits of shape (batch, seq, > every token id). Bad
+    input (the CLI names --hf or --module), not a failed run."""
 
-    def __init__(self, message: str, field: str = "model"):
-        super().__init__(field, message)
+    def __init__(self, message: str):
+        super().__init__("model", message)
 
 
 def _user_code(what: str, fn):
