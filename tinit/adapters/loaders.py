@@ -20,13 +20,16 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from ..experiments.common import is_run_failure
 from ..model.config import ConfigError
 
 HF_INSTALL = "pip install -e '.[hf]' (or pip install 'transformers>=5')"
@@ -75,8 +78,8 @@ def hf_config(spec: str, sets: dict[str, Any]):
             doc = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise ConfigError("--hf", f"cannot read {spec} as JSON: {exc}") from None
-        if not isinstance(doc, dict) or "model_type" not in doc:
-            raise ConfigError("--hf", f"{spec} has no model_type: not a transformers config.json")
+        if not isinstance(doc, dict) or not isinstance(doc.get("model_type"), str):
+            raise ConfigError("--hf", f"{spec} has no model_type string: not a transformers config.json")
         if doc.get("auto_map"):
             raise ConfigError(
                 "--hf", f"{spec} needs custom model code from the hub (auto_map); tinit never downloads"
@@ -110,10 +113,31 @@ def hf_config(spec: str, sets: dict[str, Any]):
             raise ConfigError("--set", f"{model_type} config has no field {key!r}")
         kw[real] = value
     kw.pop("transformers_version", None)
+    doc.pop("transformers_version", None)
     try:
         return cls(**kw)
-    except (ValueError, TypeError) as exc:
-        raise ConfigError("--set", f"invalid {model_type} config: {' '.join(str(exc).split())}") from None
+    except Exception as exc:  # transformers' validation raises its own classes, not only ValueError
+        raise blame(exc, spec, sets, f"invalid {model_type} config", lambda: cls(**doc)) from None
+
+
+def blame(exc: BaseException, spec: str, sets: dict[str, Any], what: str, without_sets) -> ConfigError:
+    """A transformers error as a one-line ConfigError naming the option that set the
+    value it complains about: ``--set KEY`` when its message names a key given with
+    --set, ``--set`` when the same build without the --set values (``without_sets()``)
+    succeeds, else ``--hf`` (the config file or the model type's defaults)."""
+    text = f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:300]
+    for key in sets:
+        if re.search(rf"\b{re.escape(key)}\b", text):
+            return ConfigError("--set", f"{key}={sets[key]!r}: {what}: {text}")
+    if sets:
+        try:
+            without_sets()
+        except Exception:
+            pass
+        else:
+            given = " ".join(f"{k}={v!r}" for k, v in sets.items())
+            return ConfigError("--set", f"{given}: {what}: {text}")
+    return ConfigError("--hf", f"{spec}: {what}: {text}")
 
 
 def _stored_as_unknown(cls, key: str, value: Any) -> bool:
@@ -130,8 +154,11 @@ def _check_fits(auto, config, spec: str, device: torch.device, dtype: torch.dtyp
     than the free memory (transformers' default configs are full-size: llama is 7B)."""
     from ..experiments.common import available_memory
 
-    with torch.device("meta"):
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         n = sum(p.numel() for p in auto.from_config(config, dtype=dtype).parameters())
+    if n == 0:
+        raise ConfigError("--hf", f"{spec}: the model has no parameters")
     need = 2 * n * torch.empty((), dtype=dtype).element_size()
     free = available_memory(device)
     if need > free:
@@ -148,23 +175,48 @@ def load_hf(spec: str, sets: dict[str, Any], device: torch.device, dtype: torch.
     from transformers import AutoModelForCausalLM
 
     config.use_cache = False
-    _check_fits(AutoModelForCausalLM, config, spec, device, dtype)
     try:
-        with torch.device(device):
+        _check_fits(AutoModelForCausalLM, config, spec, device, dtype)
+        # building tiny shapes makes torch and transformers warn (zero-element tensors,
+        # ids outside a small vocabulary): what matters is checked below, in one line
+        with torch.device(device), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    except ValueError as exc:
-        raise ConfigError(
-            "--hf", f"cannot build a causal LM from {spec}: {' '.join(str(exc).split())[:200]}"
-        ) from None
+    except ConfigError:
+        raise
     except OSError as exc:  # a config that would need a file from the hub
         raise ConfigError(
             "--hf", f"{spec} needs a download, which tinit never does: {str(exc).splitlines()[0]}"
         ) from None
+    except Exception as exc:  # a config value the model's code cannot build (negative sizes, ...)
+        if is_run_failure(exc):
+            raise
+        if type(config) not in AutoModelForCausalLM._model_mapping:
+            raise ConfigError("--hf", f"{spec}: {config.model_type} is not a causal language model "
+                              "(AutoModelForCausalLM cannot build it)") from None  # fmt: skip
+
+        def without_sets():
+            with torch.device("meta"):
+                AutoModelForCausalLM.from_config(hf_config(spec, {}), dtype=dtype)
+
+        raise blame(exc, spec, sets, "cannot build a causal LM", without_sets) from None
     return model.eval()
 
 
+def one_line(exc: BaseException) -> str:
+    """What a user's code raised, in one line (``sys.exit(N)`` said as such)."""
+    if isinstance(exc, SystemExit):
+        return f"it called sys.exit({exc.code!r})"
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+
+
 def load_module(spec: str) -> nn.Module:
-    """Call the factory named by ``pkg.module:factory`` or ``path/to/file.py:factory``."""
+    """Call the factory named by ``pkg.module:factory`` or ``path/to/file.py:factory``.
+
+    The file (or package) is *executed*, as ``python file.py`` would run it; a file's
+    own folder is put first on ``sys.path`` before, so that it imports the files beside
+    it. Whatever the user's code raises, including ``sys.exit(...)``, is a one-line
+    error naming --module (an exit at import must not end the audit with its code)."""
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr:
         raise ConfigError("--module", f"{spec!r}: expected pkg.module:factory or path/to/file.py:factory")
@@ -173,6 +225,9 @@ def load_module(spec: str) -> nn.Module:
             path = Path(target)
             if not path.is_file():
                 raise ConfigError("--module", f"no such file {target!r}")
+            folder = str(path.resolve().parent)
+            if folder not in sys.path:
+                sys.path.insert(0, folder)
             name = f"tinit_user_{path.stem}"
             mod_spec = importlib.util.spec_from_file_location(name, path)
             mod = importlib.util.module_from_spec(mod_spec)
@@ -182,18 +237,31 @@ def load_module(spec: str) -> nn.Module:
             mod = importlib.import_module(target)
     except ConfigError:
         raise
-    except Exception as exc:  # a user's module may fail in any way: one line, not a traceback
-        raise ConfigError("--module", f"cannot import {target}: {type(exc).__name__}: {exc}") from None
+    except (Exception, SystemExit) as exc:  # a user's module may fail in any way: one line
+        raise ConfigError("--module", f"cannot import {target}: {one_line(exc)}") from None
     factory = getattr(mod, attr, None)
     if not callable(factory):
         raise ConfigError("--module", f"{target} has no callable {attr!r}")
     try:
         model = factory()
-    except Exception as exc:
-        raise ConfigError("--module", f"{spec}() failed: {type(exc).__name__}: {exc}") from None
+    except (Exception, SystemExit) as exc:
+        raise ConfigError("--module", f"{spec}() failed: {one_line(exc)}") from None
     if not isinstance(model, nn.Module):
         raise ConfigError("--module", f"{spec}() returned {type(model).__name__}, not a torch.nn.Module")
+    meta = [n for n, t in (*model.named_parameters(), *model.named_buffers()) if t.device.type == "meta"]
+    if meta:
+        raise ConfigError("--module", f"{spec}() returned a model on the meta device ({meta[0]} and "
+                          f"{len(meta) - 1} more have no values): its init never ran")  # fmt: skip
     return model.eval()
+
+
+def check_parameters(model: nn.Module, option: str) -> None:
+    """Every parameter must hold numbers: an empty one (a size set to 0) has no std to
+    audit, and one on the meta device was never initialised."""
+    for name, p in model.named_parameters():
+        if p.numel() == 0:
+            shape = "x".join(map(str, p.shape))
+            raise ConfigError(option, f"the model's parameter {name} is empty (shape {shape}): a size is 0")
 
 
 def infer_vocab(model: nn.Module) -> int | None:

@@ -1,6 +1,7 @@
 """``tinit audit``: measure the init of a model tinit did not build (a Hugging Face
 config, or a user's module), against a scheme; exit 3 when any weight deviates."""
 
+import dataclasses
 import math
 from typing import TYPE_CHECKING, Annotated
 
@@ -9,6 +10,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..model.config import ConfigError
+from ..model.schemes import names as scheme_names
 from . import app
 from .clickcompat import ParameterSource, get_current_context
 from .options import SharedOptions, shared_options
@@ -17,22 +19,35 @@ if TYPE_CHECKING:
     from ..experiments.audit import Expectation
 
 AUDIT = "Audit"
-#: Options of the shared set that describe tinit's own model: the audited model has its own.
+#: Options of the shared set that describe tinit's own model (shape, placement, QK-norm,
+#: GQA, init scheme and its base sizes): the audited model has its own, so they are not
+#: offered (an option accepted and ignored would mislead).
 NOT_FOR_AUDIT = (
     "preset", "layers", "d_model", "heads", "d_ff", "vocab", "norm", "ffn", "positions", "attention", "untie",
-    "bias", "no_attn_scale", "pre_norm", "post_norm", "branch", "branch_var", "init", "sigma", "embed_std",
-    "stream", "tf32",
+    "bias", "no_attn_scale", "pre_norm", "post_norm", "norm_position", "qk_norm", "kv_heads", "branch",
+    "branch_var", "init", "init_file", "base_width", "base_depth", "sigma", "embed_std", "stream", "tf32",
 )  # fmt: skip
 ALIASES = {"gpt2": "scaled"}  # GPT-2's recipe is tinit's depth-scaled one
+#: The shared default of --seq-len here; a model with fewer positions gets its own.
+SEQ_LEN = 128
+#: The catalogue's schemes as --expect and --init list them (scaled is gpt2's alias).
+SCHEMES_HELP = ", ".join(scheme_names(custom=False)) + " (scaled = gpt2); 'tinit inits' describes each"
 
 
 def _scheme(value: str, option: str, extra: tuple[str, ...]) -> str:
     from ..model.init import RECIPES
 
-    allowed = (*extra, *RECIPES, *ALIASES)
+    allowed = list(dict.fromkeys((*extra, *RECIPES, *ALIASES)))
     if value not in allowed:
         raise ConfigError(option, f"{value!r} is not one of {', '.join(allowed)}")
     return ALIASES.get(value, value)
+
+
+def _given(ctx, name: str) -> bool:
+    """Whether the option was given on the command line (not its default)."""
+    return ctx is not None and ctx.get_parameter_source(name) not in (
+        None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP,
+    )  # fmt: skip
 
 
 def _declared(model, sites, sigma: float | None) -> "Expectation":
@@ -63,7 +78,7 @@ def _declared(model, sites, sigma: float | None) -> "Expectation":
 @app.command(
     "audit", short_help="Measure the init of a model tinit did not build (HF config or your module)."
 )
-@shared_options(exclude=NOT_FOR_AUDIT, defaults={"batch": 8, "seq_len": 128})
+@shared_options(exclude=NOT_FOR_AUDIT, defaults={"batch": 8, "seq_len": SEQ_LEN})
 def audit(
     *,
     opts: SharedOptions,
@@ -110,8 +125,8 @@ def audit(
         str,
         typer.Option(
             "--expect",
-            help="Scheme the weights are checked against: declared (what "
-            "the model says: initializer_range plus the family's rules), naive, scaled or gpt2 (= scaled).",
+            help="Scheme the weights are checked against: declared (what the model says: "
+            "initializer_range plus the family's rules) or a scheme of the catalogue: " + SCHEMES_HELP + ".",
             rich_help_panel=AUDIT,
         ),
     ] = "declared",
@@ -119,8 +134,8 @@ def audit(
         str,
         typer.Option(
             "--init",
-            help="Also measure the same model re-initialised by this tinit "
-            "recipe (naive, scaled, gpt2) on the same tokens, beside 'as-built'; none: only as built.",
+            help="Also measure the same model re-initialised by this scheme of the catalogue (as "
+            "--expect lists them) on the same tokens, beside 'as-built'; none: only as built.",
             rich_help_panel=AUDIT,
         ),
     ] = "none",
@@ -172,11 +187,19 @@ def audit(
     Exit codes: 0 every weight ok; 3 some weight deviates (off-recipe, pytorch-default,
     zero, constant, non-finite); 2 bad input; 1 the run failed part-way.
     """
-    from ..adapters.loaders import infer_vocab, load_hf, load_module, max_positions, parse_set
+    from ..adapters.loaders import (
+        check_parameters,
+        infer_vocab,
+        load_hf,
+        load_module,
+        max_positions,
+        parse_set,
+    )
+    from ..adapters.loaders import one_line as _one_line
     from ..adapters.roles import classify_roles
     from ..adapters.sites import find_sites
-    from ..experiments.audit import Expectation, run_audit
-    from ..experiments.common import make_tokens, resolve_device, resolve_dtype
+    from ..experiments.audit import Expectation, ModelError, run_audit
+    from ..experiments.common import is_run_failure, make_tokens, resolve_device, resolve_dtype
     from ..model.config import ModelConfig, RunConfig
     from ..results.plot_grad_norms import plot_grad_norms, plot_stream_grads
     from ..results.plots import plot_variance
@@ -209,12 +232,12 @@ def audit(
             model = load_hf(hf, parse_set(sets), device, dtype)
         else:
             model = load_module(module)
-            given = ctx is not None and ctx.get_parameter_source("dtype") not in (
-                None,
-                ParameterSource.DEFAULT,
-            )
-            model = model.to(device=device, dtype=dtype if given else None)
+            model = model.to(device=device, dtype=dtype if _given(ctx, "dtype") else None)
+        option = "--hf" if hf else "--module"
+        check_parameters(model, option)
         inferred = infer_vocab(model)
+        if inferred is not None and inferred < 2 and vocab is None:
+            raise ConfigError(option, f"the model's vocabulary is {inferred} token(s): it needs >= 2")
         if vocab is not None and inferred is not None and vocab > inferred:
             raise ConfigError("--vocab", f"{vocab} exceeds the model's {inferred} token ids")
         v = vocab or inferred
@@ -222,21 +245,25 @@ def audit(
             raise ConfigError(
                 "--vocab", "cannot infer the vocabulary (the model has no nn.Embedding); give --vocab"
             )
-        limit = max_positions(model)
-        if limit is not None and opts.seq_len > limit:
-            raise ConfigError("--seq-len", f"{opts.seq_len} exceeds the model's {limit} positions")
-        if opts.seq_len < 2 and grads:
+        seq_len, limit = opts.seq_len, max_positions(model)
+        if limit is not None and seq_len > limit:
+            if _given(ctx, "seq_len"):
+                raise ConfigError("--seq-len", f"{seq_len} exceeds the model's {limit} positions")
+            seq_len = limit  # the default does not fit this model: its own length does
+        if seq_len < 2 and grads:
             raise ConfigError("--seq-len", "must be >= 2 to measure gradients (or give --no-grads)")
-        tokens = make_tokens(ModelConfig(vocab_size=v), RunConfig(batch=opts.batch, seq_len=opts.seq_len),
+        tokens = make_tokens(ModelConfig(vocab_size=v), RunConfig(batch=opts.batch, seq_len=seq_len),
                              opts.seed, device)  # fmt: skip
         try:
-            found, tr = find_sites(model, tokens[:1, : min(4, opts.seq_len)], sites)
-        except (RuntimeError, IndexError, TypeError, ValueError, AttributeError) as exc:
-            if isinstance(exc, ConfigError):
+            found, tr = find_sites(model, tokens[:1, : min(4, seq_len)], sites)
+        except ConfigError as exc:
+            if exc.field == "--sites" and sites is None:  # no --sites was given: the model is at fault
+                raise ConfigError(option, f"cannot find the model's additions: {exc.message}") from None
+            raise
+        except (Exception, SystemExit) as exc:  # the user's (or transformers') forward, in any way
+            if is_run_failure(exc):
                 raise
-            what = " ".join(str(exc).split())[:200]
-            option = "--hf" if hf else "--module"
-            raise ConfigError(option, f"the model's forward failed: {type(exc).__name__}: {what}") from None
+            raise ConfigError(option, f"the model's forward failed: {_one_line(exc)}") from None
         roles = classify_roles(model, found, tr, v)
         if exp_scheme == "declared":
             expectation = _declared(model, found, sigma)
@@ -251,9 +278,11 @@ def audit(
         recipe = None
         if rec_scheme != "none":
             recipe = Expectation(rec_scheme, expectation.sigma, expectation.embed_std, f"tinit {init}")
-        return model, found, roles, tokens, expectation, recipe, v
+        return model, found, roles, tokens, expectation, recipe, v, seq_len
 
-    model, found, roles, tokens, expectation, recipe, v = configs_or_exit(prepare)
+    model, found, roles, tokens, expectation, recipe, v, seq_len = configs_or_exit(prepare)
+    opts = dataclasses.replace(opts, seq_len=seq_len)
+    option = "--hf" if hf else "--module"
     source = f"--hf {hf}" + "".join(f" --set {s}" for s in sets) if hf else f"--module {module}"
     meta = {"source": source, "ln_vocab": math.log(v), "vocab": v}
     if hf is not None:
@@ -277,12 +306,27 @@ def audit(
             out["stream_grads"] = plot_stream_grads(r["stream_grads"], title)
         return out
 
+    def experiment(progress):
+        try:
+            result = run_audit(model, found, roles, tokens, expectation, recipe, opts.seed, grads, progress,
+                               meta)  # fmt: skip
+        except ModelError as exc:  # the model's forward or backward, or its output: the input's fault
+            raise ConfigError(option, exc.message) from None
+        check = result.meta["stream_check"].get("as-built", {})
+        if sites is not None and not check.get("agrees"):
+            # the additions named do not add up to the blocks' outputs: every stream number would be
+            # of some other sum (and the roles found from them may be wrong): nothing is written
+            err = check.get("max_rel_err")
+            why = "no block output to compare with" if err is None else (
+                f"stream_in + branch differs from block {check['worst_layer']}'s output by {err:.3g} "
+                f"(relative; tolerance {check['tolerance']:g})")  # fmt: skip
+            raise ConfigError("--sites", f"{sites!r} does not describe the residual stream: {why}")
+        return result
+
     result = execute(
         "audit",
         opts,
-        lambda progress: run_audit(
-            model, found, roles, tokens, expectation, recipe, opts.seed, grads, progress, meta
-        ),
+        experiment,
         Outputs(
             figures=figures,
             tables=lambda r: [

@@ -23,6 +23,7 @@ evaluated as Python. Every error names the file and the role (exit 2).
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 
 import tomllib
@@ -40,6 +41,8 @@ from ..model.schemes import (
     scheme,
 )
 
+#: A scheme's name: it becomes part of folder names (tinit sweep's points) and CSV cells.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
 _TOP = {"name", "description", "placement", "qk_norm", "stream_mult", "branch_mult", "embed_mult", "roles",
         "sources"}  # fmt: skip
 
@@ -113,8 +116,12 @@ def _load(resolved: str) -> str:
         allowed = ", ".join(sorted(_TOP))
         raise _bad(path, "top level", f"unknown key(s) {', '.join(sorted(unknown))} ({allowed})")
     name = data.get("name")
-    if not isinstance(name, str) or not name.strip() or "," in name:
-        raise _bad(path, "name", "give the scheme a name (a string without commas)")
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name.strip()):
+        raise _bad(path, "name", f"{name!r}: give the scheme a name of up to 64 letters, digits, _ - . +, "
+                   "starting with a letter or digit (it names folders and CSV cells)")  # fmt: skip
+    qk_norm = data.get("qk_norm", False)
+    if not isinstance(qk_norm, bool):  # bool("false") is True: only a TOML boolean is a boolean
+        raise _bad(path, "qk_norm", f"{qk_norm!r} is not true or false (a TOML boolean, unquoted)")
     placement = data.get("placement")
     if placement is not None and placement not in PLACEMENTS:
         raise _bad(path, "placement", f"{placement!r} is not one of {', '.join(PLACEMENTS)}")
@@ -136,7 +143,7 @@ def _load(resolved: str) -> str:
                 raise _bad(path, key, str(exc)) from None
     try:
         s = scheme(name.strip(), str(data.get("description", f"user scheme from {path.name}")),
-                   [str(path)], rules, placement=placement, qk_norm=bool(data.get("qk_norm", False)),
+                   [str(path)], rules, placement=placement, qk_norm=qk_norm,
                    depth_factor=None, closed_form="", **kw)  # fmt: skip
     except FormulaError as exc:
         raise _bad(path, "scheme", str(exc)) from None

@@ -43,6 +43,7 @@ FIELD_OPTIONS = {
     "norm_position": "--norm-position", "norm_eps": "--norm-eps", "head_dims": "--head-dims",
     "transfer_from": "--transfer-from",
     "n_kv_heads": "--kv-heads", "base_width": "--base-width", "base_depth": "--base-depth",
+    "init_file": "--init-file", "data": "--data", "lr": "--lr", "warmup": "--warmup",
 }  # fmt: skip
 
 
@@ -118,8 +119,9 @@ def _init_list(value: str) -> str:
     try:
         parse_init_list(value)
     except KeyError as exc:
-        if "unknown init scheme" in str(exc) and value.strip() and "," not in value:
-            # may name the scheme of --init-file, registered after parsing: checked then
+        if "unknown init scheme" in str(exc) and value.strip():
+            # may name the scheme of --init-file (alone or in a list), registered after
+            # parsing: checked then (SharedOptions.inits, before any run folder exists)
             return value
         raise typer.BadParameter(str(exc.args[0])) from None
     return value

@@ -42,6 +42,7 @@ from ..results.rundir import (
     FolderTaken,
     OutputError,
     RunFolder,
+    atomic_write_text,
     claim_run_dir,
     environment,
     non_finite_counts,
@@ -49,6 +50,7 @@ from ..results.rundir import (
     write_csvs,
 )
 from ..results.tables import cost_line, print_tables
+from .clickcompat import ClickException, Exit
 from .common import SWEEP_CAPTURE
 from .options import SharedOptions, bad_option
 
@@ -177,6 +179,22 @@ def release_memory() -> None:
         pass
 
 
+def internal_error(exc: Exception, run_dir: Path) -> str:
+    """A one-line reason for an error that is tinit's own (a bug, not the input, the
+    memory or a signal); its traceback goes to ``traceback.txt`` in the run folder, for
+    a bug report, instead of the terminal."""
+    import traceback
+
+    why = " ".join(str(exc).split())[:200]
+    where = ""
+    try:
+        atomic_write_text(run_dir / "traceback.txt", "".join(traceback.format_exception(exc)))
+        where = f"; traceback in {run_dir / 'traceback.txt'}"
+    except OutputError:
+        pass
+    return f"internal error: {type(exc).__name__}: {why}{where}"
+
+
 def _fail(message: str, run_dir: Path) -> None:
     typer.echo(f"Error: {message}; what was measured is in {run_dir}", err=True)
 
@@ -230,10 +248,17 @@ def execute(
             _fail(f"run incomplete, {exc}", run_dir)
             typer.echo(str(run_dir))
             raise typer.Exit(1) from None
+        except (ClickException, Exit):  # bad input the experiment found: as a ConfigError
+            if not writer.written:
+                folder.abandon()
+            raise
         except BaseException as exc:
-            if not is_run_failure(exc):
+            if is_run_failure(exc):
+                failure = failure_reason(exc)
+            elif isinstance(exc, Exception):  # a bug: the rows so far are kept, the run says why
+                failure = internal_error(exc, run_dir)
+            else:
                 raise
-            failure = failure_reason(exc)
             result = writer.last or ExperimentResult({}, {}, False, failure)
             result.complete, result.error = False, failure
         if failure and "out of memory" in failure:
@@ -271,10 +296,8 @@ def _finish(
             expected += step()
     except OutputError as exc:
         write_error = str(exc)
-    except Exception as exc:  # a plot that cannot be drawn (e.g. no memory left): the CSVs are saved
-        if failure is None:
-            raise
-        write_error = f"cannot draw the plots: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    except Exception as exc:  # a plot that cannot be drawn (no memory left, a bug): the CSVs are saved
+        write_error = "cannot draw the plots: " + internal_error(exc, run_dir)
     stopped_writing = bool(signals.caught) and failure is None
     if signals.caught and failure is None:
         failure = f"stopped by {signals.caught[0]} while writing"

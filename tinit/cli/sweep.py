@@ -67,8 +67,16 @@ def _slurm_args(values: list[str]) -> dict[str, str]:
         if not sep or not KEY_RE.match(key):
             raise _err(f"{v!r} is not KEY=VALUE (an sbatch option without its dashes, e.g. constraint=a100)",
                        "--slurm-arg")  # fmt: skip
+        _one_line_value(value, "--slurm-arg")
         out[key] = value
     return out
+
+
+def _one_line_value(value: str, option: str) -> None:
+    """An sbatch value goes into one ``#SBATCH`` line: a newline (or another control
+    character) would add lines of its own to the script."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise _err(f"{value!r} holds a newline or another control character; give a one-line value", option)
 
 
 def _progress(quiet: bool, description: str, total: int):
@@ -176,7 +184,7 @@ def sweep(
             doc = read_sweep_record(resume)
         except (OSError, ValueError) as exc:
             raise _err(f"{resume} is not a sweep's run folder ({exc})", "--resume") from None
-        command, args, previous_runs = doc["sweep"]["command"], doc["sweep"]["args"], doc["sweep"]["runs"]
+        command, args, previous_runs = _resumable(doc["sweep"], resume)
         recorded = previous_runs[-1].get("cli_options", {}) if previous_runs else {}
         if executor != recorded.get("executor") and _given(ctx, "executor"):
             recorded = {}  # another executor: the last run's executor options do not apply
@@ -203,19 +211,26 @@ def sweep(
         set_aside_merged(run_dir)
     if values["executor"] == "slurm":
         executor_.folder = run_dir / "slurm"
+    from .runner import StopSignals
+
     bar = _progress(opts.quiet, f"sweep {command}", len(plan.points))
-    try:
-        if bar is None:
-            result, record = _run(plan, executor_, run_dir, args, lambda info: None, previous_runs, values)
-        else:
-            with bar[0]:
-                result, record = _run(plan, executor_, run_dir, args, bar[1], previous_runs, values)
-    except _Refused as exc:
-        if resume is None:
-            shutil.rmtree(run_dir, ignore_errors=True)  # nothing was measured
-        typer.echo(f"Error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    _write(run_dir, command, opts, result, outputs)
+    # SIGTERM and SIGHUP stop the sweep as Ctrl-C does: the workers (or the SLURM tasks) are
+    # stopped, the done points gathered, config.json says why; a second signal while the merged
+    # files are written stops that between two files
+    with StopSignals() as signals:
+        try:
+            if bar is None:
+                result, record = _run(plan, executor_, run_dir, args, _quiet, previous_runs, values, signals)
+            else:
+                with bar[0]:
+                    result, record = _run(plan, executor_, run_dir, args, bar[1], previous_runs, values,
+                                          signals)  # fmt: skip
+        except _Refused as exc:
+            if resume is None:
+                shutil.rmtree(run_dir, ignore_errors=True)  # nothing was measured
+            typer.echo(f"Error: {exc}", err=True)
+            raise typer.Exit(1) from None
+        _write(run_dir, command, opts, result, outputs, signals)
     c = record["counts"]
     if not opts.quiet:
         Console().print(f"{len(plan.points)} points: {c['done']} done, {c['failed']} failed "
@@ -229,6 +244,22 @@ def sweep(
         raise typer.Exit(1)
 
 
+def _resumable(record, run_dir: Path) -> tuple[str, list[str], list[dict]]:
+    """The command, its arguments and the runs of a sweep's record (config.json's
+    ``sweep``), each checked: a record edited or cut short is a one-line error."""
+    ok = isinstance(record, dict)
+    command, args, runs = (record.get(k) for k in ("command", "args", "runs")) if ok else (None,) * 3
+    if not (command in SWEEPABLE and isinstance(args, list) and all(isinstance(a, str) for a in args)
+            and isinstance(runs, list) and all(isinstance(r, dict) for r in runs)):  # fmt: skip
+        raise _err(f"{run_dir}/config.json has no usable sweep record (its command, args and runs); "
+                   "start a new sweep instead", "--resume")  # fmt: skip
+    return command, list(args), runs
+
+
+def _quiet(info: dict) -> None:
+    """No progress to show."""
+
+
 def _given(ctx: typer.Context, name: str) -> bool:
     """Whether the option was given on the command line (not its default)."""
     return ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
@@ -238,12 +269,12 @@ class _Refused(RuntimeError):
     """The executor could not start (sbatch refused the array)."""
 
 
-def _run(plan, executor_, run_dir, args, update, previous_runs, values):
+def _run(plan, executor_, run_dir, args, update, previous_runs, values, signals):
     from ..sweep.run import run_sweep
     from ..sweep.slurm import SubmitError
 
-    try:
-        return run_sweep(plan, executor_, run_dir, args, update, previous_runs, values)
+    try:  # once the points have run (or been stopped), signals only stop the writing
+        return run_sweep(plan, executor_, run_dir, args, update, previous_runs, values, signals.defer)
     except SubmitError as exc:
         raise _Refused(f"sbatch refused the job array: {exc}") from None
 
@@ -268,8 +299,11 @@ def _executor(values: dict, opts, plan, dry_run: bool):
         raise _err("applies to --executor local only (use --array-parallelism for SLURM)", "--workers")
     for name, flag, pattern, allowed in (("time_limit", "--time", TIME_RE, "minutes, HH:MM:SS or D-HH:MM"),
                                          ("mem", "--mem", MEM_RE, "a whole number with K, M, G or T")):
-        if values[name] is not None and not pattern.match(str(values[name])):
+        if values[name] is not None and not pattern.fullmatch(str(values[name])):
             raise _err(f"{values[name]!r} is not a SLURM {flag[2:]}; give {allowed}", flag)
+    for name in ("partition", "account", "qos"):
+        if values[name] is not None:
+            _one_line_value(str(values[name]), SLURM_ONLY[name])
     slurm_args = _slurm_args(values["slurm_arg"])
     try:
         import submitit  # noqa: F401
@@ -307,19 +341,49 @@ def _print_dry_run(plan, executor_, values) -> None:
     typer.echo(executor_.sbatch_script(tasks).replace(str(executor_.folder), "RUN_DIR/slurm"))
 
 
-def _write(run_dir: Path, command: str, opts, result, outputs) -> None:
-    """The merged files, as `tinit COMMAND` writes them."""
+def _write(run_dir: Path, command: str, opts, result, outputs, signals) -> None:
+    """The merged files, as `tinit COMMAND` writes them, with config.json's non-finite
+    counts. config.json first says the merge is under way (so a disk that fills up, or a
+    stop, never leaves it "running"), and last whether the sweep is complete. A write that
+    fails, or a second signal, ends the sweep incomplete: one line, exit 1."""
     from ..results.plots import save_figure
-    from ..results.rundir import write_config, write_csvs
+    from ..results.rundir import OutputError, non_finite_counts, write_config, write_csvs
     from ..results.tables import print_tables
+    from .runner import internal_error, non_finite_line
 
-    write_csvs(run_dir, result.frames, result.not_applicable)
-    if result.frames and all(len(df) for df in result.frames.values()):
-        for stem, fig in outputs.figures(result).items():
-            save_figure(fig, run_dir, stem, opts.format)
-        outputs.files(result, run_dir)
-    # last, as for every command: "complete" only once every file is in place
-    write_config(run_dir, command, result.meta, complete=result.complete, error=result.error)
-    if not opts.quiet:
+    counts = non_finite_counts(result.frames, result.not_applicable)
+    n_bad = sum(sum(c.values()) for c in counts.values())
+    extra = {"non_finite": counts, "non_finite_total": n_bad}
+    error = result.error
+
+    def steps():  # the figures are drawn only once the CSVs are written
+        yield lambda: write_csvs(run_dir, result.frames, result.not_applicable)
+        if result.frames and all(len(df) for df in result.frames.values()):
+            for stem, fig in outputs.figures(result).items():
+                yield lambda stem=stem, fig=fig: save_figure(fig, run_dir, stem, opts.format)
+            yield lambda: outputs.files(result, run_dir)
+
+    try:
+        write_config(run_dir, command, result.meta, complete=False,
+                     error=f"writing the merged files{f'; {error}' if error else ''}", **extra)  # fmt: skip
+        for step in steps():
+            if signals.caught:
+                error = f"stopped by {signals.caught[0]} while writing" + (f"; {error}" if error else "")
+                result.complete = False
+                break
+            step()
+    except OutputError as exc:
+        result.complete, error = False, f"{exc}" + (f"; {error}" if error else "")
+    except Exception as exc:  # a plot that cannot be drawn: the CSVs are written
+        result.complete = False
+        error = "cannot draw the plots: " + internal_error(exc, run_dir) + (f"; {error}" if error else "")
+    result.error = error
+    try:  # last, as for every command: "complete" only once every file is in place
+        write_config(run_dir, command, result.meta, complete=result.complete, error=error, **extra)
+    except OutputError as exc:
+        result.complete, result.error = False, f"{exc}; {error}" if error else str(exc)
+    if n_bad:
+        typer.echo(non_finite_line(counts, n_bad), err=True)
+    if not opts.quiet and not signals.caught:
         console = Console()
         print_tables(console, outputs.tables(result))

@@ -11,6 +11,7 @@ import typer
 
 from ..model.config import ConfigError
 from . import app
+from .clickcompat import ParameterSource, get_current_context
 from .options import FIELD_OPTIONS, MODEL, SharedOptions, shared_options
 
 if TYPE_CHECKING:
@@ -34,7 +35,18 @@ def _floats(value: str, option: str) -> list[float]:
         raise typer.BadParameter(
             f"{value!r}: give a comma list of positive numbers", param_hint=f"'{option}'"
         )
-    return out
+    return _once(out, value, option)
+
+
+def _once(values: list, text: str, option: str) -> list:
+    """The values, each once: a repeated one would run twice and be counted as a seed."""
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:
+        raise typer.BadParameter(
+            f"{text!r}: {', '.join(f'{v:g}' for v in repeated)} is given twice; give each value once "
+            "(--seeds N for repeated runs)", param_hint=f"'{option}'",
+        )  # fmt: skip
+    return values
 
 
 def _ints(value: str, option: str) -> list[int]:
@@ -46,7 +58,7 @@ def _ints(value: str, option: str) -> list[int]:
         raise typer.BadParameter(
             f"{value!r}: give a comma list of whole numbers >= 0", param_hint=f"'{option}'"
         )
-    return out
+    return _once(out, value, option)
 
 
 #: Config fields of the training commands -> their options (the shared ones are in FIELD_OPTIONS).
@@ -234,6 +246,22 @@ def data_for(opts: SharedOptions, topts: dict):
     )
 
 
+def model_vocab(opts: SharedOptions, data) -> int:
+    """The model's vocabulary: the data's (the Markov language's is --vocab; a file's is
+    its largest token id + 1, bytes 256), or --vocab when given and at least that (the
+    model then has rows the data never uses)."""
+    ctx = get_current_context(silent=True)
+    source = ctx.get_parameter_source("vocab") if ctx is not None else None
+    if data.chain is not None or source in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP):
+        return data.vocab
+    if opts.vocab < data.vocab:
+        tokens = data.info.get("format") in ("npy", "uint16 bin")
+        why = "its largest token id + 1" if tokens else "bytes"
+        raise ConfigError("vocab_size", f"{opts.vocab} is less than the data's vocabulary, {data.vocab} "
+                          f"({why}); leave --vocab out to use that")  # fmt: skip
+    return opts.vocab
+
+
 def _setup(opts: SharedOptions, topts: dict, layers: str, lrs: list[float], warmups: list[int], **extra):
     from ..experiments.depth_sweep import parse_layers
 
@@ -241,7 +269,7 @@ def _setup(opts: SharedOptions, topts: dict, layers: str, lrs: list[float], warm
 
     def build():
         data = data_for(opts, topts)
-        model = opts.model_config(n_layers=depths[-1], vocab_size=data.vocab)
+        model = opts.model_config(n_layers=depths[-1], vocab_size=model_vocab(opts, data))
         return (
             data,
             model,
@@ -377,8 +405,10 @@ def lr_sweep(
     )
 
 
-#: claims chooses these per claim (depths, schemes, norm positions and kinds, FFN, tying)
-CHOSEN_BY_CLAIMS = ("layers", "init", "pre_norm", "post_norm", "norm", "ffn", "d_ff", "untie")
+#: claims chooses these per claim (depths, schemes and their base sizes, norm positions and
+#: kinds, FFN, tying): a user's scheme (--init-file) has no claim to test
+CHOSEN_BY_CLAIMS = ("layers", "init", "init_file", "base_width", "base_depth", "pre_norm", "post_norm",
+                    "norm_position", "norm", "ffn", "d_ff", "untie")  # fmt: skip
 
 
 @app.command("claims", short_help="The init primer's training claims, each over seeds, with a verdict.")
@@ -422,17 +452,23 @@ def claims(
 
     def build():
         data = data_for(opts, topts)
-        model = opts.model_config(vocab_size=data.vocab)
+        model = opts.model_config(vocab_size=model_vocab(opts, data))
         ccfg = ClaimsConfig(shallow=shallow, deep=deep, seeds=seeds, high_lr=high_lr, warmup=warmup, tol=tol)
         return data, model, opts.init_config(), opts.run_config(), train_config(topts, lr, warmup), ccfg
 
     data, model, init, run, tcfg, ccfg = configs_or_exit(build)
     title = _describe(opts, model, data, tcfg) + f", {seeds} seeds"
 
-    def curves(r, deep_stack: bool):
+    def curves(r, deep_stack: bool) -> dict:
+        """claims_deep_curves / claims_shallow_curves, for a stack with runs (a stopped
+        run may have none of the shallow ones yet)."""
         tr = r["train"]
+        rows = tr[(tr["n_layers"] == deep) == deep_stack]
+        if not len(rows):
+            return {}
+        name = "claims_deep_curves" if deep_stack else "claims_shallow_curves"
         # the figure's title says the depth (and every other setting all its runs share)
-        return plot_loss_curves(tr[(tr["n_layers"] == deep) == deep_stack], data.floor, title)
+        return {name: plot_loss_curves(rows, data.floor, title)}
 
     execute(
         "claims",
@@ -443,8 +479,8 @@ def claims(
         Outputs(
             figures=lambda r: {
                 "claims": plot_claims(r["runs"], data.floor, f"Claims: {title}"),
-                "claims_deep_curves": curves(r, True),
-                "claims_shallow_curves": curves(r, False),
+                **curves(r, True),
+                **curves(r, False),
                 **variance_figure(r, title),
             },
             tables=lambda r: (

@@ -44,6 +44,7 @@ from torch import nn
 
 from ..adapters.roles import ParamRole
 from ..adapters.sites import Sites, block_input, first_tensor
+from ..model.config import ConfigError
 from ..model.init import generator
 from ..model.schemes import get_scheme, resolved_rule
 from .common import (
@@ -54,6 +55,7 @@ from .common import (
     Progress,
     ProgressCounter,
     failure_reason,
+    is_run_failure,
 )
 from .grad_norms import stream_frame
 from .grad_norms import summarize as grad_summarize
@@ -102,12 +104,23 @@ def _not_std(df: pd.DataFrame):
     return df["expected_kind"] != "std"
 
 
+def _no_expectation(df: pd.DataFrame):
+    return df["expected_kind"].isna() | (df["expected_kind"] == "-")
+
+
 #: Cells with no value by design (written empty; any other NaN is written ``nan``): a
 #: constant (norm gain, bias) has a value to match, not a std, so no z-scores; a
-#: parameter whose role cannot be told has no expectation; and the variance frames'.
+#: parameter whose role cannot be told has no expectation (written "-" as its kind);
+#: and the variance frames'.
 AUDIT_NOT_APPLICABLE = {
-    "weights": {"z_std": _not_std, "z_mean": _not_std, "expected": lambda df: df["expected_kind"].isna()},
-    "weight_groups": {"max_abs_z": lambda df: ~df["role"].isin(GAUSSIAN)},
+    "weights": {
+        "z_std": _not_std, "z_mean": _not_std, "expected": _no_expectation, "rel_err": _no_expectation,
+    },  # fmt: skip
+    "weight_groups": {
+        "max_abs_z": lambda df: ~df["role"].isin(GAUSSIAN),
+        # a group of unknown role has no expectation
+        **dict.fromkeys(("expected_min", "expected_max"), lambda df: df["role"] == "unknown"),
+    },
     **VARIANCE_NOT_APPLICABLE,
     # the embedding has no branch; a branch that passes nothing back has no correlation
     "stream_grads": {"branch_back_gain": lambda df: df["k"] == 0,
@@ -395,6 +408,45 @@ class StreamHooks:
         return fn
 
 
+class ModelError(ConfigError):
+    """The audited model cannot be measured: its forward or backward fails (or calls
+    sys.exit), or it returns no logits of shape (batch, seq, > every token id). Bad
+    input (the CLI names --hf or --module), not a failed run."""
+
+    def __init__(self, message: str):
+        super().__init__("model", message)
+
+
+def _user_code(what: str, fn):
+    """``fn()``, with whatever the model's own code raises as a :class:`ModelError`
+    (out of memory and interrupts stay run failures)."""
+    try:
+        return fn()
+    except ConfigError:
+        raise
+    except (Exception, SystemExit) as exc:
+        if isinstance(exc, Exception) and is_run_failure(exc):
+            raise
+        from ..adapters.loaders import one_line
+
+        raise ModelError(f"{what} failed: {one_line(exc)}") from None
+
+
+def checked_logits(output, tokens: torch.Tensor) -> torch.Tensor:
+    """The logits of ``output`` (see :func:`logits_of`), which must be (batch, seq, V)
+    with V above every token id; a :class:`ModelError` otherwise."""
+    try:
+        logits = logits_of(output)
+    except TypeError as exc:
+        raise ModelError(f"forward(tokens) returned no logits: {exc}") from None
+    b, t = tokens.shape
+    if logits.dim() != 3 or tuple(logits.shape[:2]) != (b, t) or logits.shape[2] <= int(tokens.max()):
+        raise ModelError(f"forward(tokens) of shape ({b}, {t}) returned logits of shape "
+                         f"{tuple(logits.shape)}; expected ({b}, {t}, vocab) with vocab > "
+                         f"{int(tokens.max())}")  # fmt: skip
+    return logits
+
+
 def logits_of(output) -> torch.Tensor:
     """Logits from what a model returns: a tensor, an object with ``.logits``, a tuple."""
     if isinstance(output, torch.Tensor):
@@ -415,7 +467,9 @@ def measure_stream(model: nn.Module, sites: Sites, tokens: torch.Tensor) -> tupl
     """The probe's rows for one forward pass (no gradients), and the stream check."""
     probe = VarianceProbe(stats_dtype(model))
     with StreamHooks(model, sites, probe) as hooks, torch.no_grad():
-        model(tokens)
+        out = _user_code(f"the model's forward at batch {tokens.shape[0]} x seq {tokens.shape[1]}",
+                         lambda: model(tokens))  # fmt: skip
+        checked_logits(out, tokens)
     return probe.frame(), hooks.max_rel_err
 
 
@@ -432,9 +486,10 @@ def measure_grads(model: nn.Module, sites: Sites, tokens: torch.Tensor, roles: l
     stats = stats_dtype(model)
     model.zero_grad(set_to_none=True)
     with StreamHooks(model, sites, grads=True) as hooks:
-        logits = logits_of(model(tokens))[:, :-1].to(stats)
+        out = _user_code("the model's forward (with gradients)", lambda: model(tokens))
+        logits = checked_logits(out, tokens)[:, :-1].to(stats)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
-        loss.backward()
+        _user_code("the model's backward", loss.backward)
     params = dict(model.named_parameters())
     rows = []
     for r in roles:
@@ -499,6 +554,7 @@ def run_audit(
         expect_source=expect.source,
         sigma=expect.sigma, z_max=expect.z_max, rtol=expect.rtol, seed=seed,
         n_params=len(weights), n_deviating=int(weights["verdict"].isin(DEVIATING).sum()),
+        n_unchecked=int((weights["verdict"] == "unchecked").sum()),
         n_unknown=int((weights["role"] == "unknown").sum()),
         batch=int(tokens.shape[0]), seq_len=int(tokens.shape[1]), device=str(device),
         dtype=str(next(model.parameters()).dtype).replace("torch.", ""), stream_check={},

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
-from .common import ExperimentResult, Partial, Progress
+from .common import ExperimentResult, IncompleteRun, Partial, Progress
 from .data import TrainData
 from .train import RunSpec, TrainConfig, run_specs, standard_error
 
@@ -78,6 +78,12 @@ class ClaimsConfig:
             raise ConfigError("high_lr", f"must be a positive number, got {self.high_lr!r}")
         if not (math.isfinite(self.tol) and self.tol > 0):
             raise ConfigError("tol", f"must be a positive number, got {self.tol!r}")
+        # each claim compares two different configurations: equal depths, or no warmup
+        # at all, would make its two sides one configuration, trained twice
+        if self.deep <= self.shallow:
+            raise ConfigError("deep", f"must be larger than --shallow ({self.shallow}), got {self.deep}")
+        if self.warmup < 1:
+            raise ConfigError("warmup", "must be >= 1: the warmup claim compares a warmup with none")
 
 
 def superiority(a: np.ndarray, b: np.ndarray, tol: float) -> tuple[float, float, str]:
@@ -166,15 +172,21 @@ def evaluate_claims(
     claims: ClaimsConfig,
     params: dict[str, int],
 ) -> pd.DataFrame:
-    """The verdict table from the runs (in the order of ``names``, ``n_seeds`` each)."""
-    score = {n: _scores(runs, n_seeds, i * n_seeds) for i, n in enumerate(names)}
+    """The verdict table from the runs (in the order of ``names``, ``n_seeds`` each). A
+    run stopped part-way leaves the later configurations without runs: only the claims
+    whose configurations all finished are judged."""
+    done = [n for i, n in enumerate(names) if len(runs) >= (i + 1) * n_seeds]
+    score = {n: _scores(runs, n_seeds, i * n_seeds) for i, n in enumerate(names) if n in done}
     initial = {
         n: runs.iloc[i * n_seeds : (i + 1) * n_seeds]["initial_eval_loss"].to_numpy(float)
         for i, n in enumerate(names)
+        if n in done
     }
     rows = []
 
     def compare(claim, statement, a, b, kind, note=""):
+        if a not in score or b not in score:
+            return
         (sa, da), (sb, db) = score[a], score[b]
         test = superiority if kind == "superiority" else non_inferiority
         d, se, verdict = test(sa, sb, claims.tol)
@@ -212,8 +224,16 @@ def evaluate_claims(
     )
     # pre-norm trains deep stacks without heroics: the unstable setting, in pre-norm
     name = "pre-norm deep, high lr, no warmup"
-    sa, da = score[name]
     baseline = "scaled pre-norm shallow (baseline)"
+    if name in score and (floor is not None or baseline in score):
+        rows.append(_trains(runs, names, n_seeds, floor, claims, score, initial, name, baseline))
+    _compare_rest(compare, claims, params)
+    return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+
+
+def _trains(runs, names, n_seeds, floor, claims, score, initial, name, baseline) -> dict:
+    """The row of "pre-norm trains deep stacks" (see the module docstring)."""
+    sa, da = score[name]
     ref = floor if floor is not None else float(np.mean(score[baseline][0]))
     ref_name = f"the entropy floor {floor:.4g}" if floor is not None else f"the shallow baseline's {ref:.4g}"
     closed = (initial[name] - sa) / (initial[name] - ref)
@@ -224,7 +244,7 @@ def evaluate_claims(
         ).sum()
     )
     verdict = "holds" if ok == n_seeds else "fails" if ok <= n_seeds / 2 else "inconclusive"
-    rows.append(
+    return (
         {
             "claim": "pre-norm trains deep stacks",
             "statement": f"pre-norm at L={claims.deep}, the high lr and no warmup trains",
@@ -244,6 +264,10 @@ def evaluate_claims(
             "criterion": TRAINS.format(ref=ref_name) + "; difference = mean fraction of the gap closed",
         }
     )
+
+
+def _compare_rest(compare, claims: ClaimsConfig, params: dict[str, int]) -> None:
+    """The comparisons after "pre-norm trains deep stacks", in the table's order."""
     compare(
         "naive init fails with depth",
         f"at L={claims.deep} (pre-norm, ordinary lr and warmup) the depth-scaled init ends lower than naive",
@@ -268,9 +292,9 @@ def evaluate_claims(
     )
     compare(
         "SwiGLU beats GELU at equal parameters",
-        f"SwiGLU (d_ff = 8d/3, {params['scaled pre-norm shallow (baseline)']} parameters) ends lower "
+        f"SwiGLU (d_ff = 8d/3, {params.get('scaled pre-norm shallow (baseline)')} parameters) ends lower "
         "than GELU "
-        f"(d_ff = 4d, {params['GELU FFN 4d shallow']} parameters)",
+        f"(d_ff = 4d, {params.get('GELU FFN 4d shallow')} parameters)",
         "scaled pre-norm shallow (baseline)",
         "GELU FFN 4d shallow",
         "superiority",
@@ -283,7 +307,6 @@ def evaluate_claims(
         "untied shallow",
         "superiority",
     )
-    return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
 
 
 def run_claims(
@@ -302,14 +325,24 @@ def run_claims(
     named = claim_specs(model, init, train, claims, init.seed)
     names = list(named)
     specs = [s for n in names for s in named[n]]
-    result = run_specs(specs, train, data, run, progress, {"claims": dataclasses.asdict(claims)}, on_partial)
-    runs = result["runs"]
-    configs = [n for n in names for _ in range(claims.seeds)]
-    result.frames["runs"] = runs.assign(configuration=configs[: len(runs)])
-    if result.complete:
-        params = {n: int(runs.iloc[i * claims.seeds]["params"]) for i, n in enumerate(names)}
-        result.frames["claims"] = evaluate_claims(runs, names, claims.seeds, data.floor, claims, params)
-        # a one-configuration claim ("pre-norm trains") has no second configuration b
-        no_b = {c: (lambda df: df["b"].isna() | (df["b"] == "")) for c in ("b_se",)}
-        result.not_applicable["claims"] = no_b
-    return result
+
+    def judged(result: ExperimentResult) -> ExperimentResult:
+        """The result with its runs named and the claims whose runs all finished judged."""
+        runs = result["runs"]
+        configs = [n for n in names for _ in range(claims.seeds)]
+        result.frames["runs"] = runs.assign(configuration=configs[: len(runs)])
+        params = {n: int(runs.iloc[i * claims.seeds]["params"]) for i, n in enumerate(names)
+                  if len(runs) > i * claims.seeds}  # fmt: skip
+        table = evaluate_claims(runs, names, claims.seeds, data.floor, claims, params)
+        if len(table):
+            result.frames["claims"] = table
+            # a one-configuration claim ("pre-norm trains") has no second configuration b
+            result.not_applicable["claims"] = {"b_se": lambda df: df["b"].isna() | (df["b"] == "")}
+        return result
+
+    partial = None if on_partial is None else (lambda r: on_partial(judged(r)))
+    try:
+        result = run_specs(specs, train, data, run, progress, {"claims": dataclasses.asdict(claims)}, partial)
+    except IncompleteRun as exc:  # what finished is judged too (claims.csv for those claims)
+        raise IncompleteRun(str(exc), judged(exc.result)) from exc
+    return judged(result)

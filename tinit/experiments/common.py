@@ -347,6 +347,32 @@ def configure(
     return cfg, dataclasses.replace(init, recipe=recipe)
 
 
+def check_configs(
+    model: ModelConfig, init: InitConfig, run: RunConfig, configs: Iterable[tuple[str, str]],
+    depths: Iterable[int] | None = None,
+) -> None:  # fmt: skip
+    """Before anything runs: every (recipe, norm position) of ``configs`` at every depth
+    (default ``model.n_layers``) has rules and multipliers defined at every layer
+    (:func:`tinit.model.rulecheck.check_scheme`). A ConfigError naming ``--init-file``
+    (a user's scheme) or ``--init`` otherwise, so a bad formula never stops a run
+    part-way."""
+    from ..model.formula import FormulaError
+    from ..model.rulecheck import check_scheme
+    from ..model.schemes import CATALOGUE, get_scheme
+
+    configs = list(configs)
+    for L in depths if depths is not None else [model.n_layers]:
+        for recipe, norm_position in configs:
+            cfg, ini = configure(dataclasses.replace(model, n_layers=L), init, run, recipe, norm_position)
+            try:
+                check_scheme(cfg, ini)
+            except FormulaError as exc:
+                scheme = get_scheme(recipe)
+                if scheme.name in CATALOGUE:
+                    raise ConfigError("recipe", str(exc)) from None
+                raise ConfigError("init_file", f"{scheme.sources[0]}: {exc}") from None
+
+
 def _tinit_version() -> str:
     from .. import __version__
 

@@ -156,11 +156,19 @@ def file_tokens(path: Path) -> tuple[np.ndarray, dict[str, Any]]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError("data", f"{path} is not a file (give markov, stdlib or a path)")
+    if path.stat().st_size == 0:
+        raise ConfigError("data", f"{path} is empty")
     suffix = path.suffix.lower()
     if suffix == ".npy":
-        tokens = np.load(path, mmap_mode="r")
-        if tokens.ndim != 1 or tokens.dtype.kind not in "iu":
+        try:  # never unpickles (allow_pickle is False): a file with objects is refused here
+            tokens = np.load(path, mmap_mode="r")
+        except (ValueError, OSError, EOFError) as exc:
+            why = " ".join(str(exc).split())[:160]
+            raise ConfigError("data", f"{path}: not a .npy array of integer tokens ({why})") from None
+        if not isinstance(tokens, np.ndarray) or tokens.ndim != 1 or tokens.dtype.kind not in "iu":
             raise ConfigError("data", f"{path}: a .npy token file must be a 1-D integer array")
+        if tokens.size and int(tokens.min()) < 0:
+            raise ConfigError("data", f"{path}: token ids must be >= 0, it holds {int(tokens.min())}")
         kind = "npy"
     elif suffix == ".bin":
         if path.stat().st_size % 2:
@@ -227,6 +235,28 @@ def _windows(tokens: np.ndarray, length: int, n: int, rng: np.random.Generator) 
     return np.stack([np.asarray(tokens[s : s + length], dtype=np.int64) for s in starts])
 
 
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.3g} GiB"
+
+
+def _check_fits(source: str, vocab: int, k: int, seq_len: int, batch: int, eval_batches: int) -> None:
+    """Refuse, before any array is allocated, data that cannot fit in the host's free
+    memory: the Markov chain's tables (V x k successors, probabilities and their sums)
+    and the held-out windows (and, for the chain, the uniforms that draw them)."""
+    from .common import host_memory
+
+    free = host_memory()
+    if source == "markov" and vocab * k * 24 > free:
+        raise ConfigError("vocab_size", f"{vocab} tokens x {k} successors: the Markov chain's tables need "
+                          f"{_gib(vocab * k * 24)}, more than the {_gib(free)} free")  # fmt: skip
+    windows = eval_batches * batch * (seq_len + 1) * (16 if source == "markov" else 8)
+    if windows > free:
+        field = "seq_len" if seq_len + 1 > eval_batches * batch else "batch"
+        raise ConfigError(field, f"{eval_batches} held-out batches of {batch} x {seq_len + 1} tokens need "
+                          f"{_gib(windows)}, more than the {_gib(free)} free (--eval-batches, --batch, "
+                          "--seq-len)")  # fmt: skip
+
+
 def load_data(
     source: str,
     *,
@@ -246,6 +276,7 @@ def load_data(
     if eval_batches < 1:
         raise ConfigError("eval_batches", f"must be >= 1, got {eval_batches}")
     n_eval = eval_batches * batch
+    _check_fits(source, vocab, markov_k, seq_len, batch, eval_batches)
     if source == "markov":
         chain = MarkovChain.random(vocab, markov_k, seed, markov_alpha)
         floor = chain.entropy_rate()

@@ -37,6 +37,7 @@ from .common import (
     Meter,
     Partial,
     Progress,
+    check_configs,
     failure_reason,
     grid,
     resolve_device,
@@ -450,6 +451,7 @@ def run_depth_sweep(
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise ConfigError("seeds", f"must be a whole number >= 1, got {seeds!r}")
     configs = list(grid(inits, norm_positions))
+    check_configs(model, init, run, configs, depths)
     device = resolve_device(run.device)
     base = dataclasses.replace(model, n_layers=depths[-1])
     # progress in block passes: a forward per layer and configuration, and for the

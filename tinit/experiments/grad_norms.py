@@ -55,6 +55,7 @@ from .common import (
     Partial,
     Progress,
     ProgressCounter,
+    check_configs,
     configure,
     failure_reason,
     grid,
@@ -441,6 +442,7 @@ def run_grad_norms(
     device, dtype = resolve_device(run.device), resolve_dtype(run.dtype)
     stats = stat_dtype(dtype)
     configs = list(grid(inits, norm_positions))
+    check_configs(model, init, run, configs)
     # weights + gradients + the recompute: three copies of every block when built whole
     stream = should_stream(model, dtype, device, run.stream, factor=3)
     seeds = batch_seeds(init.seed if run.data_seed is None else run.data_seed, batches)

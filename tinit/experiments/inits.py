@@ -8,7 +8,7 @@ import dataclasses
 
 import pandas as pd
 
-from ..model.config import InitConfig, ModelConfig
+from ..model.config import InitConfig, ModelConfig, RunConfig
 from ..model.init import role_shape_of
 from ..model.schemes import (
     MATRIX_ROLES,
@@ -19,7 +19,7 @@ from ..model.schemes import (
     names,
     resolved_rule,
 )
-from .common import ExperimentResult, Progress
+from .common import ExperimentResult, Progress, check_configs
 
 INITS_COLUMNS = [
     "name", "description", "roles", "formula", "multipliers", "placement", "qk_norm", "closed_form",
@@ -94,6 +94,8 @@ def run_inits(
     if scheme is None:
         frames = {"inits": catalogue_frame()}
     else:
+        # a rule undefined at some layer of this shape is bad input, found before the table
+        check_configs(model, init, RunConfig(seq_len=model.max_seq_len), [(scheme, model.norm_position)])
         frames = {"init_stds": stds_frame(model, dataclasses.replace(init, recipe=scheme))}
     if progress is not None:
         progress(1, 1)

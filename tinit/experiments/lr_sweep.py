@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..model.config import InitConfig, ModelConfig, RunConfig
-from .common import ExperimentResult, Partial, Progress
+from .common import ExperimentResult, IncompleteRun, Partial, Progress
 from .data import TrainData
 from .train import TrainConfig, run_train
 
@@ -130,13 +130,30 @@ def run_lr_sweep(
 ) -> ExperimentResult:
     """Train the grid over ``lrs`` at every depth, then find each optimum and its drift.
     Adds frames ``lr_optimum`` and ``lr_drift`` to those of :func:`run_train`."""
-    result = run_train(
-        model, init, run, train, data, schemes, norm_positions, depths, seeds, lrs, warmups, progress,
-        on_partial,
-    )
-    optima = lr_optima(result["summary"])
-    result.frames["lr_optimum"] = optima
-    result.frames["lr_drift"] = lr_drift(optima)
-    # a line through two depths has no standard error (it needs three points)
-    result.not_applicable["lr_drift"] = {"slope_se": lambda df: df["depths"].astype(str).str.count(",") < 2}
-    return result
+    n_per = len(lrs) * len(seeds)  # the runs of one (scheme, norm position, depth, warmup)
+
+    def with_optima(result: ExperimentResult) -> ExperimentResult:
+        """The optima and drifts of the depths whose every lr and seed finished (a run
+        stopped part-way has them for what finished)."""
+        summary = result["summary"]
+        if not result.complete and len(summary):
+            keys = ["init", "norm_position", "n_layers", "warmup"]
+            summary = summary.groupby(keys, sort=False).filter(lambda g: int(g["seeds"].sum()) == n_per)
+        optima = lr_optima(summary)
+        result.frames["lr_optimum"] = optima
+        result.frames["lr_drift"] = lr_drift(optima)
+        # a line through two depths has no standard error (it needs three points)
+        result.not_applicable["lr_drift"] = {
+            "slope_se": lambda df: df["depths"].astype(str).str.count(",") < 2
+        }
+        return result
+
+    partial = None if on_partial is None else (lambda r: on_partial(with_optima(r)))
+    try:
+        result = run_train(
+            model, init, run, train, data, schemes, norm_positions, depths, seeds, lrs, warmups, progress,
+            partial,
+        )
+    except IncompleteRun as exc:  # the depths that finished get their optimum too
+        raise IncompleteRun(str(exc), with_optima(exc.result)) from exc
+    return with_optima(result)

@@ -15,14 +15,18 @@ No I/O here: :mod:`tinit.sweep` runs the points and writes them.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import pandas as pd
 
 from ..model.config import InitConfig, ModelConfig, RunConfig
-from .common import ExperimentResult, Progress, grid
+from ..model.schemes import CATALOGUE, get_scheme, known, register
+from .common import ExperimentResult, Progress, check_configs, grid
 from .depth_sweep import (
     SWEEP_COLUMNS,
     assemble,
@@ -31,7 +35,8 @@ from .depth_sweep import (
     seed_configs,
     transfer_reference,
 )
-from .grad_norms import TENSOR_STAT_COLUMNS, require_gradients, run_grad_norms
+from .grad_norms import not_applicable as grad_norms_not_applicable
+from .grad_norms import require_gradients, run_grad_norms
 from .variance import NOT_APPLICABLE as VARIANCE_NOT_APPLICABLE
 from .variance import run_variance
 
@@ -48,12 +53,23 @@ class Point:
     kind: str
     labels: dict[str, Any]
     kwargs: dict[str, Any] = field(repr=False)
+    #: the user's schemes (--init-file) the point runs: a worker process (or a SLURM task)
+    #: has not read the file, so the point carries them (rules as a plain dict, picklable)
+    schemes: tuple = field(default=(), repr=False)
 
     @property
     def name(self) -> str:
-        """A folder name: ``L4-seed1-naive-pre`` style, unique within a plan."""
+        """A folder name: ``L4-seed1-naive-pre`` style, unique within a plan. A label with
+        anything but letters, digits and ``_ . + = -`` (a library scheme named ``a/../b``)
+        is replaced by ``_`` there, with a hash of the whole name: the folder stays inside
+        ``points/`` and distinct."""
         short = {"n_layers": "L", "seed": "seed", "init": "", "norm_position": ""}
-        return "-".join(f"{short.get(k, k)}{v}" for k, v in self.labels.items())
+        raw = "-".join(f"{short.get(k, k)}{v}" for k, v in self.labels.items())
+        safe = re.sub(r"[^A-Za-z0-9_.+=-]", "_", raw)
+        if safe != raw or safe.startswith("."):
+            digest = hashlib.blake2b(raw.encode(), digest_size=4).hexdigest()
+            safe = f"{safe.lstrip('.')}-{digest}"
+        return safe
 
 
 @dataclass
@@ -69,8 +85,9 @@ class Plan:
     gather: Callable[[dict[str, Frames]], Frames]
     meta: dict[str, Any] = field(default_factory=dict)
     #: the cells that are empty by design, as the command's experiment declares them
-    #: (:attr:`ExperimentResult.not_applicable`), so the merged CSVs are written alike
-    not_applicable: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: (:attr:`ExperimentResult.not_applicable`), so the merged CSVs are written alike; or
+    #: a function of the gathered frames giving them (where the rules depend on the data)
+    not_applicable: dict[str, dict[str, Any]] | Callable[[Frames], dict] = field(default_factory=dict)
 
 
 def _depth_sweep_runner(
@@ -95,8 +112,19 @@ RUNNERS: dict[str, Callable[..., ExperimentResult]] = {
 
 
 def run_point(point: Point, progress: Progress | None = None) -> ExperimentResult:
-    """Measure one point (raises what its experiment raises)."""
+    """Measure one point (raises what its experiment raises), after registering the
+    user's schemes it carries where this process does not know them yet."""
+    for s in point.schemes:
+        if not known(s.name):
+            register(dataclasses.replace(s, rules=MappingProxyType(dict(s.rules))))
     return RUNNERS[point.kind](**point.kwargs, progress=progress)
+
+
+def user_schemes(inits: Sequence[str]) -> tuple:
+    """The schemes among ``inits`` that are not the catalogue's (registered from
+    --init-file), ready to travel with a point (a mappingproxy does not pickle)."""
+    out = [get_scheme(n) for n in inits]
+    return tuple(dataclasses.replace(s, rules=dict(s.rules)) for s in out if s.name not in CATALOGUE)
 
 
 def _grid_meta(model: ModelConfig, init: InitConfig, run: RunConfig, **extra: Any) -> dict[str, Any]:
@@ -122,12 +150,14 @@ def depth_sweep_plan(
     if grads:
         require_gradients(model, run)
     configs = list(grid(inits, norm_positions))
+    check_configs(model, init, run, configs, depths)
     points = [
         Point(
             "depth-sweep",
             {"n_layers": L, "seed": seed_configs(init, run, i)[0].seed, "init": recipe, "norm_position": pos},
             {"model": model, "init": init, "run": run, "n_layers": L, "seed_index": i, "inits": (recipe,),
              "norm_positions": (pos,), "grads": grads},
+            user_schemes((recipe,)),
         )  # fmt: skip
         for L in depths
         for i in range(seeds)
@@ -151,10 +181,11 @@ def _concat_plan(command: str, kind: str, stems: Sequence[str], model, init, run
                  na: dict | None = None, **kwargs) -> Plan:  # fmt: skip
     """A command whose frames are its configurations' frames one after the other."""
     configs = list(grid(inits, norm_positions))
+    check_configs(model, init, run, configs)
     points = [
         Point(kind, {"n_layers": model.n_layers, "seed": init.seed, "init": recipe, "norm_position": pos},
               {"model": model, "init": init, "run": run, "inits": (recipe,), "norm_positions": (pos,),
-               **kwargs})  # fmt: skip
+               **kwargs}, user_schemes((recipe,)))  # fmt: skip
         for recipe, pos in configs
     ]
 
@@ -178,8 +209,10 @@ def variance_plan(model, init, run, inits, norm_positions) -> Plan:
 def grad_norms_plan(model, init, run, inits, norm_positions, batches: int = 1) -> Plan:
     """``grad-norms`` as one point per (init, norm position)."""
     require_gradients(model, run)
-    return _concat_plan(
+    plan = _concat_plan(
         "grad-norms", "grad-norms", ("grad_norms", "stream_grads", "summary"), model, init, run, inits,
-        norm_positions, {"summary": dict.fromkeys(TENSOR_STAT_COLUMNS, model.branch == "gaussian")},
-        batches=batches,
+        norm_positions, batches=batches,
     )  # fmt: skip
+    # the single run's rules, from the gathered frames (which configurations pass no gradient)
+    plan.not_applicable = lambda frames: grad_norms_not_applicable(model, frames["grad_norms"])
+    return plan

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch.optim.lr_scheduler import LambdaLR
 
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ..model.params import count_params
 from ..model.transformer import Transformer
 from .common import (
     RUN_FAILURES,
@@ -41,6 +42,8 @@ from .common import (
     Partial,
     Progress,
     ProgressCounter,
+    available_memory,
+    check_configs,
     failure_reason,
     matmul_precision,
     resolve_device,
@@ -423,6 +426,7 @@ def run_specs(
         raise ConfigError(
             "dtype", "training keeps float32 master weights (bf16 autocast on CUDA); use float32"
         )
+    check_specs(specs, data, device)
     torch.manual_seed(0)  # nothing draws from the global generator; fixed in case a kernel does
     tick = ProgressCounter(progress, len(specs) * train.steps)
     records: list[RunRecord] = []
@@ -457,7 +461,7 @@ def run_specs(
         if train.probe_points == 0:  # none asked for: no empty CSV (and the plots still get written)
             del frames["variance_during_training"]
         meta["complete_runs"] = len(records)
-        return ExperimentResult(frames, meta, complete, error, not_applicable(train, device))
+        return ExperimentResult(frames, meta, complete, error, not_applicable(train, device, data.floor))
 
     names = run_names(specs)
     for i, spec in enumerate(specs):
@@ -528,7 +532,49 @@ def grid_specs(
     ]
 
 
-def not_applicable(train: TrainConfig, device: torch.device) -> dict:
+#: Bytes per parameter a training run holds at least: float32 weights, gradients and
+#: AdamW's two moments.
+TRAIN_BYTES_PER_PARAM = 16
+
+
+def check_specs(specs: Sequence[RunSpec], data: TrainData, device: torch.device) -> None:
+    """Before anything trains: no run repeats another (a repeat would be counted as a
+    seed), every vocabulary covers the data, every scheme is defined at every layer, and
+    the largest model's weights, gradients and AdamW state fit in the device's free
+    memory (else a ConfigError naming what makes it large, not an out-of-memory stop)."""
+    seen: set = set()
+    for spec in specs:
+        key = (tuple(sorted(spec.labels().items())), spec.init.seed)
+        if key in seen:
+            raise ConfigError("lr", f"the run {spec.labels()} (seed {spec.init.seed}) is in the grid twice: "
+                              "give each lr, warmup, depth and seed once")  # fmt: skip
+        seen.add(key)
+        if spec.model.vocab_size < data.vocab:
+            raise ConfigError(
+                "vocab_size", f"the data needs a vocabulary of {data.vocab}, got {spec.model.vocab_size}"
+            )
+    checked = set()
+    for spec in specs:
+        key = (spec.model, spec.init.recipe)
+        if key not in checked:
+            checked.add(key)
+            check_configs(spec.model, spec.init, RunConfig(seq_len=data.seq_len),
+                          [(spec.init.recipe, spec.model.norm_position)])  # fmt: skip
+    if not specs:
+        return
+    big = max(specs, key=lambda s: count_params(s.model, s.init.recipe).total).model
+    n = count_params(big).total
+    free = available_memory(device)
+    if n * TRAIN_BYTES_PER_PARAM > free:
+        embedding = big.vocab_size * big.d_model
+        field = ("data" if data.chain is None else "vocab_size") if 2 * embedding > n else "d_model"
+        need, gib = n * TRAIN_BYTES_PER_PARAM / 2**30, free / 2**30
+        raise ConfigError(field, f"a model of {n:.3g} parameters (L={big.n_layers}, d={big.d_model}, "
+                          f"V={big.vocab_size}) needs {need:.3g} GiB for its weights, gradients and AdamW "
+                          f"state, more than the {gib:.3g} GiB free")  # fmt: skip
+
+
+def not_applicable(train: TrainConfig, device: torch.device, floor: float | None = 0.0) -> dict:
     """The cells the training frames leave empty by design (see
     :attr:`ExperimentResult.not_applicable`): the step-0 row has no lr, train loss or
     gradient yet; the held-out loss exists only every ``eval_every`` steps and at the
@@ -536,8 +582,8 @@ def not_applicable(train: TrainConfig, device: torch.device) -> dict:
     branch, and a zero branch no correlation; a zero-initialised matrix has no relative
     update at step 1; a run that did not diverge has no divergence step, one that did no
     final loss; MFU is known only on a GPU whose peak tinit knows; a standard error needs
-    two seeds that did not diverge. Any other NaN (a loss that became NaN) is written
-    ``nan`` and flagged."""
+    two seeds that did not diverge; data with no known entropy rate (``floor`` None) has
+    no floor. Any other NaN (a loss that became NaN) is written ``nan`` and flagged."""
 
     def init_row(df):
         return df["status"] == "init"
@@ -560,7 +606,10 @@ def not_applicable(train: TrainConfig, device: torch.device) -> dict:
                                      "cross_corr": lambda df: (df["k"] == 0) | (df["branch_var"] == 0)},
         "runs": {"mfu": no_mfu, "diverged_step": lambda df: ~diverged(df), "final_eval_loss": diverged},
         "summary": {"mfu": no_mfu, "final_eval_loss_se": lambda df: df["seeds"] - df["diverged"] < 2,
-                    "final_eval_loss_mean": all_diverged, "gap_to_floor": all_diverged},
+                    "final_eval_loss_mean": all_diverged,
+                    # a file or stdlib has no known entropy rate: no floor, no gap to it
+                    "entropy_floor": floor is None,
+                    "gap_to_floor": lambda df: all_diverged(df) | (floor is None)},
     }  # fmt: skip
 
 

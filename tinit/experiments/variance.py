@@ -25,6 +25,7 @@ from .common import (
     Partial,
     Progress,
     ProgressCounter,
+    check_configs,
     configure,
     failure_reason,
     grid,
@@ -89,8 +90,9 @@ NOT_APPLICABLE = {
         "v_final_normed": _not_post_norm,
         "max_abs_cross_corr": _zero_branches,
         **dict.fromkeys(("s2_ref_attn", "s2_ref_ffn"), lambda df: _zero_branches(df) | _no_closed_form(df)),
-        **dict.fromkeys(("pred_closed_final", "rel_err_closed"), _no_closed_form),
-        # empty when no addition overflowed (the usual case); else the first k that did
+        **dict.fromkeys(("pred_closed_final", "rel_err_closed", "closed_form"), _no_closed_form),
+        # empty when no addition overflowed (the usual case); else the first k that did (read
+        # back from a sweep's point CSV that empty cell is a NaN, which must stay empty)
         "first_nonfinite_k": True,
     },
 }
@@ -200,6 +202,7 @@ def run_variance(
     model, init, run = model or ModelConfig(), init or InitConfig(), run or RunConfig()
     device, dtype = resolve_device(run.device), resolve_dtype(run.dtype)
     configs = list(grid(inits, norm_positions))
+    check_configs(model, init, run, configs)
     stream = should_stream(model, dtype, device, run.stream)
     tokens = make_tokens(model, run, init.seed if run.data_seed is None else run.data_seed, device)
     tick = ProgressCounter(progress, len(configs) * model.n_layers)

@@ -138,7 +138,8 @@ def draw_(p: torch.Tensor, dist: str, std: float, bound: float | None, gen: torc
     """Fill ``p`` in place from ``gen``. Every distribution starts from the same
     standard-normal draw, so schemes share their draws: ``normal`` is std * z;
     ``trunc`` redraws the z outside +-bound/std (from the same generator) until none
-    is; ``uniform`` maps z through the normal CDF, sqrt(3) std erf(z / sqrt 2), which is
+    is (a bound under 1 std maps z through the normal CDF into the interval instead,
+    which needs no redraws); ``uniform`` maps z through the normal CDF, sqrt(3) std erf(z / sqrt 2), which is
     exactly U(-sqrt(3) std, sqrt(3) std)."""
     if dist == "normal":
         # drawn in place, in the parameter's dtype, on its device: no host copy
@@ -148,6 +149,11 @@ def draw_(p: torch.Tensor, dist: str, std: float, bound: float | None, gen: torc
     z = torch.empty(p.shape, dtype=dtype, device=p.device).normal_(0.0, 1.0, generator=gen)
     if dist == "trunc":
         c = bound / std if std > 0 else math.inf
+        if c < 1:
+            # a narrow bound would take ~1/(0.8 c) redraws per weight (forever at 1e-30):
+            # map z through the normal CDF into [-c, c] instead, exactly TN(0, 1, +-c)
+            z = torch.erfinv(torch.erf(z / math.sqrt(2.0)).mul_(math.erf(c / math.sqrt(2.0))))
+            z.mul_(math.sqrt(2.0)).clamp_(-c, c)
         out = z.abs() > c
         while bool(out.any()):
             z[out] = torch.randn(int(out.sum()), generator=gen, device=p.device, dtype=dtype)

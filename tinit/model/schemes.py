@@ -183,6 +183,8 @@ def effective_std(dist: str, std: float, bound: float | None) -> float:
     c = bound / std
     if c > 20:
         return std
+    if c < 1e-2:  # the formula below cancels to rounding noise: its series, c^2/3 (1 - 2c^2/15)
+        return std * c * math.sqrt((1 - 2 * c * c / 15) / 3)
     phi = math.exp(-c * c / 2) / math.sqrt(2 * math.pi)
     mass = math.erf(c / math.sqrt(2))
     return std * math.sqrt(1 - 2 * c * phi / mass)

@@ -353,7 +353,12 @@ def plot_final_vs_depth(summary: pd.DataFrame, floor: float | None, title: str =
     depths = sorted(summary["n_layers"].unique())
     if len(depths) > 1:
         ax.set_xscale("log", base=2)
+        # the depths set the x range even when no point has a mean (every seed diverged)
+        ax.set_xlim(depths[0] / 1.25, depths[-1] * 1.25)
     integer_axis(ax, depths, "x")
+    if not np.isfinite(summary["final_eval_loss_mean"].to_numpy(float)).any():
+        ax.text(0.5, 0.75, "every run diverged: no final loss to draw", transform=ax.transAxes,
+                ha="center", va="center", fontsize=9, bbox={"facecolor": "white", "edgecolor": "0.6"})
     ax.set_xlabel("layers L")
     ax.set_ylabel("final held-out loss (nats),\nmean ± SE over seeds")
     ax.set_title("Final loss against depth")

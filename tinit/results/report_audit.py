@@ -43,10 +43,22 @@ VERDICT_MEANING = {
 def verdict(meta: dict) -> tuple[bool, str]:
     """(passed, one sentence) from the audit's meta."""
     n, bad = meta.get("n_params", 0), meta.get("n_deviating", 0)
+    unchecked = meta.get("n_unchecked", 0)
     crit = f"|z| <= {meta.get('z_max', 5):g} or within {100 * meta.get('rtol', 0.01):g}% of the expected std"
+    # a parameter with no expectation was not checked: PASS counts only those that were
+    skipped = f"; {unchecked} unchecked (role unknown)" if unchecked else ""
+    chk = (meta.get("stream_check") or {}).get("as-built") or {}
+    stream = ""
+    if chk and not chk.get("agrees"):
+        err = chk.get("max_rel_err")
+        stream = (" The stream measurement does not describe this model: stream_in + branch differs from "
+                  f"block {chk.get('worst_layer')}'s output" + (f" by {err:.3g}" if err is not None else "")
+                  + " (name the additions with --sites).")  # fmt: skip
+    params = f"{n - unchecked} checked parameters" if unchecked else f"{n} parameters"
     if bad == 0:
-        return True, f"PASS: all {n} parameters match {meta.get('expect_source')} ({crit})."
-    return False, f"FAIL: {bad} of {n} parameters deviate from {meta.get('expect_source')} ({crit})."
+        return True, f"PASS: all {params} match {meta.get('expect_source')} ({crit}){skipped}.{stream}"
+    source = meta.get("expect_source")
+    return False, f"FAIL: {bad} of {params} deviate from {source} ({crit}){skipped}.{stream}"
 
 
 def _std_range(lo: float, hi: float) -> str:

@@ -1,14 +1,18 @@
-"""The local executor: a pool of worker processes (spawned, so each starts clean), one
-point per task. On a machine with several GPUs each worker is pinned to one of them
-through ``CUDA_VISIBLE_DEVICES`` (set before the worker touches CUDA), round-robin when
-there are more workers than GPUs."""
+"""The local executor: worker processes (spawned, so each starts clean), one point per
+task, each worker slot its own one-process pool (a worker that dies fails only its own
+point; the slot gets a fresh one). On a machine with several GPUs each worker is pinned
+to one of them through ``CUDA_VISIBLE_DEVICES`` (set before the worker touches CUDA),
+round-robin when there are more workers than GPUs. When the sweep is stopped (a signal)
+the workers are terminated, not left running."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +30,8 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
-def _init_worker(gpus, threads: int | None) -> None:
-    """Pool initializer, before any task: take a GPU, set the thread count."""
-    gpu = gpus.get()
+def _init_worker(gpu: str | None, threads: int | None) -> None:
+    """Pool initializer, before any task: take the slot's GPU, set the thread count."""
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     if threads is not None:
@@ -65,36 +68,65 @@ class LocalExecutor:
         if not points:
             return info
         ctx = mp.get_context("spawn")
-        gpus = ctx.Queue()
-        for k in range(self.workers):
-            gpus.put(self.pinned[k] if self.pinned else None)
-        workers = min(self.workers, len(points))
-        pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                                   initargs=(gpus, self.threads))  # fmt: skip
-        futures = {
-            pool.submit(run_points, [p], [str(d)], command): p.name for p, d in zip(points, dirs, strict=True)
-        }
-        pending = set(futures)
+        # one single-process pool per worker slot: a worker that dies (killed, out of host
+        # memory) breaks only its own pool, so only the point it ran fails; the slot gets a
+        # fresh worker and the other points go on (one shared pool fails every pending point)
+        slots = min(self.workers, len(points))
+
+        def new_pool(k: int) -> ProcessPoolExecutor:
+            gpu = self.pinned[k] if self.pinned else None
+            return ProcessPoolExecutor(1, mp_context=ctx, initializer=_init_worker,
+                                       initargs=(gpu, self.threads))  # fmt: skip
+
+        pools = [new_pool(k) for k in range(slots)]
+        queue = list(zip(points, dirs, strict=True))[::-1]  # popped from the end: in order
+        running: dict[Future, tuple[int, str, list]] = {}
         try:
-            while pending:
-                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            while queue or running:
+                busy = {k for k, _, _ in running.values()}
+                for k in range(slots):
+                    if k not in busy and queue:
+                        p, d = queue.pop()
+                        f = pools[k].submit(run_points, [p], [str(d)], command)
+                        running[f] = (k, p.name, list(getattr(pools[k], "_processes", {}).values()))
+                done, _ = wait(running, timeout=0.2, return_when=FIRST_COMPLETED)
                 for f in done:
-                    info[futures[f]] = _outcome(f)
-                for f in pending:
+                    k, name, procs = running.pop(f)
+                    info[name] = _outcome(f, procs)
+                    if isinstance(f.exception(), BrokenProcessPool):
+                        pools[k].shutdown(wait=False)
+                        pools[k] = new_pool(k)
+                for f, (_, name, _) in running.items():
                     if f.running():
-                        info[futures[f]]["state"] = "running"
+                        info[name]["state"] = "running"
                 update(info)
+        except BaseException:
+            # stopped (a signal, Ctrl-C): end the workers now rather than leave them running
+            # points nobody will gather; the interrupted points are failed by the caller
+            for pool in pools:
+                for proc in list(getattr(pool, "_processes", {}).values()):
+                    proc.terminate()
+            raise
         finally:
             # every point is in; the idle workers exit on their own (joined at exit), while
             # this process gathers (waiting here for torch's teardown costs ~2 s)
-            pool.shutdown(wait=False, cancel_futures=True)
+            for pool in pools:
+                pool.shutdown(wait=False, cancel_futures=True)
         return info
 
 
-def _outcome(future) -> dict[str, Any]:
+def _outcome(future, procs: list | None = None) -> dict[str, Any]:
     try:
         r = future.result()[0]
-    except Exception as exc:  # the worker died (killed, out of host memory) or could not start
+    except BrokenProcessPool:  # this slot's worker died (killed, out of host memory)
+        codes = []
+        for proc in procs or []:
+            proc.join(timeout=5)
+            codes.append(proc.exitcode)
+        how = next((f"killed by {signal.Signals(-c).name}" for c in codes if c is not None and c < 0), None)
+        how = how or next((f"exit code {c}" for c in codes if c), "it ended abruptly")
+        return {"state": "failed", "reason": f"worker process died ({how}) while running this point"}
+    except Exception as exc:  # the worker could not start, or the task could not be sent
         return {"state": "failed", "reason": f"worker process failed: {type(exc).__name__}: {exc}"}
     out = {"state": "done" if r["complete"] else "failed", "reason": r["error"], "seconds": r["seconds"]}
     return {**out, **{k: v for k, v in r.items() if k in ("host", "pid", "cuda_visible_devices")}}

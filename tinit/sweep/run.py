@@ -49,12 +49,16 @@ def run_sweep(
     update: Callable[[dict[str, dict]], None] = lambda info: None,
     previous_runs: list[dict] | None = None,
     cli_options: dict[str, Any] | None = None,
+    after_run: Callable[[], None] = lambda: None,
 ) -> tuple[ExperimentResult, dict[str, Any]]:
     """Run the plan's points that are not done yet in ``run_dir`` (a failed point's
     folder is set aside first, never overwritten), then gather every done point.
 
     Returns the gathered result (``complete`` only when every point is done; the
-    ``error`` names the failed points and why) and the sweep's record."""
+    ``error`` names the failed points and why) and the sweep's record. A
+    KeyboardInterrupt (or the CLI's Stopped, for SIGTERM and SIGHUP) while the points run
+    stops them; the points not done are failed with that reason. ``after_run`` is called
+    once the executor has returned or been stopped."""
     names = [p.name for p in plan.points]
     info = {n: _from_record(run_dir, n) if point_done(run_dir, n) else {"state": "queued"} for n in names}
     todo = [p for p in plan.points if info[p.name]["state"] != "done"]
@@ -73,18 +77,20 @@ def run_sweep(
         write_config(run_dir, plan.command, {**plan.meta, "sweep": sweep_record(plan, args, runs, info)},
                      complete=False, error="running")  # fmt: skip
 
-    record_running()
     if hasattr(executor, "on_submit"):
         executor.on_submit = record_running
-    interrupted = False
+    interrupted = None
     try:
+        record_running()
         got = executor.run(todo, [point_dir(run_dir, p.name) for p in todo], plan.command,
                            lambda i: update({**info, **i}))  # fmt: skip
         info.update(got)
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP (the CLI's handlers raise Stopped)
+        signal_name = getattr(exc, "signal_name", None)
+        interrupted = f"stopped by {signal_name}" if signal_name else "interrupted"
     finally:
         run["job_ids"] = list(executor.job_ids)
+        after_run()  # (the CLI: from here a signal no longer interrupts; the gathering finishes)
     # the folders are the truth: a point is done when its folder says so
     frames = {}
     for n in names:
@@ -93,7 +99,7 @@ def run_sweep(
             frames[n] = read_point_frames(run_dir, n)
         elif info[n]["state"] != "failed" or interrupted:
             rec = point_record(run_dir, n)
-            reason = (rec or {}).get("error") or ("interrupted" if interrupted else "no result was written")
+            reason = (rec or {}).get("error") or interrupted or "no result was written"
             info[n] = {**info[n], "state": "failed", "reason": reason}
     update(info)
     failed = [n for n in names if info[n]["state"] != "done"]
@@ -105,4 +111,8 @@ def run_sweep(
         first = "; ".join(f"{n}: {info[n].get('reason')}" for n in failed[:3])
         more = f"; and {len(failed) - 3} more" if len(failed) > 3 else ""
         error = f"{len(failed)} of {len(names)} points failed ({first}{more})"
-    return ExperimentResult(plan.gather(frames), meta, not failed, error, plan.not_applicable), record
+        if interrupted:
+            error = f"{interrupted}; {error}"
+    gathered = plan.gather(frames)
+    na = plan.not_applicable(gathered) if callable(plan.not_applicable) else plan.not_applicable
+    return ExperimentResult(gathered, meta, not failed, error, na), record

@@ -1,0 +1,259 @@
+"""Issue 22, `tinit sweep`: each case reproduced with the real command and real faults.
+Case 2: sweep variance / grad-norms were not the single run's bytes (not-applicable
+cells written nan, no non_finite in config.json). Case 4: SIGTERM or SIGHUP ended a
+sweep silently (143/129), no merged files, config.json "running" with every point
+"queued", workers orphaned; a killed worker failed every pending point. Case 14: a full
+disk while merging left config.json "running"; --resume on an empty record was a
+KeyError. Case 15: a --slurm-arg with a newline added a line to the sbatch script."""
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import ROOT, assert_one_line_error
+from typer.testing import CliRunner
+
+from tinit.cli import app
+
+runner = CliRunner()
+TINY = [
+    "--d-model",
+    "16",
+    "--heads",
+    "2",
+    "--seq-len",
+    "8",
+    "--batch",
+    "2",
+    "--vocab",
+    "32",
+    "--device",
+    "cpu",
+]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+def config(out: Path) -> dict:
+    return json.loads((out / "config.json").read_text())
+
+
+# --- case 2: the single run's bytes ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "stems"),
+    [("variance", ("variance", "summary")), ("grad-norms", ("grad_norms", "stream_grads", "summary"))],
+)
+def test_sweep_writes_the_single_runs_bytes(tmp_path, monkeypatch, command, stems):
+    """first_nonfinite_k (variance) and branch_back_gain / grad_cross_corr at k = 0
+    (grad-norms) were written nan by the sweep, empty by the single run; rezero and
+    zero-out pass no gradient through W_O/W_down, so their ratio cells are empty too;
+    `--init NAME,... --init-file` was refused (the file's name unknown while parsing)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the workers' threads, as this process's
+    # a user's scheme too: the workers have not read its file (every point failed), and its
+    # empty closed form came back from the point CSVs as nan
+    name = f"user-{command}"
+    (tmp_path / "mine.toml").write_text(f'name = "{name}"\n[roles]\no = "sigma / sqrt(2 * (l + 1))"\n')
+    schemes = ["--init", f"naive,rezero,zero-out,{name}", "--init-file", str(tmp_path / "mine.toml")]
+    args = [command, *TINY, "--layers", "3", *schemes, "-q"]
+    assert runner.invoke(app, [*args, "--out", str(tmp_path / "one")]).exit_code == 0
+    res = runner.invoke(app, ["sweep", *args, "--workers", "2", "--out", str(tmp_path / "swept")])
+    assert res.exit_code == 0, res.output
+    for stem in stems:
+        one, swept = (tmp_path / d / f"{stem}.csv" for d in ("one", "swept"))
+        assert one.read_bytes() == swept.read_bytes(), stem
+    for key in ("non_finite", "non_finite_total"):
+        assert config(tmp_path / "swept")[key] == config(tmp_path / "one")[key]
+
+
+# --- case 4: signals and a killed worker -------------------------------------------------
+
+
+def _children(pid: int) -> set[int]:
+    """The live processes whose parent is ``pid`` (from /proc)."""
+    out = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.add(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z"
+
+
+def _start_sweep(out: Path, layers: str = "2,4,8,16,32", seeds: str = "3"):
+    cmd = [
+        sys.executable,
+        "-m",
+        "tinit",
+        "sweep",
+        "depth-sweep",
+        *TINY,
+        "--layers",
+        layers,
+        "--seeds",
+        seeds,
+        "--no-grads",
+        "--workers",
+        "2",
+        "-q",
+        "--out",
+        str(out),
+    ]
+    return subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_points(proc, out: Path, n: int, timeout: float = 240) -> None:
+    deadline = time.time() + timeout
+    while len(list(out.glob("points/*/config.json"))) < n:
+        assert proc.poll() is None, proc.communicate()
+        assert time.time() < deadline, "no points finished in time"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_stops_the_sweep_keeps_its_points_and_its_workers_end(tmp_path, sig):
+    out = tmp_path / "run"
+    proc = _start_sweep(out)
+    try:
+        _wait_for_points(proc, out, 3)
+        workers = _children(proc.pid)
+        assert workers, "the sweep has no worker processes"
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, stderr
+    assert f"stopped by {sig.name}" in stderr and "Traceback" not in stderr
+    assert f"tinit sweep --resume {out}" in stderr and stdout.strip() == str(out)
+    doc = config(out)
+    assert doc["complete"] is False and doc["error"].startswith(f"stopped by {sig.name}")
+    counts = doc["sweep"]["counts"]
+    assert counts["queued"] == counts["running"] == 0 and counts["done"] >= 3 and counts["failed"] > 0
+    assert (out / "depth_sweep.csv").is_file() and (out / "depth_sweep.png").is_file()
+    rows = (out / "depth_sweep.csv").read_text().count("\n") - 1
+    assert rows == counts["done"]
+    deadline = time.time() + 10
+    while any(_alive(w) for w in workers) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not [w for w in workers if _alive(w)], "worker processes outlived the sweep"
+
+
+def test_a_killed_worker_fails_only_its_own_point(tmp_path):
+    """SIGKILL to one local worker made every pending point fail with BrokenProcessPool."""
+    out = tmp_path / "run"
+    proc = _start_sweep(out, layers="2,4,8", seeds="2")
+    try:
+        _wait_for_points(proc, out, 2)
+        victim = min(_children(proc.pid) - {p for p in _children(proc.pid) if _is_tracker(p)})
+        os.kill(victim, signal.SIGKILL)
+        _, stderr = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    doc = config(out)
+    failed = {n: p for n, p in doc["sweep"]["points"].items() if p["state"] != "done"}
+    assert len(doc["sweep"]["points"]) == 24
+    assert len(failed) <= 1, failed  # the victim's point (none if it was between two points)
+    for p in failed.values():
+        assert "worker process died (killed by SIGKILL)" in p["reason"]
+    assert proc.returncode == (1 if failed else 0), stderr
+
+
+def _is_tracker(pid: int) -> bool:
+    try:
+        return b"resource_tracker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
+
+
+# --- case 14: a full disk while merging, an empty record ------------------------------------
+
+
+def test_a_full_disk_while_merging_is_one_line_and_config_says_why(tmp_path):
+    """RLIMIT_FSIZE makes every write past 100 kB fail (EFBIG), as a full disk does: the
+    point files fit, the merged plot does not. config.json stayed "running"."""
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+
+    out = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "tinit",
+        "sweep",
+        "variance",
+        *TINY,
+        "--layers",
+        "2",
+        "--init",
+        "naive",
+        "--workers",
+        "1",
+        "-q",
+        "--out",
+        str(out),
+    ]
+    res = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=240, preexec_fn=limit)
+    assert res.returncode == 1, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot write" in lines[0] and "variance.png" in lines[0], res.stderr
+    doc = config(out)
+    assert doc["complete"] is False and "variance.png" in doc["error"] and doc["error"] != "running"
+    assert (out / "variance.csv").is_file()
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {},
+        {"command": "variance"},
+        {"command": "rm", "args": [], "runs": []},
+        {"command": "variance", "args": "x", "runs": []},
+        [],
+        None,
+    ],
+)
+def test_resume_on_an_empty_or_edited_record_is_one_line(tmp_path, record):
+    (tmp_path / "config.json").write_text(json.dumps({"sweep": record}))
+    assert_one_line_error(runner.invoke(app, ["sweep", "--resume", str(tmp_path)]), "--resume")
+
+
+# --- case 15: a newline in an sbatch value ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--slurm-arg", "constraint=a100\n#SBATCH --wrap=evil"),
+        ("--partition", "gpu\nX"),
+        ("--account", "a\rb"),
+        ("--qos", "q\n"),
+        ("--mem", "16G\n"),
+    ],
+)
+def test_sbatch_values_with_a_newline_are_refused(tmp_path, option, value):
+    pytest.importorskip("submitit")
+    out = tmp_path / "run"
+    res = runner.invoke(
+        app,
+        ["sweep", "variance", *TINY, "--executor", "slurm", "--dry-run", option, value, "--out", str(out)],
+    )
+    assert_one_line_error(res, option, out)
+    assert "#SBATCH --wrap" not in res.stdout
