@@ -1,6 +1,7 @@
 """``tinit audit``: measure the init of a model tinit did not build (a Hugging Face
 config, or a user's module), against a scheme; exit 3 when any weight deviates."""
 
+import dataclasses
 import math
 from typing import TYPE_CHECKING, Annotated
 
@@ -26,28 +27,31 @@ NOT_FOR_AUDIT = (
 ALIASES = {"gpt2": "scaled"}  # GPT-2's recipe is tinit's depth-scaled one
 
 
-def _scheme(value: str, option: str, extra: tuple[str, ...]) -> str:
-    from ..model.init import RECIPES
+def _scheme(value: str, option: str, extra: tuple[str, ...], custom: tuple = ()) -> str:
+    """A scheme name --expect / --init accept: the catalogue's (aliases too), the
+    --init-file scheme's, or one of ``extra``."""
+    from ..model.schemes import ALIASES as SCHEME_ALIASES
+    from ..model.schemes import names
 
-    allowed = (*extra, *RECIPES, *ALIASES)
+    allowed = (*extra, *names(custom), *SCHEME_ALIASES)
     if value not in allowed:
         raise ConfigError(option, f"{value!r} is not one of {', '.join(allowed)}")
     return ALIASES.get(value, value)
 
 
 def _declared(model, sites, sigma: float | None) -> "Expectation":
-    """What the model says its init is: tinit's InitConfig, an HF config's
-    initializer_range plus the family's own rule, or (nothing declared) naive."""
+    """What the model says its init is: tinit's InitConfig (its scheme itself, a user's
+    --init-file scheme included), an HF config's initializer_range plus the family's own
+    rule, or (nothing declared) naive."""
     from ..experiments.audit import Expectation
     from ..model.transformer import Transformer
 
     if isinstance(model, Transformer):
-        d = model.cfg.d_model
-        s = model.init.resolved_sigma(d) if sigma is None else sigma
-        e = model.init.resolved_embed_std(d) if sigma is None else sigma
-        return Expectation(
-            model.init.recipe, s, e, f"the model's declared init (tinit {model.init.recipe}, sigma {s:g})"
-        )
+        d, ini = model.cfg.d_model, model.init
+        s = ini.resolved_sigma(d) if sigma is None else sigma
+        e = ini.resolved_embed_std(d) if sigma is None else sigma
+        return Expectation(ini.scheme, s, e, f"the model's declared init (tinit {ini.recipe}, sigma {s:g})",
+                           base_width=ini.base_width, base_depth=ini.base_depth)  # fmt: skip
     config = getattr(model, "config", None)
     rng = getattr(config, "initializer_range", None)
     if isinstance(rng, int | float):
@@ -111,7 +115,8 @@ def audit(
         typer.Option(
             "--expect",
             help="Scheme the weights are checked against: declared (what "
-            "the model says: initializer_range plus the family's rules), naive, scaled or gpt2 (= scaled).",
+            "the model says: initializer_range plus the family's rules), or any scheme of `tinit inits` "
+            "(or of --init-file).",
             rich_help_panel=AUDIT,
         ),
     ] = "declared",
@@ -119,8 +124,8 @@ def audit(
         str,
         typer.Option(
             "--init",
-            help="Also measure the same model re-initialised by this tinit "
-            "recipe (naive, scaled, gpt2) on the same tokens, beside 'as-built'; none: only as built.",
+            help="Also measure the same model re-initialised by this scheme (any of `tinit inits`, each "
+            "role drawn from its own distribution) on the same tokens, beside 'as-built'; none: only as built.",
             rich_help_panel=AUDIT,
         ),
     ] = "none",
@@ -202,8 +207,10 @@ def audit(
                 raise ConfigError(name, f"must be a finite number >= 0, got {value}")
         if sigma is not None and not (math.isfinite(sigma) and sigma > 0):
             raise ConfigError("--sigma", f"must be a positive number, got {sigma}")
-        exp_scheme = _scheme(expect, "--expect", ("declared",))
-        rec_scheme = _scheme(init, "--init", ("none",))
+        custom = opts.custom_schemes
+        exp_scheme = _scheme(expect, "--expect", ("declared",), custom)
+        rec_scheme = _scheme(init, "--init", ("none",), custom)
+        lookup = {s.name: s for s in custom}
         device, dtype = resolve_device(opts.device), resolve_dtype(opts.dtype)
         if hf is not None:
             model = load_hf(hf, parse_set(sets), device, dtype)
@@ -245,12 +252,12 @@ def audit(
             rng = getattr(getattr(model, "config", None), "initializer_range", None)
             if sigma is None and isinstance(rng, int | float):
                 s = float(rng)
-            expectation = Expectation(exp_scheme, s, s, f"--expect {expect} (sigma {s:g})")
-        expectation = Expectation(expectation.scheme, expectation.sigma, expectation.embed_std,
-                                  expectation.source, z_max, rtol)  # fmt: skip
+            expectation = Expectation(lookup.get(exp_scheme, exp_scheme), s, s, f"--expect {expect} (sigma {s:g})")
+        expectation = dataclasses.replace(expectation, z_max=z_max, rtol=rtol)
         recipe = None
         if rec_scheme != "none":
-            recipe = Expectation(rec_scheme, expectation.sigma, expectation.embed_std, f"tinit {init}")
+            recipe = Expectation(lookup.get(rec_scheme, rec_scheme), expectation.sigma, expectation.embed_std,
+                                 f"tinit {init}")  # fmt: skip
         return model, found, roles, tokens, expectation, recipe, v
 
     model, found, roles, tokens, expectation, recipe, v = configs_or_exit(prepare)

@@ -5,7 +5,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.text import Text
 
-from ..model.schemes import get_scheme, known, names
 from . import app
 from .options import SharedOptions, shared_options
 
@@ -65,20 +64,23 @@ def inits(
     from ..experiments.inits import run_inits
     from .runner import Outputs, configs_or_exit, execute
 
-    if opts.init_file is not None:
-        custom = opts.inits[0]
-        name = name or custom
-    if name is not None and not known(name):
-        raise typer.BadParameter(f"unknown init scheme {name!r}; choose from {', '.join(names())}",
+    from ..model.schemes import known, names
+
+    custom = opts.custom_schemes
+    if custom:
+        name = name or custom[0].name
+    if name is not None and not known(name, custom):
+        raise typer.BadParameter(f"unknown init scheme {name!r}; choose from {', '.join(names(custom))}",
                                  param_hint="'NAME'")  # fmt: skip
     model, init = configs_or_exit(lambda: (opts.model_config(), opts.init_config()))
     if name is None:
         outputs = Outputs(tables=lambda r: [catalogue_table(r["inits"])])
     else:
-        s = get_scheme(name)
+        s = init.lookup(name)
         title = (f"{name}: std per role at L={model.n_layers}, d={model.d_model}, d_ff={model.d_ff}, "
                  f"sigma={opts.sigma}")  # fmt: skip
-        notes = [Text(f"{s.name}: {s.description}"), Text(f"multipliers: {s.multipliers()}; placement: "
-                 f"{s.architecture()}; v_2L: {s.closed_form or '-'}")]  # fmt: skip
+        notes = [Text(f"{s.name}: {s.description}"), Text(f"multipliers: {s.multipliers()}; architecture: "
+                 f"{s.architecture()}; v_2L: {s.closed_form or '-'}"),
+                 Text("upstream: " + ("; ".join(s.upstream) or "-"))]  # fmt: skip
         outputs = Outputs(tables=lambda r: [stds_table(r["init_stds"], title), *notes])
     execute("inits", opts, lambda progress: run_inits(model, init, name, progress), outputs)

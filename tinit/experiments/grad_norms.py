@@ -440,7 +440,7 @@ def run_grad_norms(
         raise ConfigError("batches", f"must be a whole number >= 1, got {batches!r}")
     device, dtype = resolve_device(run.device), resolve_dtype(run.dtype)
     stats = stat_dtype(dtype)
-    configs = list(grid(inits, norm_positions))
+    configs = list(grid(inits, norm_positions, init.schemes))
     # weights + gradients + the recompute: three copies of every block when built whole
     stream = should_stream(model, dtype, device, run.stream, factor=3)
     seeds = batch_seeds(init.seed if run.data_seed is None else run.data_seed, batches)

@@ -104,7 +104,7 @@ def _grid_meta(model: ModelConfig, init: InitConfig, run: RunConfig, **extra: An
     point resolves where it runs (a login node may have no GPU)."""
     return {
         "model": model.to_dict(),
-        "init": dataclasses.asdict(init),
+        "init": init.to_dict(),
         "sigma_resolved": init.resolved_sigma(model.d_model),
         "embed_std_resolved": init.resolved_embed_std(model.d_model),
         "run": run.to_dict(),
@@ -121,7 +121,7 @@ def depth_sweep_plan(
     ref = transfer_reference(depths, transfer_from)
     if grads:
         require_gradients(model, run)
-    configs = list(grid(inits, norm_positions))
+    configs = list(grid(inits, norm_positions, init.schemes))
     points = [
         Point(
             "depth-sweep",
@@ -144,13 +144,14 @@ def depth_sweep_plan(
         layers=list(depths), seeds=seeds, seed_values=[init.seed + i for i in range(seeds)], grads=grads,
         transfer_from=ref,
     )  # fmt: skip
-    return Plan("depth-sweep", points, gather, meta, not_applicable(grads and model.branch == "model"))
+    return Plan("depth-sweep", points, gather, meta,
+                not_applicable(grads and model.branch == "model", init.schemes))  # fmt: skip
 
 
 def _concat_plan(command: str, kind: str, stems: Sequence[str], model, init, run, inits, norm_positions,
                  na: dict | None = None, **kwargs) -> Plan:  # fmt: skip
     """A command whose frames are its configurations' frames one after the other."""
-    configs = list(grid(inits, norm_positions))
+    configs = list(grid(inits, norm_positions, init.schemes))
     points = [
         Point(kind, {"n_layers": model.n_layers, "seed": init.seed, "init": recipe, "norm_position": pos},
               {"model": model, "init": init, "run": run, "inits": (recipe,), "norm_positions": (pos,),

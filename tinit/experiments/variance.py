@@ -68,8 +68,9 @@ def _zero_branches(df: pd.DataFrame):
 
 
 def _no_closed_form(df: pd.DataFrame):
-    """A user's scheme (--init-file) that declares no depth factor has no closed form."""
-    return df["init"].map(lambda name: known(name) and get_scheme(name).depth_factor is None).astype(bool)
+    """A user's scheme (--init-file: not in the catalogue, and a TOML scheme declares no
+    depth factor) has no closed form; nor has a catalogue scheme without a depth factor."""
+    return df["init"].map(lambda name: not known(name) or get_scheme(name).depth_factor is None).astype(bool)
 
 
 #: Cells with no value by design (written empty; any other NaN is written ``nan``):
@@ -196,7 +197,7 @@ def run_variance(
     """
     model, init, run = model or ModelConfig(), init or InitConfig(), run or RunConfig()
     device, dtype = resolve_device(run.device), resolve_dtype(run.dtype)
-    configs = list(grid(inits, norm_positions))
+    configs = list(grid(inits, norm_positions, init.schemes))
     stream = should_stream(model, dtype, device, run.stream)
     tokens = make_tokens(model, run, init.seed if run.data_seed is None else run.data_seed, device)
     tick = ProgressCounter(progress, len(configs) * model.n_layers)

@@ -63,6 +63,7 @@ class Formula:
             raise FormulaError(f"{self.text!r} does not parse") from None
         self._tree = tree.body
         allowed = set(allowed)
+        self._allowed = tuple(sorted(allowed))
         self.names: set[str] = set()
         self._check(self._tree, allowed)
 
@@ -119,6 +120,11 @@ class Formula:
         if isinstance(value, complex) or not math.isfinite(value):
             raise FormulaError(f"{self.text!r} is not a finite number at {_short(env, self.names)}")
         return float(value)
+
+    def __reduce__(self):
+        # pickled as its text (and whitelist): a spawned worker re-parses it, so a user's
+        # scheme travels inside the run's config (no process-global table)
+        return (Formula, (self.text, self._allowed))
 
     def __repr__(self) -> str:
         return f"Formula({self.text!r})"
