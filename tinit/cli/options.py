@@ -118,8 +118,9 @@ def _init_list(value: str) -> str:
     try:
         parse_init_list(value)
     except KeyError as exc:
-        if "unknown init scheme" in str(exc) and value.strip() and "," not in value:
+        if "unknown init scheme" in str(exc):
             # may name the scheme of --init-file, loaded after parsing: checked then
+            # (SharedOptions.inits, before any run folder exists)
             return value
         raise typer.BadParameter(str(exc.args[0])) from None
     return value

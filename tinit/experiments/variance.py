@@ -86,6 +86,8 @@ NOT_APPLICABLE = {
         "stream_var_normed": lambda df: _not_post_norm(df) | _is_embedding(df),
     },
     "summary": {
+        # empty when no addition overflowed (a CSV read back has NaN there, not None)
+        "first_nonfinite_k": lambda df: df["first_nonfinite_k"].isna(),
         "v_final_normed": _not_post_norm,
         "max_abs_cross_corr": _zero_branches,
         **dict.fromkeys(("s2_ref_attn", "s2_ref_ffn"), lambda df: _zero_branches(df) | _no_closed_form(df)),
