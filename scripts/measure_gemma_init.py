@@ -23,8 +23,11 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig
 
-SHAPE = dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, num_key_value_heads=12, head_dim=64,
-             intermediate_size=2048, vocab_size=1024, tie_word_embeddings=False, initializer_range=0.02)  # fmt: skip
+SHAPE = {
+    "num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12, "num_key_value_heads": 12,
+    "head_dim": 64, "intermediate_size": 2048, "vocab_size": 1024, "tie_word_embeddings": False,
+    "initializer_range": 0.02,
+}  # fmt: skip
 #: HF parameter name inside a decoder layer -> tinit role.
 ROLES = {"self_attn.q_proj.weight": "q", "self_attn.k_proj.weight": "k", "self_attn.v_proj.weight": "v",
          "self_attn.o_proj.weight": "o", "mlp.gate_proj.weight": "gate", "mlp.up_proj.weight": "up",
@@ -59,7 +62,9 @@ def rows(name: str, family: str, config) -> list[dict]:
 
 
 def main() -> None:
-    out = rows("gemma2", "gemma2", Gemma2Config(**SHAPE)) + rows("gemma3", "gemma3", Gemma3TextConfig(**SHAPE))
+    out = rows("gemma2", "gemma2", Gemma2Config(**SHAPE)) + rows(
+        "gemma3", "gemma3", Gemma3TextConfig(**SHAPE)
+    )
     writer = csv.DictWriter(sys.stdout, fieldnames=list(out[0]), lineterminator="\n")
     writer.writeheader()
     writer.writerows(out)

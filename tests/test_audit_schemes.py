@@ -64,7 +64,9 @@ def test_tied_models_pass_too(tmp_path, scheme):
     assert set(w["verdict"]) == {"ok"}
     if scheme == "rezero":
         gains = w[w["role"] == "gain"]
-        assert len(gains) == 2 and (gains["expected"] == 0).all() and (gains["expected_kind"] == "value").all()
+        assert (
+            len(gains) == 2 and (gains["expected"] == 0).all() and (gains["expected_kind"] == "value").all()
+        )
     if scheme == "depth-init":  # TN(d^-1/2, +-3 std): its drawn std is 0.9866 d^-1/2
         e = w[w["role"] == "embed"].iloc[0]
         assert e["expected"] == pytest.approx(256**-0.5 * 0.98658, rel=1e-4)
@@ -91,8 +93,15 @@ def test_audit_init_draws_each_schemes_own_distribution(scheme):
     assert float(twin["blocks.0.attn.q.weight"].detach().std()) == pytest.approx(0.02, rel=0.02)
 
 
-@pytest.mark.parametrize("scheme,role,dist", [("rezero", "o", "uniform"), ("nanochat", "q", "uniform"),
-                                             ("mitchell", "o", "trunc"), ("deepnet-torchscale", "v", "uniform")])
+@pytest.mark.parametrize(
+    "scheme,role,dist",
+    [
+        ("rezero", "o", "uniform"),
+        ("nanochat", "q", "uniform"),
+        ("mitchell", "o", "trunc"),
+        ("deepnet-torchscale", "v", "uniform"),
+    ],
+)
 def test_the_re_drawn_twin_has_the_distribution(scheme, role, dist):
     from tinit.experiments.audit import reinit_
 

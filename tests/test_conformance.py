@@ -27,7 +27,11 @@ SHAPE = ModelConfig(n_layers=12, d_model=768, n_heads=12, d_ff=2048, vocab_size=
 #: The CSV's upstream variant -> tinit's scheme. torchscale as it runs (the CSV's
 #: "deepnet") is tinit's deepnet-torchscale; the DeepNet paper is tinit's deepnet;
 #: Modalities with std 0.02 is a user scheme written in TOML.
-VARIANTS = {"deepnet": "deepnet-torchscale", "deepnet-paper": "deepnet", "scaled-embed@0.02": "scaled-embed-0.02"}
+VARIANTS = {
+    "deepnet": "deepnet-torchscale",
+    "deepnet-paper": "deepnet",
+    "scaled-embed@0.02": "scaled-embed-0.02",
+}
 #: Rows of the shared CSV that its upstream code contradicts, with the code's value.
 ERRATA = {
     # microsoft/mup@1981497 examples/Transformer/model.py TransformerModel.init_weights:
@@ -105,7 +109,11 @@ def test_rows_upstream_leaves_open_have_a_rule():
     their code) get tinit's stated choice, a rule that resolves."""
     blank = [r for r in _rows("upstream-init-stds-L12-d768.csv") if not r["distribution"]]
     assert {(r["upstream_variant"], r["role"]) for r in blank} == {
-        ("deepnet-paper", "embed"), ("deepnet-paper", "head"), ("rezero", "embed"), ("rezero", "head")}
+        ("deepnet-paper", "embed"),
+        ("deepnet-paper", "head"),
+        ("rezero", "embed"),
+        ("rezero", "head"),
+    }
     for r in blank:
         assert role_rule(_init(r["upstream_variant"]), SHAPE, r["role"], int(r["layer"])).std > 0
 

@@ -49,9 +49,12 @@ def test_toml_errors_are_the_librarys_own_type(tmp_path):
 
 def test_sweep_with_an_init_file_equals_the_command(tmp_path):
     path = _readme_toml(tmp_path)
-    shape = ["--layers", "3", "--d-model", "32", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "64",
+    shape = ["--layers", "3", "--d-model", "32", "--heads", "2", "--seq-len", "8", "--batch", "2",
+             "--vocab", "64",
              "--init-file", str(path), "--init", "per-layer-gpt2,naive"]  # fmt: skip
-    sw = runner.invoke(app, ["sweep", "variance", "--workers", "1", *shape, "-q", "--out", str(tmp_path / "s")])
+    sw = runner.invoke(
+        app, ["sweep", "variance", "--workers", "1", *shape, "-q", "--out", str(tmp_path / "s")]
+    )
     assert sw.exit_code == 0, sw.output
     one = runner.invoke(app, ["variance", *shape, "-q", "--out", str(tmp_path / "v")])
     assert one.exit_code == 0, one.output

@@ -178,7 +178,8 @@ def test_every_role_and_layer_matches_the_source_formula(scheme):
             b = math.sqrt(3) * std
             assert b * 0.97 < w.abs().max().item() <= b + 1e-12, name  # flat up to the edge, no tail
     # nanochat builds its relu^2 MLP (up, down: no gate) whatever --ffn says
-    want = {"q", "k", "v", "o", "gate", "up", "down", "embed", "head", "pos"} - ({"gate"} if scheme == "nanochat" else set())
+    want = {"q", "k", "v", "o", "gate", "up", "down", "embed", "head", "pos"}
+    want -= {"gate"} if scheme == "nanochat" else set()
     assert want <= checked
 
 

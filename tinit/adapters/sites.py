@@ -296,7 +296,8 @@ def find_sites(model: nn.Module, tokens: torch.Tensor, spec: str | None = None) 
                 "a streamed tinit Transformer holds no blocks to hook; build it with stream=False"
             )
         family = "tinit"
-        layout = {"blocks": "blocks", "attn": "attn", "ffn": "ffn", "norm_offset": model.init.scheme.norm_offset}
+        layout = {"blocks": "blocks", "attn": "attn", "ffn": "ffn"}
+        layout["norm_offset"] = model.init.scheme.norm_offset  # Gemma's (1 + w) norms
         if model.cfg.norm_position == "post":
             layout.update(attn_stream="norm1", ffn_stream="norm2")
         elif model.cfg.norm_position in ("sandwich", "reordered"):  # the branch's own norm is what is added

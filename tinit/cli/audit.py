@@ -125,7 +125,8 @@ def audit(
         typer.Option(
             "--init",
             help="Also measure the same model re-initialised by this scheme (any of `tinit inits`, each "
-            "role drawn from its own distribution) on the same tokens, beside 'as-built'; none: only as built.",
+            "role drawn from its own distribution) on the same tokens, beside 'as-built'; none: only "
+            "as built.",
             rich_help_panel=AUDIT,
         ),
     ] = "none",
@@ -252,7 +253,8 @@ def audit(
             rng = getattr(getattr(model, "config", None), "initializer_range", None)
             if sigma is None and isinstance(rng, int | float):
                 s = float(rng)
-            expectation = Expectation(lookup.get(exp_scheme, exp_scheme), s, s, f"--expect {expect} (sigma {s:g})")
+            chosen = lookup.get(exp_scheme, exp_scheme)
+            expectation = Expectation(chosen, s, s, f"--expect {expect} (sigma {s:g})")
         expectation = dataclasses.replace(expectation, z_max=z_max, rtol=rtol)
         recipe = None
         if rec_scheme != "none":

@@ -62,9 +62,8 @@ def inits(
     scheme, role, layer, std, distribution, multiplier, bound, std_drawn).
     """
     from ..experiments.inits import run_inits
-    from .runner import Outputs, configs_or_exit, execute
-
     from ..model.schemes import known, names
+    from .runner import Outputs, configs_or_exit, execute
 
     custom = opts.custom_schemes
     if custom:

@@ -416,7 +416,7 @@ def run_grad_norms(
     init: InitConfig | None = None,
     run: RunConfig | None = None,
     inits: Sequence[str] = ("naive", "scaled"),
-    norm_positions: Sequence[str] | None = ("pre", "post"),
+    norm_positions: Sequence[str] | None = None,
     batches: int = 1,
     progress: Progress | None = None,
     on_partial: Partial | None = None,

@@ -8,8 +8,7 @@ import dataclasses
 
 import pandas as pd
 
-from ..model.config import InitConfig, ModelConfig
-from ..model.config import GATED_FFNS
+from ..model.config import GATED_FFNS, InitConfig, ModelConfig
 from ..model.init import role_shape_of
 from ..model.schemes import MATRIX_ROLES, environment, evaluate, ffn_of, get_scheme, names, resolve
 from .common import ExperimentResult, Progress
@@ -33,7 +32,8 @@ def catalogue_frame(schemes: list[str] | None = None, custom=()) -> pd.DataFrame
             "name": s.name, "description": s.description, "roles": ",".join(s.touched) or "-",
             "formula": s.formula(), "multipliers": s.multipliers(), "placement": s.placement or "",
             "qk_norm": s.qk_norm, "architecture": s.architecture(), "closed_form": s.closed_form,
-            "upstream": "; ".join(s.upstream), "sources": "; ".join(s.sources), "aliases": ",".join(s.aliases),
+            "upstream": "; ".join(s.upstream), "sources": "; ".join(s.sources),
+            "aliases": ",".join(s.aliases),
         })  # fmt: skip
     return pd.DataFrame(rows, columns=INITS_COLUMNS)
 

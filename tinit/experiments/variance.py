@@ -183,7 +183,7 @@ def run_variance(
     init: InitConfig | None = None,
     run: RunConfig | None = None,
     inits: Sequence[str] = ("naive", "scaled"),
-    norm_positions: Sequence[str] | None = ("pre", "post"),
+    norm_positions: Sequence[str] | None = None,
     progress: Progress | None = None,
     on_partial: Partial | None = None,
 ) -> ExperimentResult:

@@ -17,7 +17,9 @@ from .config import GATED_FFNS, ModelConfig
 from .init import generator
 
 
-def make_norm(cfg: ModelConfig, device=None, dtype=None, dim: int | None = None, offset: float = 0.0) -> nn.Module:
+def make_norm(
+    cfg: ModelConfig, device=None, dtype=None, dim: int | None = None, offset: float = 0.0
+) -> nn.Module:
     """RMSNorm ``x / sqrt(mean(x^2) + eps) * g`` (Zhang & Sennrich 2019) or LayerNorm
     ``(x - mean) / sqrt(var + eps) * g + b`` (Ba et al. 2016), eps from the config,
     over ``dim`` features (default d_model; QK-norm uses d_h). With ``offset`` the gain
@@ -39,7 +41,8 @@ class OffsetNorm(nn.Module):
         super().__init__()
         self.kind, self.dim, self.eps, self.offset = kind, dim, eps, offset
         self.weight = nn.Parameter(torch.empty(dim, device=device, dtype=dtype))
-        self.bias = nn.Parameter(torch.empty(dim, device=device, dtype=dtype)) if kind == "layernorm" else None
+        layer_norm = kind == "layernorm"
+        self.bias = nn.Parameter(torch.empty(dim, device=device, dtype=dtype)) if layer_norm else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kind == "rmsnorm":

@@ -26,8 +26,9 @@ InitConfig carries it (no process-global registration).
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 from .formula import VARIABLES, Formula, FormulaError
 from .schemes import DISTRIBUTIONS, PLACEMENTS, ROLES, Rule, Scheme, check_user_scheme, resolve, scheme

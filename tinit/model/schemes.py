@@ -163,7 +163,7 @@ class Scheme:
     x0_mix: tuple[Formula, Formula] | None = None  # (lambda_l, mu_l): x <- lambda x + mu x0 before block l
     tied_embed: Rule | None = None  # the embedding's rule when the head is tied to it (torchtitan)
     embed_norm: bool = False  # RMS-normalise the embedding output (nanochat: x = norm(wte(idx)))
-    backout: Formula | None = None  # x <- x - beta x_mid before the final norm (nanochat), x_mid after block L//2
+    backout: Formula | None = None  # x <- x - beta x_mid before the final norm (nanochat: x_mid after L//2)
     qk_gain: Formula | None = None  # q and k times this after QK-norm (nanochat's 1.2)
     attn_softcap: Formula | None = None  # attention logits c tanh(z / c) (Gemma 2)
     logit_softcap: Formula | None = None  # output logits c tanh(z / c) (Gemma 2, nanochat)

@@ -171,8 +171,10 @@ class Block(nn.Module):
             probe(k, self.layer, sublayer, x, f, y)
         return y
 
-    def forward(self, x: torch.Tensor, rope=None, probe: Probe | None = None,
-                x0: torch.Tensor | None = None, x_mid: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    def forward(
+        self, x: torch.Tensor, rope=None, probe: Probe | None = None, x0: torch.Tensor | None = None,
+        x_mid: torch.Tensor | None = None,
+    ) -> torch.Tensor:  # fmt: skip
         k = 2 * self.layer + 1
         if self.mix is not None:
             if x0 is None:
