@@ -40,8 +40,8 @@ def grid():
     frames = []
     for sigma in (0.02, "inv-sqrt-d"):
         for L in (12, 24):
-            res = run_grad_norms(ModelConfig(**{**cfg.to_dict(), "n_layers": L}), InitConfig(sigma=sigma), run,
-                                 inits=("naive", "scaled"), norm_positions=("pre", "post"))  # fmt: skip
+            model = ModelConfig(**{**cfg.to_dict(), "n_layers": L})
+            res = run_grad_norms(model, InitConfig(sigma=sigma), run, ("naive", "scaled"), ("pre", "post"))
             frames.append((sigma, L, res["summary"], res["stream_grads"]))
     return frames
 
@@ -50,8 +50,14 @@ def test_full_path_within_20_percent_on_the_grid(grid):
     seen = 0
     for sigma, L, summary, _ in grid:
         for r in summary.itertuples(index=False):
-            assert abs(r.full_stream_grad_ratio_err) <= TOL, (sigma, L, r.init, r.norm_position,
-                                                              r.stream_grad_ratio, r.pred_full_stream_grad_ratio)
+            assert abs(r.full_stream_grad_ratio_err) <= TOL, (
+                sigma,
+                L,
+                r.init,
+                r.norm_position,
+                r.stream_grad_ratio,
+                r.pred_full_stream_grad_ratio,
+            )
             seen += 1
     assert seen == 16
 

@@ -21,7 +21,8 @@ NOT_USED = (
 def catalogue_table(df: "pd.DataFrame"):
     from ..results.tables import summary_table
 
-    t = summary_table("Init catalogue", "tinit inits NAME: one scheme's std per role and layer")
+    t = summary_table("Init catalogue", "tinit inits NAME: one scheme's std per role and layer, and the "
+                      "upstream code it follows (repository@commit, file; every scheme's in inits.csv)")
     for col in ("scheme", "roles", "formula", "multipliers", "placement"):
         t.add_column(col, overflow="fold")
     for r in df.itertuples(index=False):
@@ -57,7 +58,8 @@ def inits(
     name: Annotated[str | None, typer.Argument(help="A scheme: show its std per role and layer.")] = None,
 ) -> None:
     """Print the init catalogue (name, roles touched, formula, multipliers, presumed
-    placement; sources in inits.csv) and write inits.csv; or, with NAME, that scheme's
+    placement; the upstream code each follows, repository@commit and file, and sources in
+    inits.csv) and write inits.csv; or, with NAME, that scheme's
     std per role and layer at the current shape, written to init_stds.csv (columns
     scheme, role, layer, std, distribution, multiplier, bound, std_drawn).
     """
