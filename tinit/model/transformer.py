@@ -9,7 +9,12 @@ sandwich (Gemma 2, Peri-LN): x <- a x + g Norm1o(Attn(Norm1(x))); likewise for t
 reordered (OLMo 2):       x <- a x + g Norm1(Attn(x));          x <- a x + g Norm2(FFN(x))
 none (ReZero, T-Fixup):   x <- a x + g Attn(x);                 x <- a x + g FFN(x)
 
-A scheme with an x0 mix (nanochat) first sets x <- lambda_l x + mu_l x0 before block l.
+A scheme with an x0 mix (nanochat) first sets x <- lambda_l x + mu_l x0 before block l;
+one with a backout (nanochat) subtracts beta x_mid (the stream after block L // 2) on
+the last addition's identity path, so the probe's ``stream_in`` there is x - beta x_mid
+(at L <= 2 the middle block is the last: its output is scaled by 1 - beta). The rest of
+a scheme's architecture lives in the layers: Gemma's (1 + w) norms, soft-caps and
+attention scale, nanochat's q/k gain and relu^2 MLP, torchscale's sub-LN.
 
 An L-layer stack performs 2L additions, k = 1..2L (attention k = 2l+1, FFN
 k = 2l+2); k = 0 is the embedding output. Each addition, in every placement, calls
