@@ -213,7 +213,6 @@ NOT_OFFERED = [
     "--qk-norm",
     "--no-qk-norm",
     "--kv-heads",
-    "--init-file",
     "--base-width",
     "--base-depth",
     "--layers",
@@ -227,8 +226,9 @@ NOT_OFFERED = [
 
 @pytest.mark.parametrize("option", NOT_OFFERED)
 def test_audit_does_not_offer_model_options_it_cannot_use(tmp_path, option):
-    """--norm-position post, --qk-norm, --kv-heads, --init-file, --base-* were accepted
-    and ignored (the audited model has its own shape, placement and init)."""
+    """--norm-position post, --qk-norm, --kv-heads, --base-* were accepted and ignored
+    (the audited model has its own shape, placement and init). (--init-file is offered:
+    --expect and --init may name its scheme, test_audit_expects_a_user_scheme.)"""
     flag = option in ("--qk-norm", "--no-qk-norm", "--pre-norm", "--post-norm", "--stream")
     res, out = audit(tmp_path, "--module", f"{MODELS}:good_model", option, *([] if flag else ["post"]))
     assert res.exit_code == 2 and f"No such option: {option}" in res.stderr

@@ -28,16 +28,19 @@ def _xavier(fan_in, fan_out):
 
 
 def expected(scheme: str, role: str, l: int, fan_in: int, fan_out: int):  # noqa: E741
-    """(distribution, std, absolute bound) of ``role`` at layer ``l``, from the catalogue
-    text (shared/init-catalogue.md), written out by hand."""
+    """(distribution, std, absolute bound) of ``role`` at layer ``l``, written out by hand
+    from each upstream file (shared/upstream/README.md; the files named in the scheme's
+    ``upstream``), independently of tinit.model.schemes."""
     s, x = SIGMA, _xavier(fan_in, fan_out)
     small, wang = math.sqrt(2 / (5 * D)), 2 / (L * math.sqrt(D))
+    lin = 1 / math.sqrt(3 * fan_in)  # torch nn.Linear's kaiming_uniform_(a=sqrt(5))
     emb = role in ("embed", "pos")
+    m = D / D0
     if scheme in ("gpt2", "megatron"):
         return ("normal", s / math.sqrt(2 * L) if role in ("o", "down") else s, None)
     if scheme == "depth-init":
         if emb:
-            return ("normal", 1.0, None)
+            return ("normal", 1.0, None)  # untied (CFG): torchtitan's _EMBEDDING_INIT
         if role == "head":
             return ("trunc", 1 / math.sqrt(D), 3 / math.sqrt(D))
         std = 0.02 / math.sqrt(2 * (l + 1)) if role in ("o", "up", "down") else 0.02
@@ -52,17 +55,24 @@ def expected(scheme: str, role: str, l: int, fan_in: int, fan_out: int):  # noqa
         return ("trunc", std, 3 * std)
     if scheme == "olmo2":
         return ("trunc", s, 3 * s)
-    if scheme == "deepnet":
-        beta = (8 * L) ** -0.25
-        std = {"q": x / math.sqrt(2), "k": x / math.sqrt(2), "v": x / math.sqrt(2) * beta}.get(role, x * beta)
-        return ("normal", s if emb or role == "head" else std, None)
+    if scheme in ("deepnet", "deepnet-torchscale", "magneto"):
+        if emb or role == "head":
+            return ("normal", D**-0.5, None)
+        factor = math.sqrt(math.log(2 * L)) if scheme == "magneto" else (8 * L) ** -0.25
+        if scheme == "deepnet":  # the paper: Xavier normal, gain beta on v, o and the FFN
+            return ("normal", x if role in ("q", "k") else x * factor, None)
+        return ("uniform", lin if role in ("q", "k") else lin * factor, None)
     if scheme == "t-fixup":
         g = (9 * L) ** -0.25
         if emb:
             return ("normal", g / math.sqrt(D), None)
         if role == "head":
-            return ("normal", s, None)
+            return ("normal", D**-0.5, None)
         return ("uniform", x / math.sqrt(2) if role in ("q", "k") else x * g, None)
+    if scheme == "rezero":
+        if emb or role == "head":
+            return ("normal", s, None)
+        return ("uniform", math.sqrt(2 / (D + 3 * D)) if role in ("q", "k", "v") else lin, None)
     if scheme == "zero-out":
         return ("zero", 0.0, None) if role in ("o", "down") else ("normal", s, None)
     if scheme == "nanochat":
@@ -74,17 +84,37 @@ def expected(scheme: str, role: str, l: int, fan_in: int, fan_out: int):  # noqa
             return ("zero", 0.0, None)
         return ("uniform", (0.4 if role in ("gate", "up") else 1.0) / math.sqrt(D), None)
     if scheme in ("mup", "completep", "depth-mup"):
-        if scheme == "mup" and role == "q":
+        if scheme == "mup" and role in ("q", "head"):  # q zero; the untied readout zero (the example)
             return ("zero", 0.0, None)
-        return ("normal", s if emb or role == "head" else s * math.sqrt(D0 / D), None)
+        return ("normal", s if emb or role == "head" else s / math.sqrt(m), None)
+    if scheme == "megatron-mup":
+        if emb or role == "head":
+            return ("normal", s, None)
+        return ("normal", s / math.sqrt(m) / (math.sqrt(2 * L) if role in ("o", "down") else 1), None)
     if scheme == "scaled-embed":
-        if emb:
+        if emb or role == "head":
             return ("normal", math.sqrt(0.4), None)
-        if role in ("o", "down"):
-            return ("normal", s / math.sqrt(2 * L), None)
-        return ("normal", s if role == "head" else small, None)
-    assert scheme in ("naive", "rezero", "gemma"), scheme
+        return ("normal", small / math.sqrt(2 * L) if role in ("o", "down") else small, None)
+    if scheme in ("olmo-llama", "olmo-llama-depth", "olmo-fan-in", "olmo-normalized"):
+        if emb:
+            return ("normal", D**-0.5 if scheme == "olmo-normalized" else 1.0, None)
+        if role == "head":
+            std = D**-0.5
+        elif scheme == "olmo-fan-in":
+            std = fan_in**-0.5
+        elif scheme == "olmo-normalized":
+            std = D**-0.5 / (math.sqrt(2 * L) if role in ("o", "down") else 1)
+        elif role in ("o", "up", "down"):
+            std = s / math.sqrt(2 * (l + 1) if scheme == "olmo-llama-depth" else 2 * L)
+        else:
+            std = s
+        return ("trunc", std, 3 * std)
+    assert scheme in ("naive", "gemma", "gemma2", "gemma3"), scheme
     return ("normal", s, None)
+
+
+#: Schemes whose norms scale by (1 + w), w initialised to 0 (HF Gemma*RMSNorm).
+UNIT_OFFSET = ("gemma", "gemma2", "gemma3")
 
 
 def truncated_std_factor(c: float) -> float:
@@ -100,14 +130,16 @@ def truncated_std_factor(c: float) -> float:
 def test_catalogue_has_every_required_scheme_and_alias():
     required = {"naive", "gpt2", "megatron", "depth-init", "small-wang", "mitchell", "full-megatron", "olmo2",
                 "deepnet", "t-fixup", "rezero", "zero-out", "nanochat", "mup", "completep", "depth-mup",
-                "gemma",
-                "scaled-embed"}  # fmt: skip
+                "gemma", "scaled-embed", "deepnet-torchscale", "magneto", "megatron-mup", "olmo-llama",
+                "olmo-llama-depth", "olmo-fan-in", "olmo-normalized", "gemma2", "gemma3"}  # fmt: skip
     assert required <= set(CATALOGUE)
     assert get_scheme("scaled") is get_scheme("gpt2")
     assert parse_init_list("both") == ("naive", "scaled")
     assert set(parse_init_list("all")) >= required
     for s in CATALOGUE.values():
         assert s.description and s.sources
+        # every scheme names the code it follows: repository@commit and a file
+        assert s.upstream and all("@" in u.split()[0] and "/" in u for u in s.upstream), s.name
 
 
 @pytest.mark.parametrize("scheme", names(custom=False))
@@ -119,7 +151,8 @@ def test_every_role_and_layer_matches_the_source_formula(scheme):
         role, _ = role_of(name)
         w = p.detach().flatten()
         if role in ("norm", "bias"):
-            assert torch.all(w == (1.0 if role == "norm" else 0.0)), name
+            gain = 0.0 if scheme in UNIT_OFFSET else 1.0
+            assert torch.all(w == (gain if role == "norm" else 0.0)), name
             continue
         if role == "gain":  # ReZero's learned gain starts at 0
             assert torch.all(w == 0.0), name
@@ -144,7 +177,10 @@ def test_every_role_and_layer_matches_the_source_formula(scheme):
         if dist == "uniform":
             b = math.sqrt(3) * std
             assert b * 0.97 < w.abs().max().item() <= b + 1e-12, name  # flat up to the edge, no tail
-    assert {"q", "k", "v", "o", "gate", "up", "down", "embed", "head", "pos"} <= checked | {"q"}
+    # nanochat builds its relu^2 MLP (up, down: no gate) whatever --ffn says
+    want = {"q", "k", "v", "o", "gate", "up", "down", "embed", "head", "pos"}
+    want -= {"gate"} if scheme == "nanochat" else set()
+    assert want <= checked
 
 
 def test_multipliers_have_their_values():
@@ -219,8 +255,12 @@ def theory_runs():
     for depth in (12, 48):
         for seed in range(SEEDS):
             for pos, schemes in by_placement.items():
-                res = run_variance(dataclasses.replace(SMALL, n_layers=depth), InitConfig(seed=seed), RUN,
-                                   inits=schemes, norm_positions=[pos])  # fmt: skip
+                # sandwich (Gemma 2/3) at d = 64: at d = 16 its normed branches correlate with
+                # the stream (max |corr| ~0.55 over 16 x 16 elements; naive in sandwich alike),
+                # which the uncorrelated law leaves out: v_2L 34-43 measured against 50 at L = 48
+                cfg = dataclasses.replace(SMALL, n_layers=depth, **({"d_model": 64, "d_ff": 128}
+                                                                    if pos == "sandwich" else {}))
+                res = run_variance(cfg, InitConfig(seed=seed), RUN, inits=schemes, norm_positions=[pos])
                 rows.append(res["summary"])
     return pd.concat(rows, ignore_index=True)
 
@@ -233,6 +273,9 @@ def test_theory_v_final_within_seed_spread(theory_runs):
     assert set(theory_runs["init"]) == set(names(custom=False))
     for (scheme, pos, depth), d in theory_runs.groupby(["init", "norm_position", "n_layers"]):
         meas, sd = d["v_final"].mean(), d["v_final"].std(ddof=1)
+        if not np.isfinite(meas):  # torchscale's pre-norm alpha^(4L) at L = 48: float32 overflows
+            assert d["pred_closed_final"].min() > np.finfo(np.float32).max, (scheme, depth)
+            continue
         for col in ("pred_cumulative_final", "pred_closed_final"):
             diff = meas - d[col].mean()
             tol = 3 * sd if sd > 1e-9 * meas else 1e-9 * meas
@@ -248,11 +291,26 @@ def test_closed_forms_by_hand(theory_runs):
         sa, sf, v0, Ld = r.s2_ref_attn, r.s2_ref_ffn, r.v0, r.n_layers
         H = sum(1 / j for j in range(1, Ld + 1))
         H2 = sum(1 / j**2 for j in range(1, Ld + 1))
+        a = (2 * Ld) ** 0.25  # torchscale's alpha on every pre-norm addition
+        torchscale = a ** (4 * Ld) * v0 + sum(
+            a ** (2 * (2 * Ld - k)) * (sa / (8 * Ld) if k % 2 else sf * (8 * Ld) ** -1.5)
+            for k in range(1, 2 * Ld + 1)
+        )
+        c, c_mid = 1.0, None  # nanochat: x <- lambda_l x + mu_l x0, all branches 0 at init
+        for layer in range(Ld):
+            c = (1.15 - 0.10 * layer / (Ld - 1)) * c + (0.20 - 0.15 * layer / (Ld - 1))
+            c_mid = c if layer == Ld // 2 else c_mid
         want = {
             "gpt2": v0 + (sa + sf) / 2,
             "naive": v0 + Ld * (sa + sf),
             "depth-init": v0 + sa * H / 2 + sf * H2 / 4,
+            "olmo-llama-depth": v0 + sa * H / 2 + sf * H2 / 4,
+            "olmo-llama": v0 + sa / 2 + sf / (4 * Ld),
+            "megatron-mup": v0 + (sa + sf) / 2,
+            "magneto": v0 + Ld * math.log(2 * Ld) * (sa + sf),
             "completep": v0 + (sa + sf) / Ld,
+            "deepnet-torchscale": torchscale,
+            "nanochat": (c - 0.2 * c_mid) ** 2 * v0,
             "zero-out": v0,
             "rezero": v0,
         }.get(r.init)

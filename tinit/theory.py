@@ -144,14 +144,17 @@ def plain_multipliers(n_additions: int) -> dict[str, np.ndarray]:
     """The multipliers of :func:`addition_multipliers` for a plain residual stack
     (a = g = 1, no x0 mix, depth factor 1): the variance law v_k = v_{k-1} + s_k^2."""
     ones = np.ones(n_additions)
-    return {"a": ones, "g": ones.copy(), "lam": ones.copy(), "r": ones.copy(), "mu": np.zeros(n_additions)}
+    return {"a": ones, "g": ones.copy(), "lam": ones.copy(), "r": ones.copy(), "mu": np.zeros(n_additions),
+            "backout": None}  # fmt: skip
 
 
 def addition_multipliers(scheme, cfg, init) -> dict[str, np.ndarray]:
     """Per addition k = 1..2L: the stream multiplier a, the branch multiplier g, the
     x0 mix (lambda, mu: 1 and 0 where there is none, and at every FFN addition) and
     the depth factor r of the branch variance (NaN when the scheme has none; 1 for
-    Gaussian branches, which ignore the init)."""
+    Gaussian branches, which ignore the init); and ``backout``: (beta, i_mid) when the
+    last addition's identity path carries x - beta x_mid (nanochat), x_mid the stream
+    after addition index i_mid (0-based), else None."""
     from .model.schemes import environment, evaluate
 
     L = cfg.n_layers
@@ -171,6 +174,38 @@ def addition_multipliers(scheme, cfg, init) -> dict[str, np.ndarray]:
         if scheme.x0_mix is not None:
             out["lam"][2 * layer] = evaluate(scheme.x0_mix[0], env, scheme.name)
             out["mu"][2 * layer] = evaluate(scheme.x0_mix[1], env, scheme.name)
+    out["backout"] = None
+    if getattr(scheme, "backout", None) is not None:
+        beta = evaluate(scheme.backout, environment(cfg, init, L), scheme.name)
+        out["backout"] = (beta, 2 * (L // 2) + 1)
+    return out
+
+
+def _recursion(v0: float, mult: dict, branch_var) -> np.ndarray:
+    """v_k, k = 1..2L, of the stream c_k x0 + u_k (u uncorrelated with x0; each branch
+    uncorrelated with what came before): at the x0 mix c <- lambda c + mu, U <- lambda^2 U;
+    at an addition c <- a c, U <- a^2 U + g^2 s_k^2, s_k^2 = ``branch_var(k, v_in)`` (v_in
+    the variance of the stream entering). The backout x - beta x_mid before the last
+    addition: c <- c - beta c_mid and, u = p u_mid + w with w uncorrelated with u_mid,
+    U <- U - p^2 U_mid + (p - beta)^2 U_mid; when x_mid is the last block's own output
+    (L <= 2), the addition is scaled by 1 - beta as a whole."""
+    n = len(mult["a"])
+    a, g, back = mult["a"], mult["g"], mult.get("backout")
+    c, u, p, c_mid, u_mid = 1.0, 0.0, 0.0, 0.0, 0.0
+    out = np.empty(n)
+    for k in range(n):
+        c, u, p = mult["lam"][k] * c + mult["mu"][k], mult["lam"][k] ** 2 * u, mult["lam"][k] * p
+        if back is not None and k == n - 1:
+            beta, i_mid = back
+            if i_mid < n - 1:
+                c, u = c - beta * c_mid, u - p * p * u_mid + (p - beta) ** 2 * u_mid
+            else:
+                c, u = (1 - beta) * c, (1 - beta) ** 2 * u
+        s2 = branch_var(k, c * c * v0 + u)
+        c, u, p = a[k] * c, a[k] ** 2 * u + g[k] ** 2 * s2, a[k] * p
+        if back is not None and k == back[1]:
+            c_mid, u_mid, p = c, u, 1.0
+        out[k] = c * c * v0 + u
     return out
 
 
@@ -189,12 +224,7 @@ def pred_cumulative_scheme(
     a, g = mult["a"], mult["g"]
     if placement == "post":
         return a**2 * np.asarray(stream_in_vars, dtype=np.float64) + g**2 * s2
-    c, u, out = 1.0, 0.0, np.empty(len(s2))
-    for k in range(len(s2)):
-        c, u = mult["lam"][k] * c + mult["mu"][k], mult["lam"][k] ** 2 * u
-        c, u = a[k] * c, a[k] ** 2 * u + g[k] ** 2 * s2[k]
-        out[k] = c * c * v0 + u
-    return out
+    return _recursion(v0, mult, lambda k, _v_in: s2[k])
 
 
 def reference_branch_vars(
@@ -242,13 +272,9 @@ def pred_closed_scheme(
         v_in = np.full(n, normed_var)
         v_in[0] = mult["lam"][0] ** 2 * v0 if n else v0
         return a**2 * v_in + g**2 * modelled
-    c, u, out = 1.0, 0.0, np.empty(n)
-    for k in range(n):
-        c, u = mult["lam"][k] * c + mult["mu"][k], mult["lam"][k] ** 2 * u
-        s2 = modelled[k] * (c * c * v0 + u) if placement == "none" else modelled[k]
-        c, u = a[k] * c, a[k] ** 2 * u + g[k] ** 2 * s2
-        out[k] = c * c * v0 + u
-    return out
+    if placement == "none":  # no norm before the branch: it scales with the stream entering
+        return _recursion(v0, mult, lambda k, v_in: modelled[k] * v_in)
+    return _recursion(v0, mult, lambda k, _v_in: modelled[k])
 
 
 def harmonic(n: int, power: int = 1) -> float:

@@ -11,6 +11,8 @@ comes from where a parameter sits and what its module does:
   only split the readers for display; readers share one expected std;
 - a 1-D parameter of a module with only 1-D parameters (LayerNorm, RMSNorm, q/k norms):
   ``norm`` (its ``bias``: ``bias``); a linear layer's bias: ``bias``;
+- a single number held by a block itself (not by a module inside it): ``gain``, a
+  learned branch gain (ReZero's resweight, tinit's ``gain``);
 - ``nn.Embedding`` outside the blocks: ``embed`` (the token table, ``vocab`` rows)
   or ``pos``; a linear layer outside the blocks writing ``vocab`` outputs: ``head``;
 - anything else: ``unknown``, reported, never dropped.
@@ -39,6 +41,7 @@ AUDIT_ROLES = (
     "down",
     "norm",
     "bias",
+    "gain",
     "head",
     "unknown",
 )
@@ -131,6 +134,8 @@ def classify_roles(model: nn.Module, sites: Sites, tr: Trace, vocab: int) -> lis
         elif _is_norm(owner):
             kind = "norm"
             role = "bias" if leaf == "bias" else "norm"
+        elif block is not None and owner_path == block.block and _p.numel() == 1:
+            role = "gain"
         if layer is None:
             layer = -1 if role in ("embed", "pos") else L
         out.append(ParamRole(name, role, layer, kind, fan_in))

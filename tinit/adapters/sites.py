@@ -297,8 +297,12 @@ def find_sites(model: nn.Module, tokens: torch.Tensor, spec: str | None = None) 
             )
         family = "tinit"
         layout = {"blocks": "blocks", "attn": "attn", "ffn": "ffn"}
+        layout["norm_offset"] = model.init.scheme.norm_offset  # Gemma's (1 + w) norms
         if model.cfg.norm_position == "post":
             layout.update(attn_stream="norm1", ffn_stream="norm2")
+        elif model.cfg.norm_position in ("sandwich", "reordered"):  # the branch's own norm is what is added
+            out = "o" if model.cfg.norm_position == "sandwich" else ""
+            layout.update(attn_added=f"norm1{out}", ffn_added=f"norm2{out}")
     else:
         model_type = getattr(getattr(model, "config", None), "model_type", None)
         if model_type in FAMILIES:

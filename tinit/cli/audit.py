@@ -21,11 +21,12 @@ if TYPE_CHECKING:
 AUDIT = "Audit"
 #: Options of the shared set that describe tinit's own model (shape, placement, QK-norm,
 #: GQA, init scheme and its base sizes): the audited model has its own, so they are not
-#: offered (an option accepted and ignored would mislead).
+#: offered (an option accepted and ignored would mislead). --init-file is offered: its
+#: scheme may be named by --expect and --init.
 NOT_FOR_AUDIT = (
     "preset", "layers", "d_model", "heads", "d_ff", "vocab", "norm", "ffn", "positions", "attention", "untie",
     "bias", "no_attn_scale", "pre_norm", "post_norm", "norm_position", "qk_norm", "kv_heads", "branch",
-    "branch_var", "init", "init_file", "base_width", "base_depth", "sigma", "embed_std", "stream", "tf32",
+    "branch_var", "init", "base_width", "base_depth", "sigma", "embed_std", "stream", "tf32",
 )  # fmt: skip
 ALIASES = {"gpt2": "scaled"}  # GPT-2's recipe is tinit's depth-scaled one
 #: The shared default of --seq-len here; a model with fewer positions gets its own.
@@ -34,10 +35,13 @@ SEQ_LEN = 128
 SCHEMES_HELP = ", ".join(scheme_names(custom=False)) + " (scaled = gpt2); 'tinit inits' describes each"
 
 
-def _scheme(value: str, option: str, extra: tuple[str, ...]) -> str:
-    from ..model.init import RECIPES
+def _scheme(value: str, option: str, extra: tuple[str, ...], custom: tuple = ()) -> str:
+    """A scheme name --expect / --init accept: the catalogue's (aliases too), the
+    --init-file scheme's, or one of ``extra``."""
+    from ..model.schemes import ALIASES as SCHEME_ALIASES
+    from ..model.schemes import names
 
-    allowed = list(dict.fromkeys((*extra, *RECIPES, *ALIASES)))
+    allowed = list(dict.fromkeys((*extra, *names(custom), *SCHEME_ALIASES)))
     if value not in allowed:
         raise ConfigError(option, f"{value!r} is not one of {', '.join(allowed)}")
     return ALIASES.get(value, value)
@@ -51,18 +55,18 @@ def _given(ctx, name: str) -> bool:
 
 
 def _declared(model, sites, sigma: float | None) -> "Expectation":
-    """What the model says its init is: tinit's InitConfig, an HF config's
-    initializer_range plus the family's own rule, or (nothing declared) naive."""
+    """What the model says its init is: tinit's InitConfig (its scheme itself, a user's
+    --init-file scheme included), an HF config's initializer_range plus the family's own
+    rule, or (nothing declared) naive."""
     from ..experiments.audit import Expectation
     from ..model.transformer import Transformer
 
     if isinstance(model, Transformer):
-        d = model.cfg.d_model
-        s = model.init.resolved_sigma(d) if sigma is None else sigma
-        e = model.init.resolved_embed_std(d) if sigma is None else sigma
-        return Expectation(
-            model.init.recipe, s, e, f"the model's declared init (tinit {model.init.recipe}, sigma {s:g})"
-        )
+        d, ini = model.cfg.d_model, model.init
+        s = ini.resolved_sigma(d) if sigma is None else sigma
+        e = ini.resolved_embed_std(d) if sigma is None else sigma
+        return Expectation(ini.scheme, s, e, f"the model's declared init (tinit {ini.recipe}, sigma {s:g})",
+                           base_width=ini.base_width, base_depth=ini.base_depth)  # fmt: skip
     config = getattr(model, "config", None)
     rng = getattr(config, "initializer_range", None)
     if isinstance(rng, int | float):
@@ -126,7 +130,8 @@ def audit(
         typer.Option(
             "--expect",
             help="Scheme the weights are checked against: declared (what the model says: "
-            "initializer_range plus the family's rules) or a scheme of the catalogue: " + SCHEMES_HELP + ".",
+            "initializer_range plus the family's rules) or a scheme of the catalogue: " + SCHEMES_HELP
+            + "; or the scheme of --init-file.",
             rich_help_panel=AUDIT,
         ),
     ] = "declared",
@@ -134,8 +139,9 @@ def audit(
         str,
         typer.Option(
             "--init",
-            help="Also measure the same model re-initialised by this scheme of the catalogue (as "
-            "--expect lists them) on the same tokens, beside 'as-built'; none: only as built.",
+            help="Also measure the same model re-initialised by this scheme (as --expect lists them; "
+            "each role drawn from its own distribution) on the same tokens, beside 'as-built'; none: "
+            "only as built.",
             rich_help_panel=AUDIT,
         ),
     ] = "none",
@@ -225,8 +231,10 @@ def audit(
                 raise ConfigError(name, f"must be a finite number >= 0, got {value}")
         if sigma is not None and not (math.isfinite(sigma) and sigma > 0):
             raise ConfigError("--sigma", f"must be a positive number, got {sigma}")
-        exp_scheme = _scheme(expect, "--expect", ("declared",))
-        rec_scheme = _scheme(init, "--init", ("none",))
+        custom = opts.custom_schemes
+        exp_scheme = _scheme(expect, "--expect", ("declared",), custom)
+        rec_scheme = _scheme(init, "--init", ("none",), custom)
+        lookup = {s.name: s for s in custom}
         device, dtype = resolve_device(opts.device), resolve_dtype(opts.dtype)
         if hf is not None:
             model = load_hf(hf, parse_set(sets), device, dtype)
@@ -272,12 +280,13 @@ def audit(
             rng = getattr(getattr(model, "config", None), "initializer_range", None)
             if sigma is None and isinstance(rng, int | float):
                 s = float(rng)
-            expectation = Expectation(exp_scheme, s, s, f"--expect {expect} (sigma {s:g})")
-        expectation = Expectation(expectation.scheme, expectation.sigma, expectation.embed_std,
-                                  expectation.source, z_max, rtol)  # fmt: skip
+            chosen = lookup.get(exp_scheme, exp_scheme)
+            expectation = Expectation(chosen, s, s, f"--expect {expect} (sigma {s:g})")
+        expectation = dataclasses.replace(expectation, z_max=z_max, rtol=rtol)
         recipe = None
         if rec_scheme != "none":
-            recipe = Expectation(rec_scheme, expectation.sigma, expectation.embed_std, f"tinit {init}")
+            recipe = Expectation(lookup.get(rec_scheme, rec_scheme), expectation.sigma, expectation.embed_std,
+                                 f"tinit {init}")  # fmt: skip
         return model, found, roles, tokens, expectation, recipe, v, seq_len
 
     model, found, roles, tokens, expectation, recipe, v, seq_len = configs_or_exit(prepare)

@@ -1,169 +1,31 @@
 """``--init-file FILE``: a user's own init scheme, declared in TOML.
 
-::
-
-    name = "my-init"                       # required; must not shadow a catalogue name
-    description = "gpt2, but per layer"   # optional
-    placement = "pre"                      # optional: pre, post, sandwich, reordered, none
-    qk_norm = false                        # optional
-    stream_mult = "1"                      # optional multipliers (formulas)
-    branch_mult = "1"
-    embed_mult = "1"
-
-    [roles]                                # roles left out keep the naive rule
-    o = "sigma / sqrt(2 * (l + 1))"        # a formula: normal with this std
-    down = { std = "sigma / sqrt(2 * L)", dist = "trunc", bound = "3 * std" }
-    up = { dist = "zero" }
-
-Formulas use numbers, + - * / ^, sqrt, log, exp, min, max and the variables of
-:data:`tinit.model.formula.VARIABLES`; they are parsed with a whitelist, never
-evaluated as Python. Every error names the file and the role (exit 2).
+The parsing is the library's (:mod:`tinit.model.scheme_file`, which documents the
+format); here its FormulaError becomes a one-line usage error naming the option
+(exit 2). The scheme is returned, not registered: the run's InitConfig carries it.
 """
 
 from __future__ import annotations
 
 import functools
-import re
 from pathlib import Path
 
-import tomllib
 import typer
 
-from ..model.formula import Formula, FormulaError
-from ..model.schemes import (
-    DISTRIBUTIONS,
-    PLACEMENTS,
-    ROLES,
-    Rule,
-    effective_std,
-    get_scheme,
-    register,
-    scheme,
-)
-
-#: A scheme's name: it becomes part of folder names (tinit sweep's points) and CSV cells.
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
-_TOP = {"name", "description", "placement", "qk_norm", "stream_mult", "branch_mult", "embed_mult", "roles",
-        "sources"}  # fmt: skip
-
-
-def _bad(path: Path, what: str, msg: str) -> typer.BadParameter:
-    return typer.BadParameter(f"{path}: {what}: {msg}", param_hint="'--init-file'")
-
-
-def _rule(path: Path, role: str, value) -> Rule:
-    if isinstance(value, str | int | float) and not isinstance(value, bool):
-        value = {"std": value}
-    if not isinstance(value, dict):
-        raise _bad(path, f"role {role}", "give a formula string or a table {std, dist, bound}")
-    unknown = set(value) - {"std", "dist", "bound"}
-    if unknown:
-        raise _bad(path, f"role {role}", f"unknown key(s) {', '.join(sorted(unknown))} (std, dist, bound)")
-    dist = value.get("dist", "const" if role in ("norm", "bias", "gain") else "normal")
-    if dist not in DISTRIBUTIONS:
-        raise _bad(path, f"role {role}", f"dist {dist!r} is not one of {', '.join(DISTRIBUTIONS)}")
-    if dist == "zero":
-        value = {"std": 0, **value}
-    if "std" not in value:
-        raise _bad(path, f"role {role}", "needs a std formula")
-    if (dist == "trunc") != ("bound" in value):
-        raise _bad(path, f"role {role}", "a bound goes with dist = 'trunc' (and only with it)")
-    try:
-        std = Formula(value["std"])
-        bound = Formula(value["bound"], allowed=[*_variables(), "std"]) if "bound" in value else None
-        if "std" in std.names:
-            raise FormulaError(f"{std.text!r}: 'std' is only allowed in a bound")
-        return Rule(std, dist, bound)
-    except FormulaError as exc:
-        raise _bad(path, f"role {role}", str(exc)) from None
-
-
-def _variables():
-    from ..model.formula import VARIABLES
-
-    return [v for v in VARIABLES if v != "std"]
-
-
-def _probe_values(path: Path, s, role: str) -> None:
-    """Evaluate a rule over a spread of shapes and every layer: negative, non-finite or
-    undefined stds are errors now, not in the middle of a run."""
-    from ..model.schemes import resolved_rule
-
-    for L, d in ((1, 64), (12, 256), (80, 8192)):
-        for layer in sorted({0, L // 2, L - 1}):
-            env = {"l": layer, "L": L, "d": d, "d_ff": 4 * d, "d_h": 64, "fan_in": d, "fan_out": 4 * d,
-                   "sigma": 0.02, "sigma_emb": 0.02, "V": 32000, "d0": 256, "L0": 1}  # fmt: skip
-            try:
-                dist, std, bound = resolved_rule(s, role, {k: float(v) for k, v in env.items()})
-                effective_std(dist, std, bound)
-            except FormulaError as exc:  # the message names the scheme and the role
-                raise typer.BadParameter(f"{path}: {exc}", param_hint="'--init-file'") from None
+from ..model.formula import FormulaError
+from ..model.scheme_file import load_scheme
+from ..model.schemes import Scheme
 
 
 @functools.lru_cache(maxsize=16)
-def _load(resolved: str) -> str:
-    path = Path(resolved)
+def _load(resolved: str) -> Scheme:
     try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise typer.BadParameter(f"{path}: no such file", param_hint="'--init-file'") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise typer.BadParameter(f"{path}: cannot read it ({exc})", param_hint="'--init-file'") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise typer.BadParameter(f"{path}: not valid TOML ({exc})", param_hint="'--init-file'") from None
-    unknown = set(data) - _TOP
-    if unknown:
-        allowed = ", ".join(sorted(_TOP))
-        raise _bad(path, "top level", f"unknown key(s) {', '.join(sorted(unknown))} ({allowed})")
-    name = data.get("name")
-    if not isinstance(name, str) or not NAME_RE.fullmatch(name.strip()):
-        raise _bad(path, "name", f"{name!r}: give the scheme a name of up to 64 letters, digits, _ - . +, "
-                   "starting with a letter or digit (it names folders and CSV cells)")  # fmt: skip
-    qk_norm = data.get("qk_norm", False)
-    if not isinstance(qk_norm, bool):  # bool("false") is True: only a TOML boolean is a boolean
-        raise _bad(path, "qk_norm", f"{qk_norm!r} is not true or false (a TOML boolean, unquoted)")
-    placement = data.get("placement")
-    if placement is not None and placement not in PLACEMENTS:
-        raise _bad(path, "placement", f"{placement!r} is not one of {', '.join(PLACEMENTS)}")
-    roles = data.get("roles", {})
-    if not isinstance(roles, dict):
-        raise _bad(path, "roles", "must be a table: role = formula")
-    rules = {}
-    for role, value in roles.items():
-        if role not in ROLES or role == "gain":
-            allowed = ", ".join(r for r in ROLES if r != "gain")
-            raise _bad(path, f"role {role}", f"unknown role (choose from {allowed})")
-        rules[role] = _rule(path, role, value)
-    kw = {}
-    for key in ("stream_mult", "branch_mult", "embed_mult"):
-        if key in data:
-            try:
-                kw[key] = Formula(data[key])
-            except FormulaError as exc:
-                raise _bad(path, key, str(exc)) from None
-    try:
-        s = scheme(name.strip(), str(data.get("description", f"user scheme from {path.name}")),
-                   [str(path)], rules, placement=placement, qk_norm=qk_norm,
-                   depth_factor=None, closed_form="", **kw)  # fmt: skip
+        return load_scheme(resolved)
     except FormulaError as exc:
-        raise _bad(path, "scheme", str(exc)) from None
-    for role in rules:
-        _probe_values(path, s, role)
-    try:
-        existing = get_scheme(s.name)
-    except KeyError:
-        existing = None
-    if existing is None:
-        try:
-            register(s)
-        except FormulaError as exc:
-            raise _bad(path, "name", str(exc)) from None
-    elif existing.sources != s.sources:
-        raise _bad(path, "name", f"{s.name!r} is already a scheme")
-    return s.name
+        raise typer.BadParameter(str(exc), param_hint="'--init-file'") from None
 
 
-def load_init_file(path: Path) -> str:
-    """Parse, check and register the scheme of ``path``; its name. Errors are
-    ``typer.BadParameter`` naming the file and the role."""
+def load_init_file(path: Path) -> Scheme:
+    """Parse and check the scheme of ``path``. Errors are ``typer.BadParameter``
+    naming the file and the role."""
     return _load(str(Path(path).resolve()))

@@ -5,7 +5,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.text import Text
 
-from ..model.schemes import get_scheme, known, names
 from . import app
 from .options import SharedOptions, shared_options
 
@@ -38,7 +37,7 @@ def catalogue_table(df: "pd.DataFrame"):
 
     t = summary_table("Init catalogue", "v_2L(L): the stream variance after L layers (pre-norm style "
                       "additions, s^2: a branch's variance); tinit inits NAME: one scheme's std per role "
-                      "and layer; sources in inits.csv")  # fmt: skip
+                      "and layer; the upstream code each follows (repository@commit, file) in inits.csv")
     for col in ("scheme", "placement", "v_2L(L)", "rules (std per role) and multipliers"):
         t.add_column(col, overflow="ellipsis")
     for r in df.itertuples(index=False):
@@ -76,27 +75,30 @@ def inits(
     ] = None,
 ) -> None:
     """Print the init catalogue (name, roles touched, formula, multipliers, presumed
-    placement; sources in inits.csv) and write inits.csv; or, with NAME, that scheme's
+    placement; the upstream code each follows, repository@commit and file, and sources in
+    inits.csv) and write inits.csv; or, with NAME, that scheme's
     std per role and layer at the current shape, written to init_stds.csv (columns
     scheme, role, layer, std, distribution, multiplier, bound, std_drawn).
     """
     from ..experiments.inits import run_inits
+    from ..model.schemes import known, names
     from .runner import Outputs, configs_or_exit, execute
 
-    if opts.init_file is not None:
-        custom = opts.inits[0]
-        name = name or custom
-    if name is not None and not known(name):
-        raise typer.BadParameter(f"unknown init scheme {name!r}; choose from {', '.join(names())}",
+    custom = opts.custom_schemes
+    if custom:
+        name = name or custom[0].name
+    if name is not None and not known(name, custom):
+        raise typer.BadParameter(f"unknown init scheme {name!r}; choose from {', '.join(names(custom))}",
                                  param_hint="'NAME'")  # fmt: skip
     model, init = configs_or_exit(lambda: (opts.model_config(), opts.init_config()))
     if name is None:
         outputs = Outputs(tables=lambda r: [catalogue_table(r["inits"])])
     else:
-        s = get_scheme(name)
+        s = init.lookup(name)
         title = (f"{name}: std per role at L={model.n_layers}, d={model.d_model}, d_ff={model.d_ff}, "
                  f"sigma={opts.sigma}")  # fmt: skip
-        notes = [Text(f"{s.name}: {s.description}"), Text(f"multipliers: {s.multipliers()}; placement: "
-                 f"{s.architecture()}; v_2L: {s.closed_form or '-'}")]  # fmt: skip
+        notes = [Text(f"{s.name}: {s.description}"), Text(f"multipliers: {s.multipliers()}; architecture: "
+                 f"{s.architecture()}; v_2L: {s.closed_form or '-'}"),
+                 Text("upstream: " + ("; ".join(s.upstream) or "-"))]  # fmt: skip
         outputs = Outputs(tables=lambda r: [stds_table(r["init_stds"], title), *notes])
     execute("inits", opts, lambda progress: run_inits(model, init, name, progress), outputs)

@@ -170,14 +170,19 @@ class SharedOptions:
     base_depth: int = 1
 
     @property
+    def custom_schemes(self) -> tuple:
+        """The user's schemes (--init-file), as frozen values the InitConfig carries."""
+        return (load_init_file(self.init_file),) if self.init_file is not None else ()
+
+    @property
     def inits(self) -> tuple[str, ...]:
         """The schemes of --init (a comma list, ``all`` or ``both``); with --init-file and
         --init left at its default, the file's scheme alone."""
-        custom = load_init_file(self.init_file) if self.init_file is not None else None
-        if custom is not None and self.init == "both":
-            return (custom,)
+        custom = self.custom_schemes
+        if custom and self.init == "both":
+            return (custom[0].name,)
         try:
-            return parse_init_list(self.init)
+            return parse_init_list(self.init, custom)
         except KeyError as exc:
             raise typer.BadParameter(str(exc.args[0]), param_hint="'--init'") from None
 
@@ -212,7 +217,8 @@ class SharedOptions:
 
     def init_config(self) -> InitConfig:
         return InitConfig(sigma=self.sigma, embed_std=self.embed_std, seed=self.seed,
-                          base_width=self.base_width, base_depth=self.base_depth)  # fmt: skip
+                          base_width=self.base_width, base_depth=self.base_depth,
+                          schemes=self.custom_schemes)  # fmt: skip
 
     def run_config(self, **extra: Any) -> RunConfig:
         if self.preset is not None:
@@ -287,7 +293,8 @@ SHARED: dict[str, tuple[Any, Any]] = {
             FfnKind,
             _opt(
                 "--ffn",
-                help="Feed-forward network: gated SwiGLU or classic GELU.",
+                help="Feed-forward network: gated SwiGLU or GeGLU (Gemma), classic GELU, or relu^2 "
+                "(nanochat). Gemma's and nanochat's schemes build their codebase's own.",
                 panel=MODEL,
             ),
         ],
@@ -419,7 +426,7 @@ SHARED: dict[str, tuple[Any, Any]] = {
             str,
             _opt(
                 "--init",
-                help="Init schemes, a comma list of " + ", ".join(scheme_names(custom=False))
+                help="Init schemes, a comma list of " + ", ".join(scheme_names())
                 + " (scaled = gpt2); 'all' for the whole catalogue; 'both' = naive,scaled. "
                 "'tinit inits' lists them.",
                 panel=INIT,

@@ -45,8 +45,8 @@ from torch import nn
 from ..adapters.roles import ParamRole
 from ..adapters.sites import Sites, block_input, first_tensor
 from ..model.config import ConfigError
-from ..model.init import generator
-from ..model.schemes import get_scheme, resolved_rule
+from ..model.init import fill_, generator
+from ..model.schemes import Draw, Scheme, get_scheme, resolve
 from .common import (
     RUN_FAILURES,
     ExperimentResult,
@@ -95,6 +95,8 @@ FULL_PATH = {
 #: Verdicts that fail the audit (exit code 3); ``ok`` and ``unchecked`` do not.
 DEVIATING = ("off-recipe", "pytorch-default", "zero", "constant", "non-finite")
 GAUSSIAN = ("embed", "pos", "q", "k", "v", "qkv", "o", "gate", "up", "down", "head")
+#: Roles whose expectation is a constant (a rule's value): norm gains, biases, branch gains.
+CONSTANT = ("norm", "bias", "gain")
 #: audit role -> the recipe table's role
 RECIPE_ROLE = {"qkv": "q"}
 AS_BUILT = "as-built"
@@ -117,7 +119,9 @@ AUDIT_NOT_APPLICABLE = {
         "z_std": _not_std, "z_mean": _not_std, "expected": _no_expectation, "rel_err": _no_expectation,
     },  # fmt: skip
     "weight_groups": {
-        "max_abs_z": lambda df: ~df["role"].isin(GAUSSIAN),
+        # a group judged by equality (a constant, or a matrix whose scheme draws it as exactly 0)
+        # has no z
+        "max_abs_z": lambda df: ~df["role"].isin(GAUSSIAN) | (df["expected_max"] == 0),
         # a group of unknown role has no expectation
         **dict.fromkeys(("expected_min", "expected_max"), lambda df: df["role"] == "unknown"),
     },
@@ -142,33 +146,67 @@ def audit_not_applicable(sites: Sites) -> dict:
 
 @dataclass(frozen=True)
 class Expectation:
-    """What the weights are checked against: a scheme of the catalogue (tinit.model.schemes)
-    at a base std, and the tolerances of the verdict."""
+    """What the weights are checked against: an init scheme (a catalogue name, or a
+    Scheme value such as a tinit model's own) at a base std, and the tolerances of the
+    verdict. Every role's expectation comes from :func:`tinit.model.schemes.resolve`,
+    the resolution tinit's own init uses."""
 
-    scheme: str  # a catalogue scheme name ("naive", "gpt2" alias "scaled", "mitchell", ...)
+    scheme: str | Scheme  # a name ("naive", "gpt2" alias "scaled", "mitchell", ...) or a Scheme
     sigma: float
     embed_std: float
     source: str  # where it came from: "--expect scaled", "declared by the model: ..."
     z_max: float = 5.0
     rtol: float = 0.01
+    base_width: int = 256  # d0 of muP-style schemes
+    base_depth: int = 1  # L0 of CompleteP / depth-muP
+    label: str = ""  # the name it was asked for ("scaled"); default: the scheme's name
+
+    def __post_init__(self) -> None:
+        if isinstance(self.scheme, str):
+            object.__setattr__(self, "label", self.label or self.scheme)
+            object.__setattr__(self, "scheme", get_scheme(self.scheme))
+
+    @property
+    def name(self) -> str:
+        return self.label or self.scheme.name
+
+    def draw(
+        self, role: str, n_layers: int, layer: int = 0, shape: tuple[int, ...] = (), tied: bool = False
+    ) -> Draw | None:
+        """What the scheme draws ``role`` from, for a parameter of ``shape`` at ``layer``
+        (None for roles without a rule). The width variables of a rule (d, d_ff, V) are
+        read off the parameter's shape by its role; d_h, which no shape gives, is NaN, so
+        a rule that needs it yields NaN (unchecked)."""
+        if role not in GAUSSIAN and role not in ("norm", "bias", "gain"):
+            return None
+        rrole = RECIPE_ROLE.get(role, role)
+        env = _environment(rrole, shape, layer, n_layers, self.sigma, self.embed_std)
+        env.update(d0=float(self.base_width), L0=float(self.base_depth), tied=float(tied))
+        with np.errstate(all="ignore"):
+            return resolve(self.scheme, rrole, env)
 
     def expected(
-        self, role: str, n_layers: int, norm_offset: float, layer: int = 0, shape: tuple[int, ...] = ()
-    ) -> tuple[str | None, float]:
-        """(kind, value): ("std", s) for Gaussian roles, ("value", c) for constants, under
-        the catalogue scheme ``self.scheme`` (tinit.model.schemes) for a parameter of
-        ``shape`` at ``layer``. The width variables of a rule (d, d_ff, d_h, V) are read
-        off the parameter's shape by its role; those a role's shape does not give are
-        NaN, so a scheme whose rule for that role needs them yields NaN (unchecked)."""
-        if role not in GAUSSIAN and role not in ("norm", "bias"):
+        self, role: str, n_layers: int, norm_offset: float, layer: int = 0, shape: tuple[int, ...] = (),
+        tied: bool = False,
+    ) -> tuple[str | None, float]:  # fmt: skip
+        """(kind, value): ("std", s) for a role drawn with a spread (s the std the draws
+        have: a truncated normal's is below its nominal std), ("value", c) for constants,
+        norm gains, biases and roles drawn as exactly zero (judged by equality, never by a
+        ratio to 0). A norm's gain is compared as its weight: the scheme's gain
+        (offset + w) re-expressed in the model's norms (``norm_offset``)."""
+        draw = self.draw(role, n_layers, layer, shape, tied)
+        if draw is None:
             return None, math.nan
-        scheme = get_scheme(self.scheme)
-        env = _environment(RECIPE_ROLE.get(role, role), shape, layer, n_layers, self.sigma, self.embed_std)
-        with np.errstate(all="ignore"):
-            _, value, _ = resolved_rule(scheme, RECIPE_ROLE.get(role, role), env)
         if role == "norm":
-            return "value", value - norm_offset
-        return ("std", value) if role in GAUSSIAN else ("value", value)
+            return "value", draw.std + self.scheme.norm_offset - norm_offset
+        if role in GAUSSIAN and draw.random:
+            return "std", draw.std_drawn
+        return "value", 0.0 if draw.dist == "zero" else draw.std
+
+
+def _tied(roles: list[ParamRole]) -> bool:
+    """The head is the embedding (audited once, as embed): no parameter has role head."""
+    return not any(r.role == "head" for r in roles)
 
 
 def _environment(
@@ -200,6 +238,7 @@ def audit_weights(
 ) -> pd.DataFrame:
     """One row per parameter (see the module docstring for the verdicts)."""
     params = dict(model.named_parameters())
+    tied = _tied(roles)
     rows = []
     for r in roles:
         p = params[r.name].detach()
@@ -209,7 +248,8 @@ def audit_weights(
         mean = float(w.mean()) if finite else math.nan
         std = float(w.std(unbiased=False)) if finite else math.nan
         max_abs = float(w.abs().max()) if finite else math.nan
-        kind, exp = expect.expected(r.role, sites.n_layers, sites.norm_offset, r.layer, tuple(p.shape))
+        draw = expect.draw(r.role, sites.n_layers, r.layer, tuple(p.shape), tied)
+        kind, exp = expect.expected(r.role, sites.n_layers, sites.norm_offset, r.layer, tuple(p.shape), tied)
         z_std = z_mean = rel = math.nan
         verdict = None
         if not finite:
@@ -220,7 +260,10 @@ def audit_weights(
                 verdict = "ok"
         elif kind == "std":
             rel = std / exp - 1.0
-            ok_std, z_std = _close(std, exp, exp * math.sqrt(1.0 / (2 * n)), expect.z_max, expect.rtol)
+            # the sampling error of a std: s sqrt((kurtosis - 1) / 4n), 1/2n for a normal,
+            # 1/5n for a uniform (its std is pinned more tightly)
+            se = exp * math.sqrt((draw.kurtosis - 1.0) / (4 * n))
+            ok_std, z_std = _close(std, exp, se, expect.z_max, expect.rtol)
             ok_mean, z_mean = _close(mean, 0.0, exp / math.sqrt(n), expect.z_max, expect.rtol)
             ok_mean = ok_mean or abs(mean) <= expect.rtol * exp
             if ok_std and ok_mean:
@@ -509,16 +552,21 @@ def measure_grads(model: nn.Module, sites: Sites, tokens: torch.Tensor, roles: l
 def reinit_(
     model: nn.Module, roles: list[ParamRole], expect: Expectation, sites: Sites, seed: int
 ) -> list[str]:
-    """Re-initialise ``model`` in place by the recipe ``expect.scheme``: Gaussian roles
-    N(0, std^2) drawn per (seed, layer, parameter name), norms and biases their
-    constants. Returns the parameters it left as built (role unknown)."""
+    """Re-initialise ``model`` in place by the scheme ``expect.scheme``: each drawn role
+    from the scheme's own distribution (normal, truncated, uniform, zero; the draw
+    tinit's init makes, :func:`tinit.model.init.fill_`) per (seed, layer, parameter
+    name), norms, biases and gains their constants. Returns the parameters it left as
+    built (role unknown)."""
     params = dict(model.named_parameters())
+    tied = _tied(roles)
     kept = []
     for r in roles:
         p = params[r.name]
-        kind, value = expect.expected(r.role, sites.n_layers, sites.norm_offset, r.layer, tuple(p.shape))
+        shape = tuple(p.shape)
+        draw = expect.draw(r.role, sites.n_layers, r.layer, shape, tied)
+        kind, value = expect.expected(r.role, sites.n_layers, sites.norm_offset, r.layer, shape, tied)
         if kind == "std":
-            p.normal_(0.0, value, generator=generator(seed, r.layer, r.name, p.device))
+            fill_(p, draw, generator(seed, r.layer, r.name, p.device))
         elif kind == "value":
             p.fill_(value)
         else:
@@ -550,7 +598,7 @@ def run_audit(
     groups = group_weights(weights, sites)
     tick()
     meta.update(
-        sites=sites.describe(), family=sites.family, n_layers=L, expect=expect.scheme,
+        sites=sites.describe(), family=sites.family, n_layers=L, expect=expect.name,
         expect_source=expect.source,
         sigma=expect.sigma, z_max=expect.z_max, rtol=expect.rtol, seed=seed,
         n_params=len(weights), n_deviating=int(weights["verdict"].isin(DEVIATING).sum()),
@@ -561,12 +609,12 @@ def run_audit(
     )  # fmt: skip
     if recipe is not None:
         twin = copy.deepcopy(model)
-        meta["recipe"] = recipe.scheme
+        meta["recipe"] = recipe.name
         meta["recipe_kept_as_built"] = reinit_(twin, roles, recipe, sites, seed)
         # self-check: the re-initialised twin must pass its own recipe
         check = audit_weights(twin, roles, recipe, sites)["verdict"]
         meta["recipe_weights_deviating"] = int(check.isin(DEVIATING).sum())
-        configs.append((recipe.scheme, twin))
+        configs.append((recipe.name, twin))
     tol = check_tolerance(model)
     frames = {"weights": weights, "weight_groups": groups}
     var_frames, summaries, grad_frames, stream_frames, grad_summaries = [], [], [], [], []

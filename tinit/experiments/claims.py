@@ -61,7 +61,7 @@ class ClaimsConfig:
     shallow: int = 4  # layers of the small model (norm, FFN, tying claims; transfer's short end)
     deep: int = 24  # layers of the deep stacks (warmup, pre-norm, depth-scaling claims)
     seeds: int = 5  # seeds per configuration (init and batch order re-drawn)
-    high_lr: float = 3e-2  # the deliberately unstable peak lr (post-norm, deep, no warmup)
+    high_lr: float = 1.5e-2  # the deliberately unstable peak lr (post-norm, deep, no warmup)
     warmup: int = 50  # the warmup that the unstable setting is compared with
     tol: float = 0.02  # nats: the smallest final-loss difference that counts
 

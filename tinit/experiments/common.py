@@ -320,13 +320,16 @@ def should_stream(
 DEFAULT_PLACEMENTS = ("pre", "post")
 
 
-def grid(inits: Iterable[str], norm_positions: Iterable[str] | None) -> Iterator[tuple[str, str]]:
+def grid(
+    inits: Iterable[str], norm_positions: Iterable[str] | None, custom: Iterable = ()
+) -> Iterator[tuple[str, str]]:
     """The (init scheme, norm position) configurations of a run, in a fixed order
     (placement, then scheme). ``norm_positions`` None: each scheme in the placement
-    it presumes (olmo2 reordered, deepnet post, ...), the others in pre and post."""
-    inits = list(inits)
+    it presumes (olmo2 reordered, deepnet post, ...), the others in pre and post.
+    ``custom``: the user's schemes the run's InitConfig carries."""
+    inits, custom = list(inits), tuple(custom)
     if norm_positions is None:
-        wanted = {recipe: placements_for(recipe, DEFAULT_PLACEMENTS) for recipe in inits}
+        wanted = {recipe: placements_for(recipe, DEFAULT_PLACEMENTS, custom) for recipe in inits}
         norm_positions = [p for p in PLACEMENTS if any(p in w for w in wanted.values())]
     else:
         wanted = {recipe: tuple(norm_positions) for recipe in inits}
@@ -358,7 +361,7 @@ def check_configs(
     part-way."""
     from ..model.formula import FormulaError
     from ..model.rulecheck import check_scheme
-    from ..model.schemes import CATALOGUE, get_scheme
+    from ..model.schemes import CATALOGUE
 
     configs = list(configs)
     for L in depths if depths is not None else [model.n_layers]:
@@ -367,8 +370,7 @@ def check_configs(
             try:
                 check_scheme(cfg, ini)
             except FormulaError as exc:
-                scheme = get_scheme(recipe)
-                if scheme.name in CATALOGUE:
+                if ini.scheme.name in CATALOGUE:
                     raise ConfigError("recipe", str(exc)) from None
                 raise ConfigError("init_file", f"{scheme.sources[0]}: {exc}") from None
 
@@ -386,7 +388,7 @@ def run_meta(
     it. With ``configurations`` (the (recipe, norm position) grid that ran), the model's
     ``norm_position`` and the init's ``recipe`` name what ran (a list when more than one
     value ran), not the single value of the base configs."""
-    model_d, init_d = model.to_dict(), dataclasses.asdict(init)
+    model_d, init_d = model.to_dict(), init.to_dict()
     if extra.get("configurations"):
         for d, key, i in ((init_d, "recipe", 0), (model_d, "norm_position", 1)):
             ran = list(dict.fromkeys(c[i] for c in extra["configurations"]))

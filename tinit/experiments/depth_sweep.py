@@ -30,7 +30,7 @@ from .. import theory
 from ..criteria import LAW_TOL, SPREAD_K, TRANSFER_FROM, TRANSFER_TOL
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ..model.init import role_shape_of
-from ..model.schemes import environment, evaluate, get_scheme, known, resolved_rule
+from ..model.schemes import environment, evaluate, get_scheme, known, resolve
 from .common import (
     ExperimentResult,
     IncompleteRun,
@@ -245,11 +245,11 @@ def _mean_se(values: pd.Series) -> tuple[float, float]:
     return float(v.mean()), se
 
 
-def is_depth_scaled(recipe: str, model: ModelConfig) -> bool:
+def is_depth_scaled(recipe: str, model: ModelConfig, init: InitConfig | None = None) -> bool:
     """Whether the scheme makes a branch's variance depend on the depth L (its depth
     factor or its branch multiplier names L). Gaussian branches (``--branch
     gaussian``) ignore the init: their variance is S2 at every depth."""
-    s = get_scheme(recipe)
+    s = init.lookup(recipe) if init is not None else get_scheme(recipe)
     names = set(s.branch_mult.names)
     for f in s.depth_factor or ():
         names |= f.names
@@ -285,7 +285,7 @@ class TheoryLine:
 
     @property
     def depth_scaled(self) -> bool:
-        return is_depth_scaled(self.recipe, self.model)
+        return is_depth_scaled(self.recipe, self.model, self.init)
 
     @property
     def branch_var(self) -> float:
@@ -312,12 +312,14 @@ def theory_line(
 
 def embed_variance(recipe: str, model: ModelConfig, init: InitConfig, L: int) -> float:
     """The embedding output's variance under the scheme at depth L, up to the draws:
-    (embed std x embedding multiplier)^2."""
-    s = get_scheme(recipe)
+    (embed std x embedding multiplier)^2; 1 for an RMS-normalised embedding (nanochat)."""
     cfg = dataclasses.replace(model, n_layers=int(L))
     ini = dataclasses.replace(init, recipe=recipe)
-    env = environment(cfg, ini, -1, role_shape_of(cfg, "embed"))
-    std = resolved_rule(s, "embed", env)[1]
+    s = ini.scheme
+    if s.embed_norm:
+        return 1.0
+    env = environment(cfg, ini, -1, role_shape_of(cfg, "embed", ini))
+    std = resolve(s, "embed", env).std_drawn
     mult = evaluate(s.embed_mult, env, s.name)
     return (std * mult) ** 2 if std > 0 else 1.0
 
@@ -406,7 +408,7 @@ def fit_configs(
             "transfers": None if one else transfer_verdict(t_ratio, t_ratio_se),
             "law_max_rel_err": float(law_err), "law_tol": LAW_TOL,
             "law_holds": bool(law_err <= LAW_TOL) if math.isfinite(law_err) else None,
-            "closed_form": get_scheme(recipe).closed_form,
+            "closed_form": line.init.lookup(recipe).closed_form,
             "theory_rel_err_max": _max_abs(s["v_final_mean"] / s["theory_v_final"] - 1.0),
         })  # fmt: skip
     return pd.DataFrame(rows, columns=FIT_COLUMNS)
@@ -417,9 +419,9 @@ def run_depth_sweep(
     init: InitConfig | None = None,
     run: RunConfig | None = None,
     layers: str | Sequence[int] = (1, 2, 4, 8, 12, 24, 48, 80),
-    seeds: int = 1,
+    seeds: int = 3,
     inits: Sequence[str] = ("naive", "scaled"),
-    norm_positions: Sequence[str] | None = ("pre", "post"),
+    norm_positions: Sequence[str] | None = None,
     grads: bool = True,
     progress: Progress | None = None,
     on_partial: Partial | None = None,
@@ -450,7 +452,7 @@ def run_depth_sweep(
         require_gradients(model, run)
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise ConfigError("seeds", f"must be a whole number >= 1, got {seeds!r}")
-    configs = list(grid(inits, norm_positions))
+    configs = list(grid(inits, norm_positions, init.schemes))
     check_configs(model, init, run, configs, depths)
     device = resolve_device(run.device)
     base = dataclasses.replace(model, n_layers=depths[-1])
@@ -470,7 +472,7 @@ def run_depth_sweep(
     def result(complete: bool, error: str | None = None) -> ExperimentResult:
         meter.record(meta)
         meta["streamed"] = streamed
-        na = not_applicable(grads and model.branch == "model")
+        na = not_applicable(grads and model.branch == "model", init.schemes)
         return ExperimentResult(assemble(records, configs, model, init, ref), meta, complete, error, na)
 
     for L in depths:
@@ -498,7 +500,7 @@ def run_depth_sweep(
     return result(True)
 
 
-def not_applicable(grad_ratio: bool) -> dict:
+def not_applicable(grad_ratio: bool, custom=()) -> dict:
     """The cells of the three frames that have no value by design (written empty):
     the gradient ratio without gradients (--no-grads, Gaussian branches), standard
     errors over one seed, OLS errors below three points, a fit over one depth."""
@@ -516,13 +518,13 @@ def not_applicable(grad_ratio: bool) -> dict:
         return df["diff_max_min"] == 0
 
     def zero_branches(df):  # W_O and W_down exactly 0 (zero-out, nanochat): no branch to measure
-        return df["init"].map(_zero_outputs).astype(bool)
+        return df["init"].map(lambda name: _zero_outputs(name, custom)).astype(bool)
 
     def no_grad_ratio(df):  # a branch gain of 0 (ReZero): W_down receives no gradient at init
-        return df["init"].map(_zero_gain).astype(bool) | (not grad_ratio)
+        return df["init"].map(lambda name: _zero_gain(name, custom)).astype(bool) | (not grad_ratio)
 
     def no_closed_form(df):  # a user's scheme (--init-file) that declares no depth factor
-        return df["init"].map(lambda name: known(name) and get_scheme(name).depth_factor is None).astype(bool)
+        return df["init"].map(lambda name: _no_closed_form(name, custom)).astype(bool)
 
     summary = {f"{q}_se": one_seed for q in SUMMARY_QUANTITIES}
     fit = {
@@ -560,13 +562,21 @@ def not_applicable(grad_ratio: bool) -> dict:
             "depth_sweep_theory": theory}
 
 
-def _zero_outputs(recipe: str) -> bool:
-    s = get_scheme(recipe)
+def _no_closed_form(recipe: str, custom=()) -> bool:
+    return not known(recipe, custom) or get_scheme(recipe, custom).depth_factor is None
+
+
+def _zero_outputs(recipe: str, custom=()) -> bool:
+    if not known(recipe, custom):
+        return False
+    s = get_scheme(recipe, custom)
     return s.rule("o").dist == "zero" and s.rule("down").dist == "zero"
 
 
-def _zero_gain(recipe: str) -> bool:
-    f = get_scheme(recipe).branch_mult
+def _zero_gain(recipe: str, custom=()) -> bool:
+    if not known(recipe, custom):
+        return False
+    f = get_scheme(recipe, custom).branch_mult
     return not f.names and f() == 0
 
 
@@ -577,7 +587,7 @@ def depth_sweep_point(
     n_layers: int,
     seed_index: int,
     inits: Sequence[str] = ("naive", "scaled"),
-    norm_positions: Sequence[str] | None = ("pre", "post"),
+    norm_positions: Sequence[str] | None = None,
     grads: bool = True,
     progress: Progress | None = None,
 ) -> tuple[list[dict], list[dict]]:
@@ -592,7 +602,7 @@ def depth_sweep_point(
     every point into the sweep's frames."""
     cfg = dataclasses.replace(model, n_layers=n_layers)
     ini, r = seed_configs(init, run, seed_index)
-    per = len(list(grid(inits, norm_positions))) * n_layers
+    per = len(list(grid(inits, norm_positions, init.schemes))) * n_layers
     total = per * (3 if grads else 1)
     var = run_variance(cfg, ini, r, inits, norm_positions, progress=_span(progress, 0, per, total))
     metas, ratios = [var.meta], {}

@@ -76,7 +76,8 @@ GRAD_COLUMNS = [
 STREAM_COLUMNS = [
     "init", "norm_position", "n_layers", "seed", "k", "layer", "sublayer", "stream_grad_rms",
     "stream_grad_rel", "pred_identity_gain", "pred_stream_grad_rms", "stream_var",
-    "branch_back_gain", "grad_cross_corr", "pred_full_gain", "pred_full_stream_grad_rms",
+    "branch_back_gain", "grad_cross_corr", "norm_back_gain", "norm_proj_frac", "pred_full_gain",
+    "pred_full_stream_grad_rms",
 ]  # fmt: skip
 SUMMARY_COLUMNS = [
     "init", "norm_position", "n_layers", "seed", "batches", "loss",
@@ -157,14 +158,46 @@ class GradTap:
             self.sums[k] = stream_out
 
 
-def branch_paths(tap: GradTap, ks, coef, acc: torch.Tensor, stats: torch.dtype, extra=None) -> None:
+#: Rows of the path accumulator (per addition k): |r_k|^2, |w_k|^2, <c_k w_k, r_k>, and
+#: for post-norm |J_k^T g_k|^2 (the norm's per-token Jacobian applied to the gradient
+#: g_k arriving at its output), |g_k|^2 and the part of |g_k|^2 along the tokens.
+PATH_ROWS = 6
+
+
+def norm_backward(s: torch.Tensor, y: torch.Tensor, g: torch.Tensor, layernorm: bool) -> tuple:
+    """The norm's backward per token, from the forward sum ``s``, its normed output ``y``
+    (unit gain, as at init) and the gradient ``g`` arriving at ``y``: (|J^T g|^2 summed
+    over tokens, |g|^2 summed, sum of (y_t . g_t)^2 / |y_t|^2).
+
+    RMSNorm y_t = s_t / r_t, r_t = sqrt(mean(s_t^2) + eps), has the Jacobian
+    (1 / r_t)(I - y_t y_t^T / d): it scales each token's gradient by 1 / r_t and removes
+    its component along the token (Xiong et al. 2020, eq. (5) for LayerNorm); LayerNorm
+    also removes the component along 1 (its mean). r_t = |s_t - c_t| / |y_t|, with c_t the
+    token's mean for LayerNorm and 0 for RMSNorm, so eps needs no separate handling."""
+    d = s.shape[-1]
+    centred = s - s.mean(dim=-1, keepdim=True) if layernorm else s
+    r = torch.linalg.vector_norm(centred, dim=-1, keepdim=True) / torch.linalg.vector_norm(
+        y, dim=-1, keepdim=True
+    ).clamp_min(torch.finfo(y.dtype).tiny)
+    along = (y * g).sum(dim=-1, keepdim=True)
+    jg = g - y * along / d
+    if layernorm:
+        jg = jg - g.mean(dim=-1, keepdim=True)
+    jg = jg / r
+    removed = along.square() / y.square().sum(dim=-1, keepdim=True).clamp_min(torch.finfo(y.dtype).tiny)
+    return jg.square().sum(), g.square().sum(), removed.sum()
+
+
+def branch_paths(tap: GradTap, ks, coef, acc: torch.Tensor, stats: torch.dtype, extra=None,
+                 layernorm: bool = False) -> None:  # fmt: skip
     """Split the gradient reaching the stream before addition k into its identity part
-    and its branch part, for every k in ``ks``, and accumulate into ``acc`` (3, 2L+1):
-    |r_k|^2, |w_k|^2 and <c_k w_k, r_k>. w_k is the gradient at the addition's output
-    (post-norm: at the sum, before the norm), c_k the scheme's stream multiplier (times
-    the x0-mix lambda), and r_k = u_{k-1} - c_k w_k what came back through the branch
-    (u_{k-1}: the gradient at the stream entering addition k; ``extra`` supplies those
-    the tap did not see, e.g. a block's input)."""
+    and its branch part, for every k in ``ks``, and accumulate into ``acc``
+    (PATH_ROWS, 2L+1): |r_k|^2, |w_k|^2 and <c_k w_k, r_k>. w_k is the gradient at the
+    addition's output (post-norm: at the sum, before the norm), c_k the scheme's stream
+    multiplier (times the x0-mix lambda), and r_k = u_{k-1} - c_k w_k what came back
+    through the branch (u_{k-1}: the gradient at the stream entering addition k;
+    ``extra`` supplies those the tap did not see, e.g. a block's input). Post-norm also
+    accumulates the norm's per-token backward (:func:`norm_backward`)."""
     extra = extra or {}
     for k in ks:
         prev = extra[k - 1] if k - 1 in extra else tap.streams[k - 1].grad
@@ -177,6 +210,13 @@ def branch_paths(tap: GradTap, ks, coef, acc: torch.Tensor, stats: torch.dtype, 
         acc[0, k] += r.square().sum()
         acc[1, k] += w.square().sum()
         acc[2, k] += (ident * r).sum()
+        y = tap.streams[k]
+        if k in tap.sums and y.grad is not None:  # post-norm: the norm between y_k and s_k
+            jg, gg, removed = norm_backward(out.detach().to(stats), y.detach().to(stats), y.grad.to(stats),
+                                            layernorm)  # fmt: skip
+            acc[3, k] += jg
+            acc[4, k] += gg
+            acc[5, k] += removed
 
 
 class _Recorder:
@@ -218,7 +258,7 @@ def _autograd(net, toks, stats, sq, losses, probes, tick, coef=None, acc=None) -
         for k, t in tap.streams.items():
             sq[k] += t.grad.to(stats).square().sum()
         if acc is not None:
-            branch_paths(tap, range(1, 2 * L + 1), coef, acc, stats)
+            branch_paths(tap, range(1, 2 * L + 1), coef, acc, stats, layernorm=net.cfg.norm == "layernorm")
         if tap.block_grads < L:  # (never, unless the backward missed a block's output)
             tick(L - tap.block_grads)
         del tap, x, loss
@@ -259,7 +299,8 @@ def _layerwise(net, cfg, ini, device, dtype, toks, stats, sq, losses, probes, re
             out.backward(grads[i])
             sq[2 * layer + 1] += tap.streams[2 * layer + 1].grad.to(stats).square().sum()
             if acc is not None:
-                branch_paths(tap, (2 * layer + 1, 2 * layer + 2), coef, acc, stats, {2 * layer: x_in.grad})
+                branch_paths(tap, (2 * layer + 1, 2 * layer + 2), coef, acc, stats, {2 * layer: x_in.grad},
+                             cfg.norm == "layernorm")  # fmt: skip
             grads[i] = x_in.grad  # d loss / d stream at addition 2*layer (layer 0: the embedding)
             sq[2 * layer] += grads[i].to(stats).square().sum()
             xs[i][layer] = None
@@ -278,35 +319,45 @@ def stream_frame(
     """stream_grads rows of one configuration, with the identity-path prediction and,
     with ``paths`` (from :func:`branch_paths`), the full-path one.
 
-    Identity path: only post-norm has a norm on it; the others (pre, sandwich,
-    reordered, none) pass the gradient unchanged, times the scheme's stream
+    Identity path: only post-norm has a norm on it, modelled as the scalar
+    1/sqrt(var(s_j) + eps) from the forward variance of the sum; the others (pre,
+    sandwich, reordered, none) pass the gradient unchanged, times the scheme's stream
     multipliers a_j (and x0-mix lambdas) above k. Full path: the gradient entering
     addition j from above is split into the identity part c_j w_j and the branch part
     r_j; with b_j = |r_j|^2 / |w_j|^2 the branch's backward gain (squared) and the two
     parts uncorrelated, |u_{j-1}|^2 = (c_j^2 + b_j) |w_j|^2, so the gain from 2L down to
-    k is the product over j > k of sqrt(c_j^2 + b_j) (times post-norm's norm gain
-    1/sqrt(var(s_j) + eps)). ``grad_cross_corr`` measures that uncorrelatedness."""
+    k is the product over j > k of sqrt(c_j^2 + b_j), times post-norm's norm backward
+    sqrt(n_j): the norm's Jacobian per token, (1 / r_t)(I - y_t y_t^T / d), applied to
+    the gradient arriving at its output (:func:`norm_backward`; n_j = |J^T g|^2 / |g|^2).
+    Per token it removes the gradient's component along the token, a share
+    ``norm_proj_frac`` of |g|^2 that the scalar model leaves in (about 3% per addition at
+    sigma 1/sqrt(d), naive, L 12: compounded over 24 additions, 2.4x). ``grad_cross_corr``
+    measures the uncorrelatedness the full path still assumes."""
     n_add = len(sq) - 1
     k = np.arange(n_add + 1)
     rms = np.sqrt(sq / count)
     with np.errstate(all="ignore"):  # a vanished or overflowing gradient: nan / inf, flagged
         rel = rms / rms[-1]
     a = np.ones(n_add) if stream_mult is None else np.asarray(stream_mult, dtype=np.float64)
-    if norm_position != "post":
+    post = norm_position == "post"
+    if not post:
         gain = theory.identity_gain_pre(n_add)
-        norm_gain = np.ones(n_add)
     else:
         gain = theory.identity_gain_post(stream_var[1:], eps)
-        norm_gain = 1.0 / np.sqrt(np.asarray(stream_var[1:], dtype=np.float64) + eps)
     gain = gain * np.concatenate([np.cumprod(a[::-1])[::-1], [1.0]])
     nan = np.full(n_add + 1, np.nan)
-    b, corr, full = nan.copy(), nan.copy(), nan.copy()
+    b, corr, full, n_gain, removed = nan.copy(), nan.copy(), nan.copy(), nan.copy(), nan.copy()
     if paths is not None:
         rr, ww, cross = paths[0, 1:], paths[1, 1:], paths[2, 1:]
         with np.errstate(all="ignore"):  # overflow or 0/0: inf / nan, flagged in the CSV
             b[1:] = rr / ww
             corr[1:] = cross / np.sqrt(a**2 * ww * rr)
-            step = np.sqrt(a**2 + b[1:]) * norm_gain
+            norm_step = np.ones(n_add)
+            if post and len(paths) >= PATH_ROWS:
+                n_gain[1:] = paths[3, 1:] / paths[4, 1:]
+                removed[1:] = paths[5, 1:] / paths[4, 1:]
+                norm_step = np.sqrt(n_gain[1:])
+            step = np.sqrt(a**2 + b[1:]) * norm_step
             full = np.concatenate([np.cumprod(step[::-1])[::-1], [1.0]])
     return pd.DataFrame(
         {
@@ -320,6 +371,8 @@ def stream_frame(
             "stream_var": stream_var,
             "branch_back_gain": b,
             "grad_cross_corr": corr,
+            "norm_back_gain": n_gain,
+            "norm_proj_frac": removed,
             "pred_full_gain": full,
             "pred_full_stream_grad_rms": rms[-1] * full,
         }
@@ -403,10 +456,15 @@ def not_applicable(model: ModelConfig, grads: pd.DataFrame) -> dict:
     def embedding(df):
         return df["k"] == 0
 
+    def no_norm_on_path(df):  # only post-norm has a norm between additions
+        return embedding(df) | (df["norm_position"] != "post")
+
     return {
         "stream_grads": {
             "branch_back_gain": embedding,
             "grad_cross_corr": lambda df: embedding(df) | (df["branch_back_gain"] == 0),
+            "norm_back_gain": no_norm_on_path,
+            "norm_proj_frac": no_norm_on_path,
         },
         "summary": dict.fromkeys(TENSOR_STAT_COLUMNS, no_tensor_grads),
     }
@@ -417,7 +475,7 @@ def run_grad_norms(
     init: InitConfig | None = None,
     run: RunConfig | None = None,
     inits: Sequence[str] = ("naive", "scaled"),
-    norm_positions: Sequence[str] | None = ("pre", "post"),
+    norm_positions: Sequence[str] | None = None,
     batches: int = 1,
     progress: Progress | None = None,
     on_partial: Partial | None = None,
@@ -441,7 +499,7 @@ def run_grad_norms(
         raise ConfigError("batches", f"must be a whole number >= 1, got {batches!r}")
     device, dtype = resolve_device(run.device), resolve_dtype(run.dtype)
     stats = stat_dtype(dtype)
-    configs = list(grid(inits, norm_positions))
+    configs = list(grid(inits, norm_positions, init.schemes))
     check_configs(model, init, run, configs)
     # weights + gradients + the recompute: three copies of every block when built whole
     stream = should_stream(model, dtype, device, run.stream, factor=3)
@@ -474,7 +532,7 @@ def run_grad_norms(
             sq = torch.zeros(2 * L + 1, dtype=stats, device=device)
             mult = theory.addition_multipliers(ini.scheme, cfg, ini)
             coef = mult["a"] * mult["lam"]
-            acc = torch.zeros(3, 2 * L + 1, dtype=stats, device=device)
+            acc = torch.zeros(PATH_ROWS, 2 * L + 1, dtype=stats, device=device)
             losses: list[torch.Tensor] = []
             probes = [VarianceProbe(stats) for _ in toks]
             with matmul_precision(run):

@@ -8,36 +8,31 @@ import dataclasses
 
 import pandas as pd
 
-from ..model.config import InitConfig, ModelConfig, RunConfig
+from ..model.config import GATED_FFNS, InitConfig, ModelConfig, RunConfig
 from ..model.init import role_shape_of
-from ..model.schemes import (
-    MATRIX_ROLES,
-    effective_std,
-    environment,
-    evaluate,
-    get_scheme,
-    names,
-    resolved_rule,
-)
+from ..model.schemes import MATRIX_ROLES, environment, evaluate, ffn_of, get_scheme, names, resolve
 from .common import ExperimentResult, Progress, check_configs
 
 INITS_COLUMNS = [
-    "name", "description", "roles", "formula", "multipliers", "placement", "qk_norm", "closed_form",
-    "sources", "aliases",
+    "name", "description", "roles", "formula", "multipliers", "placement", "qk_norm", "architecture",
+    "closed_form", "upstream", "sources", "aliases",
 ]  # fmt: skip
 STDS_COLUMNS = ["scheme", "role", "layer", "std", "distribution", "multiplier", "bound", "std_drawn"]
 
 
-def catalogue_frame(schemes: list[str] | None = None) -> pd.DataFrame:
+def catalogue_frame(schemes: list[str] | None = None, custom=()) -> pd.DataFrame:
     """One row per scheme: name, description, roles it changes, their rules, its
-    multipliers, the placement (and QK-norm) it presumes, its closed form v_2L(L)."""
+    multipliers, the placement (and QK-norm) it presumes, the architecture its codebase
+    runs, its closed form v_2L(L), and the upstream code it follows (repository @
+    commit, file)."""
     rows = []
-    for name in schemes or names():
-        s = get_scheme(name)
+    for name in schemes or names(custom):
+        s = get_scheme(name, custom)
         rows.append({
             "name": s.name, "description": s.description, "roles": ",".join(s.touched) or "-",
             "formula": s.formula(), "multipliers": s.multipliers(), "placement": s.placement or "",
-            "qk_norm": s.qk_norm, "closed_form": s.closed_form, "sources": "; ".join(s.sources),
+            "qk_norm": s.qk_norm, "architecture": s.architecture(), "closed_form": s.closed_form,
+            "upstream": "; ".join(s.upstream), "sources": "; ".join(s.sources),
             "aliases": ",".join(s.aliases),
         })  # fmt: skip
     return pd.DataFrame(rows, columns=INITS_COLUMNS)
@@ -57,27 +52,27 @@ def stds_frame(model: ModelConfig, init: InitConfig) -> pd.DataFrame:
     draws really have (a truncated normal's is smaller), and the multiplier on the
     role's output path: the branch multiplier g for block matrices, the embedding
     multiplier for ``embed``/``pos``, the logit multiplier for ``head``."""
-    s = get_scheme(init.recipe)
+    s = init.scheme
     L = model.n_layers
+    gated = ffn_of(model, s)[0] in GATED_FFNS
     roles = [r for r in MATRIX_ROLES if not (r == "pos" and model.positions != "learned")
-             and not (r == "head" and model.tie_embeddings) and not (r == "gate" and model.ffn != "swiglu")]
+             and not (r == "head" and model.tie_embeddings) and not (r == "gate" and not gated)]
     if s.branch_learned:
         roles.append("gain")
     rows = []
     for role in roles:
         for layer in _layers(role, L):
-            env = environment(model, init, layer, role_shape_of(model, role))
-            dist, std, bound = resolved_rule(s, role, env)
+            env = environment(model, init, layer, role_shape_of(model, role, init))
+            draw = resolve(s, role, env)
             if role in ("embed", "pos"):
                 mult = evaluate(s.embed_mult, env, s.name)
             elif role == "head":
                 mult = evaluate(s.logit_mult, env, s.name)
             else:
                 mult = evaluate(s.branch_mult, env, s.name)
-            drawn = std if dist == "const" else effective_std(dist, std, bound)
-            rows.append({"scheme": init.recipe, "role": role, "layer": layer, "std": std,
-                         "distribution": dist, "multiplier": mult, "bound": bound,
-                         "std_drawn": drawn})  # fmt: skip
+            rows.append({"scheme": init.recipe, "role": role, "layer": layer, "std": draw.std,
+                         "distribution": draw.dist, "multiplier": mult, "bound": draw.bound,
+                         "std_drawn": draw.std_drawn})  # fmt: skip
     return pd.DataFrame(rows, columns=STDS_COLUMNS)
 
 
@@ -90,9 +85,9 @@ def run_inits(
     """Frames ``inits`` (the catalogue) or, with ``scheme``, ``init_stds`` (that
     scheme's std per role and layer at the shape ``model``)."""
     model, init = model or ModelConfig(), init or InitConfig()
-    meta = {"model": model.to_dict(), "init": dataclasses.asdict(init), "scheme": scheme}
+    meta = {"model": model.to_dict(), "init": init.to_dict(), "scheme": scheme}
     if scheme is None:
-        frames = {"inits": catalogue_frame()}
+        frames = {"inits": catalogue_frame(custom=init.schemes)}
     else:
         # a rule undefined at some layer of this shape is bad input, found before the table
         check_configs(model, init, RunConfig(seq_len=model.max_seq_len), [(scheme, model.norm_position)])
@@ -110,13 +105,12 @@ def catalogue_markdown() -> str:
     """The catalogue as the README's markdown table (tests check that README holds
     exactly this text, so the two cannot drift)."""
     lines = [
-        "| scheme | roles it changes | rules | multipliers | presumes | v_2L(L) | source |",
+        "| scheme | roles it changes | rules | multipliers | architecture | v_2L(L) | upstream |",
         "|---|---|---|---|---|---|---|",
     ]
-    for r in catalogue_frame(names(custom=False)).itertuples(index=False):
+    for r in catalogue_frame(names()).itertuples(index=False):
         name = f"`{r.name}`" + (f" (alias `{r.aliases}`)" if r.aliases else "")
-        place = (r.placement or "-") + (" + QK-norm" if r.qk_norm else "")
-        cells = [name, r.roles.replace(",", ", "), r.formula, r.multipliers, place, r.closed_form or "-",
-                 r.sources.split("; ")[-1]]  # fmt: skip
+        cells = [name, r.roles.replace(",", ", "), r.formula, r.multipliers, r.architecture,
+                 r.closed_form or "-", r.upstream.replace("; ", "<br>")]  # fmt: skip
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)

@@ -19,13 +19,11 @@ import hashlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 import pandas as pd
 
 from ..model.config import InitConfig, ModelConfig, RunConfig
-from ..model.schemes import CATALOGUE, get_scheme, known, register
 from .common import ExperimentResult, Progress, check_configs, grid
 from .depth_sweep import (
     SWEEP_COLUMNS,
@@ -53,9 +51,6 @@ class Point:
     kind: str
     labels: dict[str, Any]
     kwargs: dict[str, Any] = field(repr=False)
-    #: the user's schemes (--init-file) the point runs: a worker process (or a SLURM task)
-    #: has not read the file, so the point carries them (rules as a plain dict, picklable)
-    schemes: tuple = field(default=(), repr=False)
 
     @property
     def name(self) -> str:
@@ -112,19 +107,9 @@ RUNNERS: dict[str, Callable[..., ExperimentResult]] = {
 
 
 def run_point(point: Point, progress: Progress | None = None) -> ExperimentResult:
-    """Measure one point (raises what its experiment raises), after registering the
-    user's schemes it carries where this process does not know them yet."""
-    for s in point.schemes:
-        if not known(s.name):
-            register(dataclasses.replace(s, rules=MappingProxyType(dict(s.rules))))
+    """Measure one point (raises what its experiment raises). A user's scheme travels
+    inside the point's InitConfig (``init.schemes``): no registry to fill first."""
     return RUNNERS[point.kind](**point.kwargs, progress=progress)
-
-
-def user_schemes(inits: Sequence[str]) -> tuple:
-    """The schemes among ``inits`` that are not the catalogue's (registered from
-    --init-file), ready to travel with a point (a mappingproxy does not pickle)."""
-    out = [get_scheme(n) for n in inits]
-    return tuple(dataclasses.replace(s, rules=dict(s.rules)) for s in out if s.name not in CATALOGUE)
 
 
 def _grid_meta(model: ModelConfig, init: InitConfig, run: RunConfig, **extra: Any) -> dict[str, Any]:
@@ -132,7 +117,7 @@ def _grid_meta(model: ModelConfig, init: InitConfig, run: RunConfig, **extra: An
     point resolves where it runs (a login node may have no GPU)."""
     return {
         "model": model.to_dict(),
-        "init": dataclasses.asdict(init),
+        "init": init.to_dict(),
         "sigma_resolved": init.resolved_sigma(model.d_model),
         "embed_std_resolved": init.resolved_embed_std(model.d_model),
         "run": run.to_dict(),
@@ -149,7 +134,7 @@ def depth_sweep_plan(
     ref = transfer_reference(depths, transfer_from)
     if grads:
         require_gradients(model, run)
-    configs = list(grid(inits, norm_positions))
+    configs = list(grid(inits, norm_positions, init.schemes))
     check_configs(model, init, run, configs, depths)
     points = [
         Point(
@@ -157,7 +142,6 @@ def depth_sweep_plan(
             {"n_layers": L, "seed": seed_configs(init, run, i)[0].seed, "init": recipe, "norm_position": pos},
             {"model": model, "init": init, "run": run, "n_layers": L, "seed_index": i, "inits": (recipe,),
              "norm_positions": (pos,), "grads": grads},
-            user_schemes((recipe,)),
         )  # fmt: skip
         for L in depths
         for i in range(seeds)
@@ -174,18 +158,19 @@ def depth_sweep_plan(
         layers=list(depths), seeds=seeds, seed_values=[init.seed + i for i in range(seeds)], grads=grads,
         transfer_from=ref,
     )  # fmt: skip
-    return Plan("depth-sweep", points, gather, meta, not_applicable(grads and model.branch == "model"))
+    return Plan("depth-sweep", points, gather, meta,
+                not_applicable(grads and model.branch == "model", init.schemes))  # fmt: skip
 
 
 def _concat_plan(command: str, kind: str, stems: Sequence[str], model, init, run, inits, norm_positions,
                  na: dict | None = None, **kwargs) -> Plan:  # fmt: skip
     """A command whose frames are its configurations' frames one after the other."""
-    configs = list(grid(inits, norm_positions))
+    configs = list(grid(inits, norm_positions, init.schemes))
     check_configs(model, init, run, configs)
     points = [
         Point(kind, {"n_layers": model.n_layers, "seed": init.seed, "init": recipe, "norm_position": pos},
               {"model": model, "init": init, "run": run, "inits": (recipe,), "norm_positions": (pos,),
-               **kwargs}, user_schemes((recipe,)))  # fmt: skip
+               **kwargs})  # fmt: skip
         for recipe, pos in configs
     ]
 

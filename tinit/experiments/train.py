@@ -121,7 +121,7 @@ class TrainConfig:
     """The optimizer, schedule and bookkeeping of a training run."""
 
     steps: int = 300  # optimizer steps
-    lr: float = 3e-3  # peak learning rate
+    lr: float = 1e-2  # peak learning rate
     warmup: int = 30  # steps of linear warmup from lr/warmup to lr; 0: none
     min_lr_ratio: float = 0.1  # cosine decay ends at this fraction of the peak
     weight_decay: float = 0.1  # decoupled, on matrices only (norm gains and biases are not decayed)

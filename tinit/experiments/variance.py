@@ -69,8 +69,9 @@ def _zero_branches(df: pd.DataFrame):
 
 
 def _no_closed_form(df: pd.DataFrame):
-    """A user's scheme (--init-file) that declares no depth factor has no closed form."""
-    return df["init"].map(lambda name: known(name) and get_scheme(name).depth_factor is None).astype(bool)
+    """A user's scheme (--init-file: not in the catalogue, and a TOML scheme declares no
+    depth factor) has no closed form; nor has a catalogue scheme without a depth factor."""
+    return df["init"].map(lambda name: not known(name) or get_scheme(name).depth_factor is None).astype(bool)
 
 
 #: Cells with no value by design (written empty; any other NaN is written ``nan``):
@@ -87,13 +88,12 @@ NOT_APPLICABLE = {
         "stream_var_normed": lambda df: _not_post_norm(df) | _is_embedding(df),
     },
     "summary": {
+        # empty when no addition overflowed (a CSV read back has NaN there, not None)
+        "first_nonfinite_k": lambda df: df["first_nonfinite_k"].isna(),
         "v_final_normed": _not_post_norm,
         "max_abs_cross_corr": _zero_branches,
         **dict.fromkeys(("s2_ref_attn", "s2_ref_ffn"), lambda df: _zero_branches(df) | _no_closed_form(df)),
         **dict.fromkeys(("pred_closed_final", "rel_err_closed", "closed_form"), _no_closed_form),
-        # empty when no addition overflowed (the usual case); else the first k that did (read
-        # back from a sweep's point CSV that empty cell is a NaN, which must stay empty)
-        "first_nonfinite_k": True,
     },
 }
 
@@ -185,7 +185,7 @@ def run_variance(
     init: InitConfig | None = None,
     run: RunConfig | None = None,
     inits: Sequence[str] = ("naive", "scaled"),
-    norm_positions: Sequence[str] | None = ("pre", "post"),
+    norm_positions: Sequence[str] | None = None,
     progress: Progress | None = None,
     on_partial: Partial | None = None,
 ) -> ExperimentResult:
@@ -201,7 +201,7 @@ def run_variance(
     """
     model, init, run = model or ModelConfig(), init or InitConfig(), run or RunConfig()
     device, dtype = resolve_device(run.device), resolve_dtype(run.dtype)
-    configs = list(grid(inits, norm_positions))
+    configs = list(grid(inits, norm_positions, init.schemes))
     check_configs(model, init, run, configs)
     stream = should_stream(model, dtype, device, run.stream)
     tokens = make_tokens(model, run, init.seed if run.data_seed is None else run.data_seed, device)

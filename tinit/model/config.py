@@ -11,16 +11,18 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, get_args
 
-from .schemes import get_scheme, known, names
+from .schemes import Scheme, get_scheme, known, names
 
 NormKind = Literal["rmsnorm", "layernorm"]
 NormPosition = Literal["pre", "post", "sandwich", "reordered", "none"]
-FfnKind = Literal["swiglu", "gelu"]
+FfnKind = Literal["swiglu", "gelu", "geglu", "relu2"]
 PositionsKind = Literal["rope", "none", "learned"]
 AttentionKind = Literal["causal", "bidirectional"]
 BranchKind = Literal["model", "gaussian"]
 RecipeName = str  # a scheme of tinit.model.schemes (naive, gpt2 alias scaled, ...)
 DTypeName = Literal["float32", "bfloat16", "float64"]
+#: FFNs with a gate (three matrices: gate, up, down).
+GATED_FFNS = ("swiglu", "geglu")
 
 
 class ConfigError(ValueError):
@@ -75,14 +77,14 @@ class ModelConfig:
     n_layers: int = 12  # L: the stack performs 2L residual additions
     d_model: int = 256  # residual-stream width d
     n_heads: int = 4  # must divide d_model; d_h = d_model / n_heads
-    d_ff: int | None = None  # FFN hidden size; None -> 8d/3 (swiglu, rounded up to 64) or 4d
+    d_ff: int | None = None  # FFN hidden size; None -> 8d/3 (gated: swiglu, geglu; rounded up to 64) or 4d
     vocab_size: int = 1024  # V: rows of the embedding (and of the head)
     max_seq_len: int = 128  # longest sequence: sizes the learned position table and RoPE cache
     norm: NormKind = "rmsnorm"  # RMSNorm drops LayerNorm's centring and bias
     norm_position: NormPosition = "pre"  # pre x+F(N(x)); post N(x+F(x)); sandwich; reordered; none
     qk_norm: bool | None = None  # RMSNorm on q and k per head; None -> what the init scheme presumes
     n_kv_heads: int | None = None  # grouped-query attention: K/V heads (None -> n_heads)
-    ffn: FfnKind = "swiglu"  # gated (3 matrices) or classic GELU (2 matrices)
+    ffn: FfnKind = "swiglu"  # gated (swiglu, geglu: 3 matrices) or 2 matrices (gelu, relu^2)
     positions: PositionsKind = "rope"  # RoPE has no parameters; learned adds a table to x0
     attention: AttentionKind = "causal"  # causal mask or full bidirectional attention
     attn_scale: bool = True  # divide logits by sqrt(d_h); off only to study why it is there
@@ -115,7 +117,7 @@ class ModelConfig:
         if self.positions == "rope" and self.head_dim % 2:
             raise ConfigError("n_heads", f"RoPE needs an even head size, got d_h={self.head_dim}")
         if self.d_ff is None:
-            d_ff = swiglu_hidden(self.d_model) if self.ffn == "swiglu" else 4 * self.d_model
+            d_ff = swiglu_hidden(self.d_model) if self.ffn in GATED_FFNS else 4 * self.d_model
             object.__setattr__(self, "d_ff", d_ff)
         _check_positive_int("d_ff", self.d_ff)
         _check_real("norm_eps", self.norm_eps, 0, strict=False)
@@ -143,8 +145,12 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class InitConfig:
-    """Which init scheme (``recipe``: a name of :mod:`tinit.model.schemes`), at which
-    scale, from which seed."""
+    """Which init scheme (``recipe``: a name of the catalogue or of ``schemes``), at
+    which scale, from which seed.
+
+    ``schemes`` carries the user's own schemes (``--init-file``) as frozen values, so a
+    config that crosses a process boundary (a sweep's spawned worker, a SLURM task)
+    brings them along: nothing is looked up in a process-global table."""
 
     recipe: RecipeName = "naive"  # a catalogue scheme: naive, gpt2 (alias scaled), depth-init, ...
     sigma: float | Literal["inv-sqrt-d"] = 0.02  # base std; "inv-sqrt-d" means 1/sqrt(d_model)
@@ -152,10 +158,13 @@ class InitConfig:
     seed: int = 0  # weights are drawn per (seed, layer, role): configs share their draws
     base_width: int = 256  # d0 of muP / CompleteP (width multiplier m = d / d0)
     base_depth: int = 1  # L0 of CompleteP / depth-muP (branch multiplier (L / L0)^-alpha)
+    schemes: tuple[Scheme, ...] = ()  # the user's schemes (--init-file), carried with the config
 
     def __post_init__(self) -> None:
-        if not isinstance(self.recipe, str) or not known(self.recipe):
-            raise ConfigError("recipe", f"{self.recipe!r} is not one of {', '.join(names())}")
+        if not isinstance(self.schemes, tuple) or not all(isinstance(s, Scheme) for s in self.schemes):
+            raise ConfigError("schemes", f"must be a tuple of Scheme, got {self.schemes!r}")
+        if not isinstance(self.recipe, str) or not known(self.recipe, self.schemes):
+            raise ConfigError("recipe", f"{self.recipe!r} is not one of {', '.join(names(self.schemes))}")
         _check_positive_int("base_width", self.base_width)
         _check_positive_int("base_depth", self.base_depth)
         if isinstance(self.sigma, str):
@@ -172,9 +181,20 @@ class InitConfig:
         return 1.0 / math.sqrt(d_model) if self.sigma == "inv-sqrt-d" else float(self.sigma)
 
     @property
-    def scheme(self):
+    def scheme(self) -> Scheme:
         """The :class:`tinit.model.schemes.Scheme` this config names."""
-        return get_scheme(self.recipe)
+        return get_scheme(self.recipe, self.schemes)
+
+    def lookup(self, name: str) -> Scheme:
+        """The scheme ``name``: the catalogue's or one this config carries."""
+        return get_scheme(name, self.schemes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: the user's schemes by name, description and source file."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "schemes"}
+        out["schemes"] = [{"name": s.name, "description": s.description, "sources": list(s.sources)}
+                          for s in self.schemes]  # fmt: skip
+        return out
 
     def resolved_embed_std(self, d_model: int) -> float:
         return self.resolved_sigma(d_model) if self.embed_std is None else float(self.embed_std)

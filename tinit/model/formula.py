@@ -88,6 +88,7 @@ class Formula:
         self._tree = tree.body
         self._check_size(self._tree)
         allowed = set(allowed)
+        self._allowed = tuple(sorted(allowed))
         self.names: set[str] = set()
         self._check(self._tree, allowed)
 
@@ -182,6 +183,11 @@ class Formula:
         with np.errstate(all="ignore"):
             out = self._eval(self._tree, arrays, binops, functions)
         return np.broadcast_to(np.asarray(out, dtype=np.float64), shape)
+
+    def __reduce__(self):
+        # pickled as its text (and whitelist): a spawned worker re-parses it, so a user's
+        # scheme travels inside the run's config (no process-global table)
+        return (Formula, (self.text, self._allowed))
 
     def __repr__(self) -> str:
         return f"Formula({self.text!r})"

@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from .config import InitConfig, ModelConfig
-from .schemes import ALIASES, CATALOGUE, environment, get_scheme, resolved_rule, role_shape
+from .schemes import ALIASES, CATALOGUE, Draw, environment, ffn_of, get_scheme, resolve, role_shape
 
 # Roles drawn from a distribution; the others are constants.
 GAUSSIAN_ROLES = ("embed", "pos", "q", "k", "v", "o", "gate", "up", "down", "head")
@@ -52,27 +52,28 @@ STREAM_WRITERS = ("o", "down")
 RECIPES = {name: get_scheme(name).rules for name in [*CATALOGUE, *ALIASES]}
 
 
-def role_shape_of(cfg: ModelConfig, role: str) -> tuple[int, ...]:
-    """The shape of ``role``'s weight in a model ``cfg`` (torch's (out, in))."""
+def role_shape_of(cfg: ModelConfig, role: str, init: InitConfig | None = None) -> tuple[int, ...]:
+    """The shape of ``role``'s weight in a model ``cfg`` (torch's (out, in)); with
+    ``init``, at the FFN width its scheme builds (nanochat's 4d)."""
     c = cfg
-    return role_shape(role, c.d_model, c.d_ff, c.head_dim, c.kv_heads, c.vocab_size, c.max_seq_len)
+    d_ff = c.d_ff if init is None else ffn_of(c, init.scheme)[1]
+    return role_shape(role, c.d_model, d_ff, c.head_dim, c.kv_heads, c.vocab_size, c.max_seq_len)
 
 
 def role_rule(
     init: InitConfig, cfg: ModelConfig, role: str, layer: int = 0, shape: tuple[int, ...] | None = None
-) -> tuple[str, float, float | None]:
-    """(distribution, std or constant, absolute truncation bound) of ``role`` at
-    ``layer`` under the init's scheme, for a weight of ``shape`` (default: the role's)."""
-    scheme = init.scheme
-    env = environment(cfg, init, layer, role_shape_of(cfg, role) if shape is None else shape)
-    return resolved_rule(scheme, role, env)
+) -> Draw:
+    """What ``role`` is drawn from at ``layer`` under the init's scheme, for a weight of
+    ``shape`` (default: the role's): :func:`tinit.model.schemes.resolve` in the model's
+    environment (distribution, std or constant, absolute bound, the draws' std)."""
+    env = environment(cfg, init, layer, role_shape_of(cfg, role, init) if shape is None else shape)
+    return resolve(init.scheme, role, env)
 
 
 def role_std(init: InitConfig, cfg: ModelConfig, role: str, layer: int = 0) -> float:
     """The std (or constant, for norm gains and biases) the scheme gives ``role``
-    (the nominal std: a truncated normal's drawn std is a little smaller, see
-    :func:`tinit.model.schemes.effective_std`)."""
-    return role_rule(init, cfg, role, layer)[1]
+    (the nominal std: a truncated normal's drawn std is ``role_rule(...).std_drawn``)."""
+    return role_rule(init, cfg, role, layer).std
 
 
 def draw_seed(seed: int, layer: int, role: str) -> int:
@@ -125,13 +126,19 @@ def init_weights_(
         role, key = role_of(name)  # every parameter needs a role, even on the meta device
         if p.device.type == "meta":  # shapes only (parameter counting): nothing to draw
             continue
-        dist, std, bound = role_rule(init, cfg, role, layer, tuple(p.shape))
-        if role in CONSTANT_ROLES or dist == "const":
-            p.fill_(std)
-        elif dist == "zero":
-            p.zero_()
-        else:
-            draw_(p, dist, std, bound, generator(init.seed, layer, key, p.device))
+        draw = role_rule(init, cfg, role, layer, tuple(p.shape))
+        fill_(p, draw, generator(init.seed, layer, key, p.device))
+
+
+def fill_(p: torch.Tensor, draw: Draw, gen: torch.Generator) -> None:
+    """Set ``p`` in place to what ``draw`` says: a constant, zeros, or a draw from its
+    distribution (:func:`draw_`). tinit's init and ``audit --init`` both call it."""
+    if draw.dist == "const":
+        p.fill_(draw.std)
+    elif draw.dist == "zero":
+        p.zero_()
+    else:
+        draw_(p, draw.dist, draw.std, draw.bound, gen)
 
 
 def draw_(p: torch.Tensor, dist: str, std: float, bound: float | None, gen: torch.Generator) -> None:

@@ -13,18 +13,44 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import ModelConfig
+from .config import GATED_FFNS, ModelConfig
 from .init import generator
 
 
-def make_norm(cfg: ModelConfig, device=None, dtype=None, dim: int | None = None) -> nn.Module:
+def make_norm(
+    cfg: ModelConfig, device=None, dtype=None, dim: int | None = None, offset: float = 0.0
+) -> nn.Module:
     """RMSNorm ``x / sqrt(mean(x^2) + eps) * g`` (Zhang & Sennrich 2019) or LayerNorm
     ``(x - mean) / sqrt(var + eps) * g + b`` (Ba et al. 2016), eps from the config,
-    over ``dim`` features (default d_model; QK-norm uses d_h)."""
+    over ``dim`` features (default d_model; QK-norm uses d_h). With ``offset`` the gain
+    is applied as (offset + w) (Gemma's (1 + w), its w initialised to 0)."""
     dim = cfg.d_model if dim is None else dim
+    if offset:
+        return OffsetNorm(cfg.norm, dim, cfg.norm_eps, offset, device=device, dtype=dtype)
     if cfg.norm == "rmsnorm":
         return nn.RMSNorm(dim, eps=cfg.norm_eps, device=device, dtype=dtype)
     return nn.LayerNorm(dim, eps=cfg.norm_eps, device=device, dtype=dtype)
+
+
+class OffsetNorm(nn.Module):
+    """A norm whose gain is (offset + weight): Gemma's RMSNorm ``x_hat * (1 + w)``
+    (HF transformers models/gemma2/modeling_gemma2.py Gemma2RMSNorm), or a LayerNorm
+    likewise with its bias. The weight is what the init sets (0 for a gain of 1)."""
+
+    def __init__(self, kind: str, dim: int, eps: float, offset: float, device=None, dtype=None):
+        super().__init__()
+        self.kind, self.dim, self.eps, self.offset = kind, dim, eps, offset
+        self.weight = nn.Parameter(torch.empty(dim, device=device, dtype=dtype))
+        layer_norm = kind == "layernorm"
+        self.bias = nn.Parameter(torch.empty(dim, device=device, dtype=dtype)) if layer_norm else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kind == "rmsnorm":
+            y = F.rms_norm(x, (self.dim,), eps=self.eps)
+        else:
+            y = F.layer_norm(x, (self.dim,), eps=self.eps)
+        y = y * (self.offset + self.weight)
+        return y if self.bias is None else y + self.bias
 
 
 def rope_cache(
@@ -45,18 +71,36 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.cat((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1)
 
 
+def attend(q, k, v, causal: bool, scale: float, softcap: float | None = None) -> torch.Tensor:
+    """softmax(q k^T scale) v; with ``softcap`` c the logits become c tanh(z / c) first
+    (Gemma 2's attn_logit_softcapping, which SDPA cannot do: written out)."""
+    if softcap is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    z = torch.matmul(q, k.transpose(-2, -1)) * scale
+    z = softcap * torch.tanh(z / softcap)
+    if causal:
+        t, s = z.shape[-2], z.shape[-1]
+        mask = torch.ones(t, s, dtype=torch.bool, device=z.device).triu(s - t + 1)
+        z = z.masked_fill(mask, float("-inf"))
+    return torch.matmul(torch.softmax(z, dim=-1), v)
+
+
 class Attention(nn.Module):
     """Multi-head self-attention: softmax(q k^T / sqrt(d_h)) v, then W_O.
 
     The 1/sqrt(d_h) scale keeps the logits at order one: a dot product of two
     d_h-dimensional unit-variance vectors has variance d_h. ``scale`` overrides it
-    (muP's 1/d_h). With ``cfg.n_kv_heads`` < heads, K and V have that many heads, each
-    shared by heads / kv_heads query heads (grouped-query attention, Ainslie et al.
-    2023). ``qk_norm`` normalises every head's q and k over d_h before RoPE.
+    (muP's 1/d_h, Gemma's query_pre_attn_scalar^-1/2). With ``cfg.n_kv_heads`` < heads,
+    K and V have that many heads, each shared by heads / kv_heads query heads
+    (grouped-query attention, Ainslie et al. 2023). ``qk_norm`` normalises every head's
+    q and k over d_h before RoPE (a rotation: the order does not matter), then
+    ``qk_gain`` multiplies both (nanochat's 1.2); ``softcap`` caps the logits (Gemma 2);
+    ``subln`` puts a norm before W_O (torchscale's inner_attn_ln).
     """
 
     def __init__(self, cfg: ModelConfig, device=None, dtype=None, scale: float | None = None,
-                 qk_norm: bool = False):  # fmt: skip
+                 qk_norm: bool = False, qk_gain: float | None = None, softcap: float | None = None,
+                 norm_offset: float = 0.0, subln: bool = False):  # fmt: skip
         super().__init__()
         d, kv = cfg.d_model, cfg.kv_heads * cfg.head_dim
         kw = {"bias": cfg.bias, "device": device, "dtype": dtype}
@@ -68,8 +112,10 @@ class Attention(nn.Module):
         self.head_dim = cfg.head_dim
         self.causal = cfg.attention == "causal"
         self.scale = scale if scale is not None else 1.0 / math.sqrt(cfg.head_dim) if cfg.attn_scale else 1.0
-        self.norm_q = make_norm(cfg, device, dtype, cfg.head_dim) if qk_norm else None
-        self.norm_k = make_norm(cfg, device, dtype, cfg.head_dim) if qk_norm else None
+        self.qk_gain, self.softcap = qk_gain, softcap
+        self.norm_q = make_norm(cfg, device, dtype, cfg.head_dim, norm_offset) if qk_norm else None
+        self.norm_k = make_norm(cfg, device, dtype, cfg.head_dim, norm_offset) if qk_norm else None
+        self.norm_o = make_norm(cfg, device, dtype, d, norm_offset) if subln else None
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
         b, t, d = x.shape
@@ -81,37 +127,60 @@ class Attention(nn.Module):
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         if self.norm_q is not None:
             q, k = self.norm_q(q), self.norm_k(k)
+        if self.qk_gain is not None:
+            q, k = q * self.qk_gain, k * self.qk_gain
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, scale=self.scale)
-        return self.o(y.transpose(1, 2).reshape(b, t, d))
+        y = attend(q, k, v, self.causal, self.scale, self.softcap).transpose(1, 2).reshape(b, t, d)
+        return self.o(y if self.norm_o is None else self.norm_o(y))
 
 
-class SwiGLU(nn.Module):
-    """Gated FFN (Shazeer 2020): W_down (silu(W_gate x) * (W_up x))."""
+#: The hidden activation of each FFN kind (gated ones: applied to the gate).
+ACTIVATIONS = {
+    "swiglu": F.silu,  # Shazeer 2020
+    "geglu": lambda x: F.gelu(x, approximate="tanh"),  # Gemma's gelu_pytorch_tanh
+    "gelu": F.gelu,  # Vaswani et al. 2017, with GELU
+    "relu2": lambda x: F.relu(x).square(),  # nanochat's MLP
+}
 
-    def __init__(self, cfg: ModelConfig, device=None, dtype=None):
+
+class GatedFFN(nn.Module):
+    """Gated FFN: W_down (act(W_gate x) * (W_up x)), act silu (SwiGLU, Shazeer 2020) or
+    gelu-tanh (GeGLU, Gemma). With ``subln`` a norm over d_ff before W_down."""
+
+    def __init__(self, cfg: ModelConfig, kind: str = "swiglu", d_ff: int | None = None, device=None,
+                 dtype=None, subln: bool = False, norm_offset: float = 0.0):  # fmt: skip
         super().__init__()
+        d_ff = cfg.d_ff if d_ff is None else d_ff
         kw = {"bias": cfg.bias, "device": device, "dtype": dtype}
-        self.gate = nn.Linear(cfg.d_model, cfg.d_ff, **kw)
-        self.up = nn.Linear(cfg.d_model, cfg.d_ff, **kw)
-        self.down = nn.Linear(cfg.d_ff, cfg.d_model, **kw)  # writes the stream: depth-scaled
+        self.act = ACTIVATIONS[kind]
+        self.gate = nn.Linear(cfg.d_model, d_ff, **kw)
+        self.up = nn.Linear(cfg.d_model, d_ff, **kw)
+        self.down = nn.Linear(d_ff, cfg.d_model, **kw)  # writes the stream: depth-scaled
+        self.norm_ff = make_norm(cfg, device, dtype, d_ff, norm_offset) if subln else None
 
     def forward(self, x: torch.Tensor, rope=None) -> torch.Tensor:
-        return self.down(F.silu(self.gate(x)) * self.up(x))
+        h = self.act(self.gate(x)) * self.up(x)
+        return self.down(h if self.norm_ff is None else self.norm_ff(h))
 
 
-class GeluFFN(nn.Module):
-    """Classic FFN (Vaswani et al. 2017, with GELU): W_2 gelu(W_1 x); W_1 has role up."""
+class PlainFFN(nn.Module):
+    """Two-matrix FFN: W_2 act(W_1 x), act GELU (Vaswani et al. 2017) or relu^2
+    (nanochat); W_1 has role up. With ``subln`` a norm over d_ff before W_2."""
 
-    def __init__(self, cfg: ModelConfig, device=None, dtype=None):
+    def __init__(self, cfg: ModelConfig, kind: str = "gelu", d_ff: int | None = None, device=None,
+                 dtype=None, subln: bool = False, norm_offset: float = 0.0):  # fmt: skip
         super().__init__()
+        d_ff = cfg.d_ff if d_ff is None else d_ff
         kw = {"bias": cfg.bias, "device": device, "dtype": dtype}
-        self.up = nn.Linear(cfg.d_model, cfg.d_ff, **kw)
-        self.down = nn.Linear(cfg.d_ff, cfg.d_model, **kw)  # writes the stream: depth-scaled
+        self.act = ACTIVATIONS[kind]
+        self.up = nn.Linear(cfg.d_model, d_ff, **kw)
+        self.down = nn.Linear(d_ff, cfg.d_model, **kw)  # writes the stream: depth-scaled
+        self.norm_ff = make_norm(cfg, device, dtype, d_ff, norm_offset) if subln else None
 
     def forward(self, x: torch.Tensor, rope=None) -> torch.Tensor:
-        return self.down(F.gelu(self.up(x)))
+        h = self.act(self.up(x))
+        return self.down(h if self.norm_ff is None else self.norm_ff(h))
 
 
 class GaussianBranch(nn.Module):
@@ -130,5 +199,9 @@ class GaussianBranch(nn.Module):
         return torch.randn(x.shape, generator=gen, device=x.device, dtype=x.dtype) * self.std
 
 
-def make_ffn(cfg: ModelConfig, device=None, dtype=None) -> nn.Module:
-    return (SwiGLU if cfg.ffn == "swiglu" else GeluFFN)(cfg, device=device, dtype=dtype)
+def make_ffn(cfg: ModelConfig, device=None, dtype=None, kind: str | None = None, d_ff: int | None = None,
+             subln: bool = False, norm_offset: float = 0.0) -> nn.Module:  # fmt: skip
+    """The FFN of kind ``kind`` (default ``cfg.ffn``) and width ``d_ff`` (default ``cfg.d_ff``)."""
+    kind = cfg.ffn if kind is None else kind
+    cls = GatedFFN if kind in GATED_FFNS else PlainFFN
+    return cls(cfg, kind, d_ff, device=device, dtype=dtype, subln=subln, norm_offset=norm_offset)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from .. import theory
-from .config import ModelConfig
+from .config import GATED_FFNS, ModelConfig
 from .init import role_of
 
 #: Model-level components, in the order tables and plots show them.
@@ -60,7 +60,7 @@ def attention_params(cfg: ModelConfig, qk_norm: bool | None = None) -> int:
 
 def ffn_params(d_model: int, d_ff: int, ffn: str, bias: bool = False) -> int:
     """Gated (gate, up, down) or classic (W_1, W_2) FFN of hidden size ``d_ff``."""
-    n_in = 2 if ffn == "swiglu" else 1
+    n_in = 2 if ffn in GATED_FFNS else 1
     return n_in * linear_params(d_model, d_ff, bias) + linear_params(d_ff, d_model, bias)
 
 
@@ -98,23 +98,27 @@ class ParamCount:
         }
 
 
-def count_params(cfg: ModelConfig, scheme: str = "naive") -> ParamCount:
+def count_params(cfg: ModelConfig, scheme="naive") -> ParamCount:
     """Exact parameter count of the model ``cfg`` describes (as built by tinit with the
-    init scheme ``scheme``, which decides QK-norm when ``cfg.qk_norm`` is None and adds
-    ReZero's learned gain)."""
-    from .schemes import get_scheme
+    init scheme ``scheme``, a name or a Scheme: it decides QK-norm when ``cfg.qk_norm``
+    is None, adds ReZero's learned gain and sub-LN's inner norms, and may run its own
+    FFN)."""
+    from .schemes import Scheme, ffn_of, get_scheme
 
-    sch = get_scheme(scheme)
+    sch = scheme if isinstance(scheme, Scheme) else get_scheme(scheme)
     d, V = cfg.d_model, cfg.vocab_size
     gaussian = cfg.branch == "gaussian"
     qk = sch.qk_norm if cfg.qk_norm is None else cfg.qk_norm
-    per_block_norms = {"none": 0, "sandwich": 4}.get(cfg.norm_position, 2)
+    ffn, d_ff = ffn_of(cfg, sch)
+    per_block_norms = {"none": 0, "sandwich": 4}.get(cfg.norm_position, 2) * norm_params(cfg)
+    if sch.subln and not gaussian:  # a norm over d before o, one over d_ff before down
+        per_block_norms += norm_params(cfg) + theory.norm_params(cfg.norm, d_ff)
     return ParamCount(
         embedding=V * d,
         positions=cfg.max_seq_len * d if cfg.positions == "learned" else 0,
         attention=0 if gaussian else attention_params(cfg, qk),
-        ffn=0 if gaussian else ffn_params(d, cfg.d_ff, cfg.ffn, cfg.bias),
-        norms=per_block_norms * norm_params(cfg) + (1 if sch.branch_learned else 0),
+        ffn=0 if gaussian else ffn_params(d, d_ff, ffn, cfg.bias),
+        norms=per_block_norms + (1 if sch.branch_learned else 0),
         final_norm=norm_params(cfg) if cfg.norm_position in ("pre", "sandwich", "reordered") else 0,
         head=0 if cfg.tie_embeddings else linear_params(d, V, cfg.bias),
         n_layers=cfg.n_layers,

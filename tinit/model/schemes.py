@@ -1,17 +1,27 @@
-"""The init catalogue: every scheme real codebases run, as data.
+"""Init schemes as data, and the one function that resolves them.
 
 A :class:`Scheme` says, for each weight *role* (see :mod:`tinit.model.init`), a std
 rule (a :class:`~tinit.model.formula.Formula` over l, L, d, d_ff, d_h, fan_in,
 fan_out, sigma, ...) and a distribution; its multipliers (on the residual stream, on
-each branch, on the embedding output, on the logits); and the architecture it
-presumes (norm placement, QK-norm), used when the user has not chosen. It also
-carries what its theory needs: how each branch's variance depends on depth
+each branch, on the embedding output, on the logits); the architecture its codebase
+runs (the norm placement and QK-norm it presumes when the user has not chosen; the
+pieces tinit builds for it whatever the options say: a norm of the embedding, a
+backout, q/k gains, soft-caps, (1 + w) norm gains, norms inside the branches, its own
+FFN); and what its theory needs: how each branch's variance depends on depth
 (``depth_factor``), from which :mod:`tinit.theory` builds v_2L(L).
 
-Nothing outside this module compares scheme names: code asks the scheme.
+:func:`resolve` is the one way to turn (scheme, role, the rule's variables) into what
+is drawn: distribution, std, truncation bound and the std the draws really have.
+tinit's own init, ``tinit inits``, ``audit --expect`` and ``audit --init`` all call it.
 
-The formulas follow each codebase's own file, named in every scheme's ``sources``
-(the project's notes on them, outside this repository, are not shipped); where a
+A scheme is a frozen value that pickles (its formulas travel as text), so a run's
+config carries a user's scheme (``--init-file``) to any process: there is no
+process-global table of user schemes. The catalogue itself is
+:mod:`tinit.model.catalogue`, each scheme as its upstream code runs it (repository @
+commit and file in ``upstream``). Nothing outside these modules compares scheme
+names: code asks the scheme.
+
+The formulas follow each codebase's own file, named in every scheme's ``upstream``; where a
 source left a choice open, the scheme's description says what tinit chose.
 """
 
@@ -19,11 +29,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 
-from .formula import Formula, FormulaError
+from .formula import VARIABLES, Formula, FormulaError
 
 #: Distributions a rule may draw from. ``trunc``: normal truncated at +-bound (an
 #: absolute value, a formula that may use ``std``), resampled until inside;
@@ -35,6 +44,11 @@ DISTRIBUTIONS = ("normal", "trunc", "uniform", "zero", "const")
 PLACEMENTS = ("pre", "post", "sandwich", "reordered", "none")
 MATRIX_ROLES = ("embed", "pos", "q", "k", "v", "o", "gate", "up", "down", "head")
 ROLES = MATRIX_ROLES + ("norm", "bias", "gain")
+#: FFNs a scheme's codebase may run (its own, built whatever --ffn says): GeGLU
+#: (Gemma: gelu-tanh gate) and relu^2 (nanochat: W_down relu(W_up x)^2).
+SCHEME_FFNS = ("geglu", "relu2")
+#: What a truncation bound may use: the rule's variables and the role's own std.
+_BOUND_VARS = (*VARIABLES, "std")
 
 
 @dataclass(frozen=True)
@@ -66,18 +80,83 @@ class Rule:
 def rule(std: str | float, dist: str = "normal", bound: str | float | None = None) -> Rule:
     if dist == "zero":
         std = 0
-    return Rule(Formula(std), dist, None if bound is None else Formula(bound))
+    return Rule(Formula(std), dist, None if bound is None else Formula(bound, allowed=_BOUND_VARS))
+
+
+class RuleTable(Mapping):
+    """A frozen role -> :class:`Rule` table that pickles (a ``MappingProxyType`` does not)."""
+
+    __slots__ = ("_rules",)
+
+    def __init__(self, rules: Mapping[str, Rule] | Iterable[tuple[str, Rule]] = ()):
+        object.__setattr__(self, "_rules", dict(rules))
+
+    def __setattr__(self, name, value):
+        raise AttributeError("a RuleTable is frozen")
+
+    def __getitem__(self, role: str) -> Rule:
+        return self._rules[role]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rules)
+
+    def __len__(self) -> int:
+        return len(self._rules)
+
+    def __reduce__(self):
+        return (RuleTable, (tuple(self._rules.items()),))
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._rules.items()))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, RuleTable) and other._rules == self._rules
+
+    def __repr__(self) -> str:
+        return f"RuleTable({self._rules!r})"
+
+
+@dataclass(frozen=True)
+class Draw:
+    """What a role's weights are drawn from, resolved at one shape and layer:
+    the distribution, the rule's std (a constant's value), the absolute truncation
+    bound (``trunc`` only) and the std the draws really have (a truncated normal's is
+    smaller than its ``std``; 0 for ``zero``)."""
+
+    dist: str
+    std: float
+    bound: float | None
+    std_drawn: float
+
+    @property
+    def random(self) -> bool:
+        """Drawn from a distribution with a positive spread (not a constant, not zero)."""
+        return self.dist in ("normal", "trunc", "uniform") and self.std_drawn > 0
+
+    @property
+    def kurtosis(self) -> float:
+        """E[w^4] / E[w^2]^2 of the distribution: 3 normal, 9/5 uniform, less than 3 for
+        a truncated normal; the sampling error of a std grows with it,
+        SE(s) = s sqrt((kurtosis - 1) / (4 n))."""
+        if self.dist == "normal":
+            return 3.0
+        if self.dist == "uniform":
+            return 1.8
+        if self.dist == "trunc" and self.std > 0:
+            return truncated_kurtosis(self.bound / self.std)
+        return math.nan
 
 
 @dataclass(frozen=True)
 class Scheme:
-    """One init scheme, with its multipliers, presumed architecture and theory."""
+    """One init scheme, with its multipliers, its codebase's architecture and theory."""
 
     name: str
     description: str
-    sources: tuple[str, ...]
-    rules: Mapping[str, Rule]  # every role (merged over the naive table)
+    sources: tuple[str, ...]  # papers and files, for the description
+    rules: RuleTable  # every role (merged over the naive table)
     touched: tuple[str, ...] = ()  # roles that differ from naive, for the table
+    upstream: tuple[str, ...] = ()  # "owner/repo@commit path (symbol)": the code it follows
     stream_mult: Formula = Formula("1")  # a: x <- a x + g F at every addition (DeepNet's alpha)
     branch_mult: Formula = Formula("1")  # g at each branch (CompleteP's (L/L0)^-alpha, ReZero's 0)
     branch_learned: bool = False  # g is a learned scalar per block (ReZero), initialised to branch_mult
@@ -85,6 +164,16 @@ class Scheme:
     logit_mult: Formula = Formula("1")  # logits times this (muP's readout 1/m)
     attn_scale: Formula | None = None  # logits q.k times this; None: 1/sqrt(d_h) (or 1 with --no-attn-scale)
     x0_mix: tuple[Formula, Formula] | None = None  # (lambda_l, mu_l): x <- lambda x + mu x0 before block l
+    tied_embed: Rule | None = None  # the embedding's rule when the head is tied to it (torchtitan)
+    embed_norm: bool = False  # RMS-normalise the embedding output (nanochat: x = norm(wte(idx)))
+    backout: Formula | None = None  # x <- x - beta x_mid before the final norm (nanochat: x_mid after L//2)
+    qk_gain: Formula | None = None  # q and k times this after QK-norm (nanochat's 1.2)
+    attn_softcap: Formula | None = None  # attention logits c tanh(z / c) (Gemma 2)
+    logit_softcap: Formula | None = None  # output logits c tanh(z / c) (Gemma 2, nanochat)
+    ffn: str | None = None  # the FFN its codebase runs (SCHEME_FFNS), built whatever --ffn says
+    d_ff: Formula | None = None  # that FFN's width; None: the model's d_ff
+    norm_offset: float = 0.0  # norms scale by (offset + w); the gains' rule is w's (Gemma: 1, w = 0)
+    subln: bool = False  # a norm inside each branch, before its output matrix (torchscale's sub-LN)
     placement: str | None = None  # presumed norm placement; None: the command's default
     qk_norm: bool = False  # presumed QK-norm
     # theory: each branch's variance relative to an L-independent reference s^2 (the
@@ -102,18 +191,37 @@ class Scheme:
             parts.append(f"stream x{self.stream_mult}")
         if self.branch_mult.text != "1" or self.branch_learned:
             parts.append(f"branch x{self.branch_mult}" + (" (learned)" if self.branch_learned else ""))
+        if self.embed_norm:
+            parts.append("embedding RMS-normed")
         if self.embed_mult.text != "1":
             parts.append(f"embedding x{self.embed_mult}")
         if self.logit_mult.text != "1":
             parts.append(f"logits x{self.logit_mult}")
         if self.attn_scale is not None:
             parts.append(f"q.k x{self.attn_scale}")
+        if self.qk_gain is not None:
+            parts.append(f"q, k x{self.qk_gain} after QK-norm")
+        if self.attn_softcap is not None:
+            parts.append(f"attention soft-cap {self.attn_softcap}")
+        if self.logit_softcap is not None:
+            parts.append(f"logit soft-cap {self.logit_softcap}")
         if self.x0_mix is not None:
             parts.append(f"x <- ({self.x0_mix[0]}) x + ({self.x0_mix[1]}) x0")
+        if self.backout is not None:
+            parts.append(f"backout x - {self.backout} x_mid")
         return "; ".join(parts) or "none"
 
     def architecture(self) -> str:
-        return (self.placement or "any") + (" + QK-norm" if self.qk_norm else "")
+        """What the scheme's codebase runs besides its weights: the placement (and
+        QK-norm) it presumes and the pieces tinit builds for it."""
+        parts = [(self.placement or "any") + (" + QK-norm" if self.qk_norm else "")]
+        if self.norm_offset:
+            parts.append(f"norm gains ({self.norm_offset:g} + w)")
+        if self.subln:
+            parts.append("norm inside each branch (sub-LN)")
+        if self.ffn is not None:
+            parts.append(f"{self.ffn} FFN" + (f" of width {self.d_ff}" if self.d_ff is not None else ""))
+        return ", ".join(parts)
 
     def formula(self) -> str:
         """The rules of the roles this scheme changes, one string."""
@@ -123,11 +231,13 @@ class Scheme:
         groups: dict[str, list[str]] = {}
         for r in roles:
             groups.setdefault(self.rules[r].describe(), []).append(r)
-        return "; ".join(f"{','.join(rs)}: {d}" for d, rs in groups.items())
+        out = "; ".join(f"{','.join(rs)}: {d}" for d, rs in groups.items())
+        if self.tied_embed is not None:
+            out += f"; embed when tied: {self.tied_embed.describe()}"
+        return out
 
 
 # --- the environment a rule is evaluated in ---------------------------------------
-
 
 def role_shape(role: str, d: int, d_ff: int, d_h: int, kv: int, V: int, T: int) -> tuple[int, ...]:
     """The (out, in) shape of a role's matrix (torch's Linear convention)."""
@@ -138,17 +248,34 @@ def role_shape(role: str, d: int, d_ff: int, d_h: int, kv: int, V: int, T: int) 
     }[role]  # fmt: skip
 
 
+def ffn_of(cfg, scheme: Scheme | None) -> tuple[str, int]:
+    """(kind, width) of the FFN a model ``cfg`` builds under ``scheme``: the scheme's
+    own FFN (nanochat's relu^2 at 4d, Gemma's GeGLU) where its codebase runs one, else
+    the model's ``--ffn`` and ``--d-ff``."""
+    if scheme is None or scheme.ffn is None:
+        return cfg.ffn, cfg.d_ff
+    if scheme.d_ff is None:
+        return scheme.ffn, cfg.d_ff
+    env = {"d": float(cfg.d_model), "L": float(cfg.n_layers), "d_h": float(cfg.head_dim)}
+    width = evaluate(scheme.d_ff, env, f"{scheme.name}: FFN width")
+    if width < 1 or width != int(width):
+        raise FormulaError(f"{scheme.name}: FFN width {scheme.d_ff} = {width:g} is not a whole number >= 1")
+    return scheme.ffn, int(width)
+
+
 def environment(cfg, init, layer: int, shape: tuple[int, ...] | None = None) -> dict[str, float]:
-    """The variables of a rule for one parameter (``cfg`` a ModelConfig, ``init`` an InitConfig)."""
+    """The variables of a rule for one parameter (``cfg`` a ModelConfig, ``init`` an
+    InitConfig), and ``tied`` (1 when the head is the embedding)."""
     shape = tuple(shape or ())
     fan_in = shape[1] if len(shape) >= 2 else (shape[0] if shape else 1)
     fan_out = shape[0] if shape else 1
+    d_ff = ffn_of(cfg, init.scheme)[1] if init is not None else cfg.d_ff
     return {
-        "l": float(layer), "L": float(cfg.n_layers), "d": float(cfg.d_model), "d_ff": float(cfg.d_ff),
+        "l": float(layer), "L": float(cfg.n_layers), "d": float(cfg.d_model), "d_ff": float(d_ff),
         "d_h": float(cfg.head_dim), "fan_in": float(fan_in), "fan_out": float(fan_out),
         "sigma": init.resolved_sigma(cfg.d_model), "sigma_emb": init.resolved_embed_std(cfg.d_model),
         "V": float(cfg.vocab_size), "d0": float(getattr(init, "base_width", 256)),
-        "L0": float(getattr(init, "base_depth", 1)),
+        "L0": float(getattr(init, "base_depth", 1)), "tied": float(bool(cfg.tie_embeddings)),
     }  # fmt: skip
 
 
@@ -159,9 +286,16 @@ def evaluate(formula: Formula, env: Mapping[str, float], what: str) -> float:
         raise FormulaError(f"{what}: {exc}") from None
 
 
-def resolved_rule(scheme: Scheme, role: str, env: Mapping[str, float]) -> tuple[str, float, float | None]:
-    """(distribution, std or constant, absolute bound or None) of ``role`` in ``env``."""
+def resolve(scheme: Scheme, role: str, env: Mapping[str, float]) -> Draw:
+    """The one resolution of a scheme: what ``role`` is drawn from in ``env`` (the
+    variables of :func:`environment`: layer, shape, widths, sigma, and ``tied``).
+
+    With a tied head (``env["tied"]``) the embedding takes the scheme's tied rule when it
+    has one (torchtitan skips the embedding's init and keeps the output layer's).
+    Raises :class:`FormulaError` for a negative std or a bound that is not positive."""
     r = scheme.rule(role)
+    if role == "embed" and env.get("tied") and scheme.tied_embed is not None:
+        r = scheme.tied_embed
     std = 0.0 if r.dist == "zero" else evaluate(r.std, env, f"{scheme.name}: role {role}")
     if r.dist != "const" and std < 0:
         raise FormulaError(f"{scheme.name}: role {role}: std {r.std} = {std:g} is negative")
@@ -170,7 +304,20 @@ def resolved_rule(scheme: Scheme, role: str, env: Mapping[str, float]) -> tuple[
         bound = evaluate(r.bound, {**env, "std": std}, f"{scheme.name}: role {role} bound")
         if bound <= 0:
             raise FormulaError(f"{scheme.name}: role {role}: bound {r.bound} = {bound:g} is not positive")
-    return r.dist, std, bound
+    drawn = std if r.dist == "const" else effective_std(r.dist, std, bound)
+    return Draw(r.dist, std, bound, drawn)
+
+
+def _truncated_moments(c: float) -> tuple[float, float]:
+    """E[z^2] and E[z^4] of N(0, 1) truncated at +-c (integration by parts:
+    E[z^2] = 1 - 2 c phi(c) / Z, E[z^4] = 3 - (2 c^3 + 6 c) phi(c) / Z, Z = 2 Phi(c) - 1).
+    Below c = 1e-2 those cancel to rounding noise: their series, c^2/3 (1 - 2c^2/15) and
+    c^4/5 (1 - 4c^2/21) (the draw is nearly uniform on +-c)."""
+    if c < 1e-2:
+        return c * c / 3 * (1 - 2 * c * c / 15), c**4 / 5 * (1 - 4 * c * c / 21)
+    phi = math.exp(-c * c / 2) / math.sqrt(2 * math.pi)
+    mass = math.erf(c / math.sqrt(2))
+    return 1 - 2 * c * phi / mass, 3 - (2 * c**3 + 6 * c) * phi / mass
 
 
 def effective_std(dist: str, std: float, bound: float | None) -> float:
@@ -183,278 +330,124 @@ def effective_std(dist: str, std: float, bound: float | None) -> float:
     c = bound / std
     if c > 20:
         return std
-    if c < 1e-2:  # the formula below cancels to rounding noise: its series, c^2/3 (1 - 2c^2/15)
-        return std * c * math.sqrt((1 - 2 * c * c / 15) / 3)
-    phi = math.exp(-c * c / 2) / math.sqrt(2 * math.pi)
-    mass = math.erf(c / math.sqrt(2))
-    return std * math.sqrt(1 - 2 * c * phi / mass)
+    return std * math.sqrt(_truncated_moments(c)[0])
 
 
-# --- the catalogue ------------------------------------------------------------------
+def truncated_kurtosis(c: float) -> float:
+    """Kurtosis of N(0, 1) truncated at +-c (3 std: 2.82; 100 std: 3)."""
+    if c > 20:
+        return 3.0
+    m2, m4 = _truncated_moments(c)
+    return m4 / (m2 * m2)
+
+
+# --- building schemes ----------------------------------------------------------------
 
 _NAIVE_RULES = {
     "embed": rule("sigma_emb"), "pos": rule("sigma_emb"),
     **{r: rule("sigma") for r in ("q", "k", "v", "o", "gate", "up", "down", "head")},
     "norm": rule(1, "const"), "bias": rule(0, "const"), "gain": rule(1, "const"),
 }  # fmt: skip
+_FORMULA_FIELDS = ("stream_mult", "branch_mult", "embed_mult", "logit_mult", "attn_scale", "backout",
+                   "qk_gain", "attn_softcap", "logit_softcap", "d_ff")  # fmt: skip
 
 
 def scheme(name: str, description: str, sources, rules=None, **kw) -> Scheme:
-    """A scheme whose rules are ``rules`` over the naive table; strings become formulas."""
+    """A scheme whose rules are ``rules`` over the naive table; strings become formulas.
+    A scheme whose norms scale by (offset + w) gets the gain rule w = 1 - offset."""
     rules = dict(rules or {})
     merged = {**_NAIVE_RULES, **rules}
-    for key in ("stream_mult", "branch_mult", "embed_mult", "logit_mult", "attn_scale"):
+    for key in _FORMULA_FIELDS:
         if key in kw and kw[key] is not None and not isinstance(kw[key], Formula):
             kw[key] = Formula(kw[key])
     if kw.get("x0_mix") is not None:
         kw["x0_mix"] = tuple(Formula(f) for f in kw["x0_mix"])
     if "depth_factor" in kw and kw["depth_factor"] is not None:
         kw["depth_factor"] = tuple(Formula(f) for f in kw["depth_factor"])
+    if kw.get("ffn") is not None and kw["ffn"] not in SCHEME_FFNS:
+        raise FormulaError(f"{name}: ffn {kw['ffn']!r} is not one of {', '.join(SCHEME_FFNS)}")
+    if kw.get("norm_offset") and "norm" not in rules:
+        merged["norm"] = rule(1 - kw["norm_offset"], "const")
     touched = tuple(r for r in ROLES if r in rules and r != "gain")
     if kw.get("branch_learned"):
         merged["gain"] = Rule(kw.get("branch_mult", Formula("1")), "const")
-    return Scheme(name, description, tuple(sources), MappingProxyType(merged), touched, **kw)
-
-
-def _all(r: Rule, roles=MATRIX_ROLES) -> dict[str, Rule]:
-    return dict.fromkeys(roles, r)
-
-
-_SMALL = "sqrt(2 / (5 * d))"
-_XAVIER = "sqrt(2 / (fan_in + fan_out))"
-_MUP_HIDDEN = "sigma * sqrt(d0 / d)"
-
-_CATALOGUE = [
-    scheme(
-        "naive", "Every matrix N(0, sigma^2), no depth scaling (HF Llama, Qwen2, OLMo2 _init_weights).",
-        ["HF transformers models/llama/modeling_llama.py _init_weights (initializer_range)"],
-        closed_form="v0 + 2L s^2",
-    ),
-    scheme(
-        "gpt2", "W_O and W_down N(0, sigma^2 / 2L): every stream write scaled by 1/sqrt(2L) (GPT-2).",
-        ["Radford et al. 2019 sec. 2.3", "karpathy/nanoGPT model.py GPT.__init__ (c_proj.weight)",
-         "HF transformers models/gpt2/modeling_gpt2.py _init_weights"],
-        {"o": rule("sigma / sqrt(2 * L)"), "down": rule("sigma / sqrt(2 * L)")},
-        depth_factor=("1 / (2 * L)", "1 / (2 * L)"), closed_form="v0 + s^2", aliases=("scaled",),
-    ),
-    scheme(
-        "megatron",
-        "linear_proj (o) and linear_fc2 (down) N(0, (sigma/sqrt(2L))^2): scaled_init_method_normal "
-        "with its multiplier 2 (hybrid models use 1: not modelled).",
-        ["NVIDIA/Megatron-LM megatron/core/utils.py scaled_init_method_normal"],
-        {"o": rule("sigma / sqrt(2 * L)"), "down": rule("sigma / sqrt(2 * L)")},
-        depth_factor=("1 / (2 * L)", "1 / (2 * L)"), closed_form="v0 + s^2",
-    ),
-    scheme(
-        "depth-init", "torchtitan depth_init: o, down AND up (w3) TN(0.02/sqrt(2(l+1)), ±2), q,k,v,gate (w1) "
-        "TN(sigma, ±2), embedding N(0,1), untied output TN(1/sqrt(d), ±3/sqrt(d)). The bounds are absolute "
-        "(±2 = 100 std): nothing is truncated (torchtitan issue 3334). Because w3 is scaled too, the FFN "
-        "branch falls like 1/(l+1)^2, so v_2L = v0 + s_attn^2 H_L/2 + s_ffn^2 H2_L/4 (H2 = sum 1/l^2).",
-        ["pytorch/torchtitan torchtitan/models/llama3/model.py TransformerBlock.init_weights",
-         "torchtitan models/common/param_init.py depth_scaled_std"],
-        {**_all(rule("sigma", "trunc", 2), ("q", "k", "v", "gate")),
-         **_all(rule("sigma / sqrt(2 * (l + 1))", "trunc", 2), ("o", "up", "down")),
-         "embed": rule(1), "pos": rule(1), "head": rule("1 / sqrt(d)", "trunc", "3 / sqrt(d)")},
-        depth_factor=("1 / (2 * (l + 1))", "1 / (2 * (l + 1))^2"),
-        closed_form="v0 + s_a^2 H_L / 2 + s_f^2 H2_L / 4 (~ ln L)",
-    ),
-    scheme(
-        "small-wang", "gpt-neox: small_init sqrt(2/(5d)) on embedding, q, k, v, gate, up (and untied head); "
-        "wang_init 2/(L sqrt(d)) on o and down.",
-        ["EleutherAI/gpt-neox megatron/model/init_functions.py small_init_init_method, wang_init_method"],
-        {**_all(rule(_SMALL), ("embed", "pos", "q", "k", "v", "gate", "up", "head")),
-         "o": rule("2 / (L * sqrt(d))"), "down": rule("2 / (L * sqrt(d))")},
-        depth_factor=("1 / L^2", "1 / L^2"), closed_form="v0 + 2 s^2 / L",
-    ),
-    scheme(
-        "mitchell", "OLMo mitchell: q, k, v, gate, up, embedding, head 1/sqrt(d); o 1/sqrt(2 d (l+1)); "
-        "down 1/sqrt(2 d_ff (l+1)); every one truncated at 3 std.",
-        ["allenai/OLMo olmo/model.py reset_parameters (InitFnType.mitchell)"],
-        {**_all(rule("1 / sqrt(d)", "trunc", "3 * std"),
-                ("embed", "pos", "q", "k", "v", "gate", "up", "head")),
-         "o": rule("1 / sqrt(2 * d * (l + 1))", "trunc", "3 * std"),
-         "down": rule("1 / sqrt(2 * d_ff * (l + 1))", "trunc", "3 * std")},
-        depth_factor=("1 / (l + 1)", "1 / (l + 1)"), closed_form="v0 + 2 s^2 H_L (~ ln L)",
-    ),
-    scheme(
-        "full-megatron", "OLMo full_megatron: inputs sigma, o and down sigma/sqrt(2L), head 1/sqrt(d); "
-        "tinit truncates at 3 std, as OLMo's configs set init_cutoff_factor 3.",
-        ["allenai/OLMo olmo/model.py reset_parameters (InitFnType.full_megatron)"],
-        {**_all(rule("sigma", "trunc", "3 * std"), ("q", "k", "v", "gate", "up")),
-         **_all(rule("sigma_emb", "trunc", "3 * std"), ("embed", "pos")),
-         **_all(rule("sigma / sqrt(2 * L)", "trunc", "3 * std"), ("o", "down")),
-         "head": rule("1 / sqrt(d)", "trunc", "3 * std")},
-        depth_factor=("1 / (2 * L)", "1 / (2 * L)"), closed_form="v0 + s^2",
-    ),
-    scheme(
-        "olmo2", "OLMo 2: every weight TN(sigma, 3 std), no depth scaling; the architecture changes instead: "
-        "reordered norm x + Norm(F(x)) and QK-norm (so v_2L ~ v0 + 2L whatever the init: OLMo issue 797).",
-        ["allenai/OLMo configs/official-1124/OLMo2-7B-stage1.yaml",
-         "allenai/OLMo-core nn/transformer/init.py"],
-        {**_all(rule("sigma", "trunc", "3 * std"), ("q", "k", "v", "o", "gate", "up", "down", "head")),
-         **_all(rule("sigma_emb", "trunc", "3 * std"), ("embed", "pos"))},
-        placement="reordered", qk_norm=True, closed_form="v0 + 2L (normed branches)",
-    ),
-    scheme(
-        "deepnet",
-        "DeepNorm (decoder-only): Xavier normal, gain 1/sqrt(2) on q, k, v and 1 on o, gate, up, down; "
-        "then v, o, gate, up, down times beta = (8L)^(-1/4); post-norm with x <- Norm(alpha x + F(x)), "
-        "alpha = (2L)^(1/4). Chosen: gate/up both count as fc1, Xavier normal (the paper) for the FFN; "
-        "embedding as naive. Theory: attention branch variance x beta^4 (v, o), SwiGLU x ~beta^6 "
-        "(silu taken as homogeneous: approximate).",
-        ["Wang et al. 2022 (arXiv 2203.00555)", "microsoft/torchscale torchscale/architecture/decoder.py"],
-        {**_all(rule(f"{_XAVIER} / sqrt(2)"), ("q", "k")),
-         "v": rule(f"{_XAVIER} / sqrt(2) * (8 * L)^(-1/4)"),
-         **_all(rule(f"{_XAVIER} * (8 * L)^(-1/4)"), ("o", "gate", "up", "down"))},
-        stream_mult="(2 * L)^(1/4)", placement="post",
-        depth_factor=("1 / (8 * L)", "(8 * L)^(-3/2)"), closed_form="alpha^2 + s^2 (8L)^(-3/2) (post)",
-    ),
-    scheme(
-        "t-fixup", "T-Fixup (decoder), no norms: Xavier uniform (gain 1/sqrt(2) on q, k), o, gate, up, down "
-        "times (9L)^(-1/4), v times (9L)^(-1/4) sqrt(2) over Xavier 1/sqrt(2); embedding N(0, 1/d) times "
-        "(9L)^(-1/4).",
-        ["Huang et al. 2020 (ICML)", "layer6ai-labs/T-Fixup fairseq/modules/transformer_layer.py"],
-        {**_all(rule(f"{_XAVIER} / sqrt(2)", "uniform"), ("q", "k")),
-         "v": rule(f"{_XAVIER} * (9 * L)^(-1/4)", "uniform"),
-         **_all(rule(f"{_XAVIER} * (9 * L)^(-1/4)", "uniform"), ("o", "gate", "up", "down")),
-         **_all(rule("(9 * L)^(-1/4) / sqrt(d)"), ("embed", "pos"))},
-        placement="none", depth_factor=("1 / (9 * L)", "(9 * L)^(-3/2)"),
-        closed_form="v0 prod_k (1 + rho_k r_k) (approximate; bounded in L)",
-    ),
-    scheme(
-        "rezero", "ReZero: no norms; one learned scalar per block, shared by its two branches, initialised "
-        "to 0 (weights as naive): every block starts as the identity.",
-        ["Bachlechner et al. 2020", "majumderb/rezero rezero/transformer/rztx.py"],
-        branch_mult="0", branch_learned=True, placement="none", closed_form="v0",
-    ),
-    scheme(
-        "zero-out", "W_O and W_down exactly 0: every block starts as the identity (nanochat; modded-nanogpt "
-        "issue 10 reports it beat 1/sqrt(2L)).",
-        ["karpathy/nanochat nanochat/gpt.py init_weights"],
-        {"o": rule(0, "zero"), "down": rule(0, "zero")}, depth_factor=("0", "0"), closed_form="v0",
-    ),
-    scheme(
-        "nanochat", "nanochat: embedding N(0, 0.8^2) (its docstring says 1.0), untied head N(0, 0.001^2), "
-        "q, k, v uniform with std 1/sqrt(d), gate and up 0.4 x that, o and down 0, QK-norm; before block l "
-        "x <- lambda_l x + mu_l x0 (constants here; learned there). Its RMSNorm is weightless: tinit's has a "
-        "gain of 1 (the same at init).",
-        ["karpathy/nanochat nanochat/gpt.py (GPT.init_weights, forward)"],
-        {"embed": rule(0.8), "pos": rule(0.8), "head": rule(0.001),
-         **_all(rule("1 / sqrt(d)", "uniform"), ("q", "k", "v")),
-         **_all(rule("0.4 / sqrt(d)", "uniform"), ("gate", "up")),
-         "o": rule(0, "zero"), "down": rule(0, "zero")},
-        x0_mix=("1.15 - 0.10 * l / max(L - 1, 1)", "0.20 - 0.15 * l / max(L - 1, 1)"),
-        placement="pre", qk_norm=True, depth_factor=("0", "0"), closed_form="c_L^2 v0, c <- lambda c + mu",
-    ),
-    scheme(
-        "mup",
-        "muP relative to base width d0 (m = d/d0): hidden matrices sigma/sqrt(m), embeddings unchanged, "
-        "q zero, logits x 1/m, attention q.k/d_h. (Adam lr / m is training, not init.) With a tied head the "
-        "advised zero readout cannot apply.",
-        ["Yang et al. 2022 (Tensor Programs V)", "microsoft/mup mup/layer.py MuReadout, mup/init.py"],
-        {**_all(rule(_MUP_HIDDEN), ("k", "v", "o", "gate", "up", "down")), "q": rule(0, "zero"),
-         "head": rule("sigma")},
-        logit_mult="d0 / d", attn_scale="1 / d_h", closed_form="v0 + 2L s^2",
-    ),
-    scheme(
-        "completep",
-        "CompleteP (alpha = 1): muP's hidden stds (q not zeroed, as nanoGPT-mup draws q like k), no "
-        "1/sqrt(2L), every branch times (L/L0)^-1; logits x 1/m, q.k/d_h.",
-        ["Dey et al. 2025 (arXiv 2505.01618)", "EleutherAI/nanoGPT-mup branch completep model.py (Block)"],
-        {**_all(rule(_MUP_HIDDEN), ("q", "k", "v", "o", "gate", "up", "down"))},
-        branch_mult="(L / L0)^(-1)", logit_mult="d0 / d", attn_scale="1 / d_h",
-        closed_form="v0 + 2 s^2 L0^2 / L",
-    ),
-    scheme(
-        "depth-mup", "Depth-muP (alpha = 1/2): as completep with every branch times (L/L0)^(-1/2).",
-        ["Yang et al. 2023 (arXiv 2310.02244)",
-         "EleutherAI/nanoGPT-mup branch completep (depth_alpha_exp 0.5)"],
-        {**_all(rule(_MUP_HIDDEN), ("q", "k", "v", "o", "gate", "up", "down"))},
-        branch_mult="(L / L0)^(-1/2)", logit_mult="d0 / d", attn_scale="1 / d_h",
-        closed_form="v0 + 2 s^2 L0",
-    ),
-    scheme(
-        "gemma",
-        "Gemma: every weight N(0, sigma^2); embedding output x sqrt(d). Its RMSNorm weight starts at 0 "
-        "and is applied as (1 + w): the same gain 1 at init as tinit's.",
-        ["HF transformers models/gemma/modeling_gemma.py"],
-        embed_mult="sqrt(d)", placement="pre", closed_form="v0 + 2L s^2 (v0 = d sigma_emb^2)",
-    ),
-    scheme(
-        "scaled-embed", "Takase et al. 2023: small_init sqrt(2/(5d)) on q, k, v, gate, up; o and down "
-        "sigma/sqrt(2L); embeddings std sqrt(0.4) (their 'scaled embed').",
-        ["Takase et al. 2023 (arXiv 2312.16903)",
-         "Modalities nn/model_initialization/initialization_routines.py"],
-        {**_all(rule(_SMALL), ("q", "k", "v", "gate", "up")), "o": rule("sigma / sqrt(2 * L)"),
-         "down": rule("sigma / sqrt(2 * L)"), "embed": rule("sqrt(0.4)"), "pos": rule("sqrt(0.4)")},
-        depth_factor=("1 / (2 * L)", "1 / (2 * L)"), closed_form="v0 + s^2",
-    ),
-]
-
-CATALOGUE: dict[str, Scheme] = {s.name: s for s in _CATALOGUE}
-#: Schemes registered at run time (``--init-file``), by name.
-_CUSTOM: dict[str, Scheme] = {}
-ALIASES = {alias: s.name for s in _CATALOGUE for alias in s.aliases}
-
-
-def names(custom: bool = True) -> list[str]:
-    return list(CATALOGUE) + (list(_CUSTOM) if custom else [])
-
-
-def known(name: str) -> bool:
-    return name in CATALOGUE or name in ALIASES or name in _CUSTOM
-
-
-def get_scheme(name: str) -> Scheme:
-    """The scheme called ``name`` (an alias such as ``scaled`` gives ``gpt2``)."""
-    name = ALIASES.get(name, name)
-    if name in CATALOGUE:
-        return CATALOGUE[name]
-    if name in _CUSTOM:
-        return _CUSTOM[name]
-    raise KeyError(f"unknown init scheme {name!r}; choose from {', '.join(names())}")
-
-
-def register(s: Scheme) -> Scheme:
-    """Add a user's scheme (``--init-file``); its name must not shadow the catalogue."""
-    if s.name in CATALOGUE or s.name in ALIASES:
-        raise FormulaError(f"scheme name {s.name!r} is taken by the catalogue")
-    _CUSTOM[s.name] = s
-    return s
-
-
-def parse_init_list(spec: str) -> tuple[str, ...]:
-    """``naive,gpt2``, ``all`` (the catalogue, and registered schemes) or ``both``
-    (naive,scaled). Raises KeyError naming the unknown scheme."""
-    items = [s.strip() for s in spec.split(",") if s.strip()]
-    out: list[str] = []
-    for item in items:
-        if item == "all":
-            out += names()
-        elif item == "both":
-            out += ["naive", "scaled"]
-        elif known(item):
-            out.append(item)
-        else:
-            raise KeyError(f"unknown init scheme {item!r}; choose from {', '.join(names())}, all, both")
-    if not out:
-        raise KeyError(f"no init scheme given; choose from {', '.join(names())}, all, both")
-    return tuple(dict.fromkeys(out))
-
-
-def placements_for(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
-    """The norm placements a scheme runs in when the user did not choose: its presumed
-    one, else ``default``."""
-    p = get_scheme(name).placement
-    return (p,) if p is not None else tuple(default)
+    kw["upstream"] = tuple(kw.get("upstream", ()))
+    return Scheme(name, description, tuple(sources), RuleTable(merged), touched, **kw)
 
 
 def with_overrides(s: Scheme, **kw) -> Scheme:
     return dataclasses.replace(s, **kw)
 
 
+# --- the catalogue, and looking schemes up -------------------------------------------
+
+from .catalogue import CATALOGUE_LIST  # noqa: E402  (the catalogue is built with the helpers above)
+
+CATALOGUE: dict[str, Scheme] = {s.name: s for s in CATALOGUE_LIST}
+ALIASES = {alias: s.name for s in CATALOGUE_LIST for alias in s.aliases}
+
+
+def names(custom: Iterable[Scheme] | bool = ()) -> list[str]:
+    """The catalogue's names, then those of the user's schemes ``custom`` (a bool, as
+    older callers pass, means none: user schemes live in the run's InitConfig)."""
+    custom = () if isinstance(custom, bool) else custom
+    return list(CATALOGUE) + [s.name for s in custom if s.name not in CATALOGUE]
+
+
+def known(name: str, custom: Iterable[Scheme] = ()) -> bool:
+    return name in CATALOGUE or name in ALIASES or any(s.name == name for s in custom)
+
+
+def get_scheme(name: str, custom: Iterable[Scheme] = ()) -> Scheme:
+    """The scheme called ``name`` (an alias such as ``scaled`` gives ``gpt2``): the
+    catalogue's, else one of the user's schemes ``custom`` (carried by the run's
+    InitConfig). Raises KeyError naming the choices."""
+    name = ALIASES.get(name, name)
+    if name in CATALOGUE:
+        return CATALOGUE[name]
+    custom = tuple(custom)
+    for s in custom:
+        if s.name == name:
+            return s
+    raise KeyError(f"unknown init scheme {name!r}; choose from {', '.join(names(custom))}")
+
+
+def check_user_scheme(s: Scheme) -> Scheme:
+    """A user's scheme may not take a catalogue name."""
+    if s.name in CATALOGUE or s.name in ALIASES:
+        raise FormulaError(f"scheme name {s.name!r} is taken by the catalogue")
+    return s
+
+
+def parse_init_list(spec: str, custom: Iterable[Scheme] = ()) -> tuple[str, ...]:
+    """``naive,gpt2``, ``all`` (the catalogue and the user's schemes) or ``both``
+    (naive,scaled). Raises KeyError naming the unknown scheme."""
+    custom = tuple(custom)
+    items = [s.strip() for s in spec.split(",") if s.strip()]
+    out: list[str] = []
+    for item in items:
+        if item == "all":
+            out += names(custom)
+        elif item == "both":
+            out += ["naive", "scaled"]
+        elif known(item, custom):
+            out.append(item)
+        else:
+            raise KeyError(f"unknown init scheme {item!r}; choose from {', '.join(names(custom))}, all, both")
+    if not out:
+        raise KeyError(f"no init scheme given; choose from {', '.join(names(custom))}, all, both")
+    return tuple(dict.fromkeys(out))
+
+
+def placements_for(name: str, default: tuple[str, ...], custom: Iterable[Scheme] = ()) -> tuple[str, ...]:
+    """The norm placements a scheme runs in when the user did not choose: its presumed
+    one, else ``default``."""
+    p = get_scheme(name, custom).placement
+    return (p,) if p is not None else tuple(default)
+
+
 __all__ = [
-    "ALIASES", "CATALOGUE", "DISTRIBUTIONS", "PLACEMENTS", "ROLES", "Rule", "Scheme", "environment",
-    "effective_std", "get_scheme", "known", "names", "parse_init_list", "placements_for", "register",
-    "resolved_rule", "role_shape", "rule", "scheme",
+    "ALIASES", "CATALOGUE", "DISTRIBUTIONS", "Draw", "PLACEMENTS", "ROLES", "Rule", "RuleTable", "Scheme",
+    "check_user_scheme", "effective_std", "environment", "ffn_of", "get_scheme", "known", "names",
+    "parse_init_list", "placements_for", "resolve", "role_shape", "rule", "scheme",
 ]  # fmt: skip

@@ -9,7 +9,12 @@ sandwich (Gemma 2, Peri-LN): x <- a x + g Norm1o(Attn(Norm1(x))); likewise for t
 reordered (OLMo 2):       x <- a x + g Norm1(Attn(x));          x <- a x + g Norm2(FFN(x))
 none (ReZero, T-Fixup):   x <- a x + g Attn(x);                 x <- a x + g FFN(x)
 
-A scheme with an x0 mix (nanochat) first sets x <- lambda_l x + mu_l x0 before block l.
+A scheme with an x0 mix (nanochat) first sets x <- lambda_l x + mu_l x0 before block l;
+one with a backout (nanochat) subtracts beta x_mid (the stream after block L // 2) on
+the last addition's identity path, so the probe's ``stream_in`` there is x - beta x_mid
+(at L <= 2 the middle block is the last: its output is scaled by 1 - beta). The rest of
+a scheme's architecture lives in the layers: Gemma's (1 + w) norms, soft-caps and
+attention scale, nanochat's q/k gain and relu^2 MLP, torchscale's sub-LN.
 
 An L-layer stack performs 2L additions, k = 1..2L (attention k = 2l+1, FFN
 k = 2l+2); k = 0 is the embedding output. Each addition, in every placement, calls
@@ -37,7 +42,7 @@ from torch import nn
 from .config import InitConfig, ModelConfig
 from .init import init_weights_
 from .layers import Attention, GaussianBranch, make_ffn, make_norm, rope_cache
-from .schemes import Scheme, environment, evaluate, get_scheme
+from .schemes import Scheme, environment, evaluate, ffn_of
 
 
 class Probe(Protocol):
@@ -59,9 +64,14 @@ class Probe(Protocol):
 FINAL_NORM_PLACEMENTS = ("pre", "sandwich", "reordered")
 
 
+def _optional(formula, env, what: str) -> float | None:
+    return None if formula is None else evaluate(formula, env, what)
+
+
 def block_multipliers(cfg: ModelConfig, scheme: Scheme, init: InitConfig | None, layer: int) -> dict:
     """The scheme's multipliers at block ``layer``: stream a, branch g, the x0 mix
-    (lambda, mu) or None, and the attention logit scale or None."""
+    (lambda, mu) or None, the attention logit scale, the q/k gain and the attention
+    soft-cap (each None when the scheme has none)."""
     env = environment(cfg, init or InitConfig(), layer)
     what = f"{scheme.name} multipliers"
     mix = None
@@ -71,8 +81,21 @@ def block_multipliers(cfg: ModelConfig, scheme: Scheme, init: InitConfig | None,
         "a": evaluate(scheme.stream_mult, env, what),
         "g": evaluate(scheme.branch_mult, env, what),
         "mix": mix,
-        "attn_scale": None if scheme.attn_scale is None else evaluate(scheme.attn_scale, env, what),
+        "attn_scale": _optional(scheme.attn_scale, env, what),
+        "qk_gain": _optional(scheme.qk_gain, env, what),
+        "attn_softcap": _optional(scheme.attn_softcap, env, what),
     }
+
+
+def backout_of(cfg: ModelConfig, init: InitConfig) -> tuple[float, int] | None:
+    """nanochat's backout: (beta, mid) with x <- x - beta x_mid before the final norm,
+    x_mid the stream after block mid = L // 2 (nanochat/gpt.py GPT.forward); None when
+    the scheme has none."""
+    scheme = init.scheme
+    if scheme.backout is None:
+        return None
+    beta = evaluate(scheme.backout, environment(cfg, init, cfg.n_layers), f"{scheme.name} backout")
+    return beta, cfg.n_layers // 2
 
 
 def _times(m: float, t: torch.Tensor) -> torch.Tensor:
@@ -87,64 +110,83 @@ class Block(nn.Module):
                  init: InitConfig | None = None):  # fmt: skip
         super().__init__()
         self.layer = layer
-        scheme = get_scheme(init.recipe if init is not None else "naive")
+        init = init if init is not None else InitConfig()
+        scheme = init.scheme
         m = block_multipliers(cfg, scheme, init, layer)
         self.placement = cfg.norm_position
         self.post_norm = self.placement == "post"
         self.a, self.mix = m["a"], m["mix"]
+        back = backout_of(cfg, init)
+        # the last block carries the backout onto its final addition's identity path
+        self.backout = back if back is not None and layer == cfg.n_layers - 1 else None
         # ReZero trains its gain: a parameter (role "gain"), valued by init_weights_
         learned = scheme.branch_learned
         self.gain = nn.Parameter(torch.empty((), device=device, dtype=dtype)) if learned else None
         self.g = m["g"]
+        off = scheme.norm_offset
         has_norms = self.placement != "none"
-        self.norm1 = make_norm(cfg, device=device, dtype=dtype) if has_norms else None
-        self.norm2 = make_norm(cfg, device=device, dtype=dtype) if has_norms else None
+        self.norm1 = make_norm(cfg, device, dtype, offset=off) if has_norms else None
+        self.norm2 = make_norm(cfg, device, dtype, offset=off) if has_norms else None
         sandwich = self.placement == "sandwich"
-        self.norm1o = make_norm(cfg, device=device, dtype=dtype) if sandwich else None
-        self.norm2o = make_norm(cfg, device=device, dtype=dtype) if sandwich else None
+        self.norm1o = make_norm(cfg, device, dtype, offset=off) if sandwich else None
+        self.norm2o = make_norm(cfg, device, dtype, offset=off) if sandwich else None
         qk_norm = scheme.qk_norm if cfg.qk_norm is None else cfg.qk_norm
         if cfg.branch == "gaussian":
             self.attn = GaussianBranch(cfg.branch_var, seed, layer, "attn")
             self.ffn = GaussianBranch(cfg.branch_var, seed, layer, "ffn")
         else:
-            self.attn = Attention(cfg, device=device, dtype=dtype, scale=m["attn_scale"], qk_norm=qk_norm)
-            self.ffn = make_ffn(cfg, device=device, dtype=dtype)
+            self.attn = Attention(cfg, device=device, dtype=dtype, scale=m["attn_scale"], qk_norm=qk_norm,
+                                  qk_gain=m["qk_gain"], softcap=m["attn_softcap"], norm_offset=off,
+                                  subln=scheme.subln)  # fmt: skip
+            kind, d_ff = ffn_of(cfg, scheme)
+            self.ffn = make_ffn(cfg, device, dtype, kind, d_ff, subln=scheme.subln, norm_offset=off)
 
-    def _add(self, k, sublayer, x, branch_fn, norm, norm_out, rope, probe):
-        """One residual addition; each placement's sum written out."""
+    def _add(self, k, sublayer, x, branch_fn, norm, norm_out, rope, probe, x_mid=None):
+        """One residual addition; each placement's sum written out. ``x_mid`` (the last
+        addition of a scheme with a backout): the identity path carries x - beta x_mid
+        (x_mid None: the middle block is this one, and its output is scaled by 1 - beta)."""
         a, g = self.a, (self.gain if self.gain is not None else self.g)
+        inner = x  # what the branch reads
+        scale = 1.0
+        if self.backout is not None and sublayer == "ffn":
+            beta = self.backout[0]
+            if x_mid is not None:
+                x = x - beta * x_mid
+            else:
+                scale = 1.0 - beta
+                x = scale * x
         if self.placement == "post":
-            f = branch_fn(x, rope)
+            f = _times(scale, branch_fn(inner, rope))
             s = _times(a, x) + _times(g, f)
             y = norm(s)
             if probe is not None:
                 probe(k, self.layer, sublayer, x, f, s, normed=y)
             return y
         if self.placement == "pre":
-            f = branch_fn(norm(x), rope)
-            y = _times(a, x) + _times(g, f)
+            f = branch_fn(norm(inner), rope)
         elif self.placement == "sandwich":
-            f = norm_out(branch_fn(norm(x), rope))
-            y = _times(a, x) + _times(g, f)
+            f = norm_out(branch_fn(norm(inner), rope))
         elif self.placement == "reordered":
-            f = norm(branch_fn(x, rope))
-            y = _times(a, x) + _times(g, f)
+            f = norm(branch_fn(inner, rope))
         else:  # none
-            f = branch_fn(x, rope)
-            y = _times(a, x) + _times(g, f)
+            f = branch_fn(inner, rope)
+        f = _times(scale, f)
+        y = _times(a, x) + _times(g, f)
         if probe is not None:
             probe(k, self.layer, sublayer, x, f, y)
         return y
 
-    def forward(self, x: torch.Tensor, rope=None, probe: Probe | None = None,
-                x0: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    def forward(
+        self, x: torch.Tensor, rope=None, probe: Probe | None = None, x0: torch.Tensor | None = None,
+        x_mid: torch.Tensor | None = None,
+    ) -> torch.Tensor:  # fmt: skip
         k = 2 * self.layer + 1
         if self.mix is not None:
             if x0 is None:
                 raise ValueError("this scheme mixes the embedding x0 into every block: pass x0")
             x = self.mix[0] * x + self.mix[1] * x0
         x = self._add(k, "attn", x, self.attn, self.norm1, self.norm1o, rope, probe)
-        return self._add(k + 1, "ffn", x, self.ffn, self.norm2, self.norm2o, rope, probe)
+        return self._add(k + 1, "ffn", x, self.ffn, self.norm2, self.norm2o, rope, probe, x_mid)
 
 
 def to_empty(module: nn.Module, device) -> nn.Module:
@@ -214,13 +256,15 @@ class Transformer(nn.Module):
         scheme, env = init.scheme, environment(cfg, init, -1)
         self.embed_mult = evaluate(scheme.embed_mult, env, f"{scheme.name} embedding multiplier")
         self.logit_mult = evaluate(scheme.logit_mult, env, f"{scheme.name} logit multiplier")
+        self.logit_softcap = _optional(scheme.logit_softcap, env, f"{scheme.name} logit soft-cap")
+        self.embed_norm, self.backout = scheme.embed_norm, backout_of(cfg, init)
         self._device, self._dtype = torch.device(device), dtype
         d, L = cfg.d_model, cfg.n_layers
         with torch.device("meta"):
             self.embed = _embedding(cfg.vocab_size, d, dtype)
             self.pos = _embedding(cfg.max_seq_len, d, dtype) if cfg.positions == "learned" else None
             final = cfg.norm_position in FINAL_NORM_PLACEMENTS
-            self.final_norm = make_norm(cfg, dtype=dtype) if final else None
+            self.final_norm = make_norm(cfg, dtype=dtype, offset=scheme.norm_offset) if final else None
             self.head = (
                 None if cfg.tie_embeddings else nn.Linear(d, cfg.vocab_size, bias=cfg.bias, dtype=dtype)
             )
@@ -283,22 +327,29 @@ class Transformer(nn.Module):
             del block
 
     def embed_tokens(self, tokens: torch.Tensor, probe: Probe | None = None) -> torch.Tensor:
-        """x0 = E[tokens] (+ learned positions): the stream entering addition 1."""
+        """x0 = E[tokens] (+ learned positions), times the scheme's embedding multiplier
+        (RMS-normalised for nanochat, x = norm(wte(idx))): the stream entering addition 1."""
         x = _times(self.embed_mult, self.embed(tokens))
         if self.pos is not None:
             x = x + self.pos.weight[: tokens.shape[1]]
+        if self.embed_norm:
+            x = F.rms_norm(x, (x.shape[-1],), eps=self.cfg.norm_eps)
         if probe is not None:
             probe(0, -1, "embed", None, None, x)
         return x
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """Final norm (not post-norm, whose stream is already normalised, nor the norm-free
-        placement), then head, times the scheme's logit multiplier."""
+        placement), then head, times the scheme's logit multiplier, then its soft-cap
+        c tanh(z / c) (Gemma 2's final_logit_softcapping, nanochat's 15)."""
         if self.final_norm is not None:
             x = self.final_norm(x)
         weight = self.embed.weight if self.head is None else self.head.weight
         bias = None if self.head is None else self.head.bias
-        return _times(self.logit_mult, F.linear(x, weight, bias))
+        z = _times(self.logit_mult, F.linear(x, weight, bias))
+        if self.logit_softcap is not None:
+            z = self.logit_softcap * torch.tanh(z / self.logit_softcap)
+        return z
 
     def forward_stream(
         self,
@@ -309,8 +360,12 @@ class Transformer(nn.Module):
         """The residual stream after the last addition (no final norm, no head).
         ``after_block(layer)`` is called after each block (progress reporting)."""
         x = x0 = self.embed_tokens(tokens, probe)
+        mid = None if self.backout is None else self.backout[1]
+        x_mid = None
         for block in self.iter_blocks():
-            x = block(x, self.rope, probe, x0=x0)
+            x = block(x, self.rope, probe, x0=x0, x_mid=x_mid)
+            if block.layer == mid:
+                x_mid = x  # the last block subtracts beta x_mid on its final addition
             if after_block is not None:
                 after_block(block.layer)
         return x

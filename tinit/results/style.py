@@ -71,6 +71,8 @@ PLACEMENTS = ("pre", "post", "sandwich", "reordered", "none")
 SCHEME_COLORS = (
     "#d62728", "#1f77b4", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79",
     "#637939", "#8c6d31", "#843c39", "#7b4173", "#5254a3", "#b5cf6b", "#e7969c", "#de9ed6", "#000000",
+    # the schemes added from their upstream code (deepnet-torchscale ... gemma3)
+    "#6b6ecf", "#cedb9c", "#a55194", "#c49c94", "#dbdb8d", "#9edae5", "#756bb1", "#636363", "#bd9e39",
 )  # fmt: skip
 #: Placement as a shade of the scheme's colour: < 1 darker (mixed with black), > 1 lighter
 #: (mixed with white by the excess); pre-norm is the colour itself.

@@ -1,0 +1,135 @@
+"""One source for every default: each command's option defaults against the defaults of
+the library it calls (the run_* function's keywords and the configs it builds when
+given None), so `tinit X` and `run_X()` run the same thing."""
+
+import dataclasses
+import inspect
+
+import pytest
+import typer
+
+from tinit.cli import app
+from tinit.experiments import (
+    attention_scale,
+    audit,
+    check,
+    claims,
+    depth_sweep,
+    grad_norms,
+    norms,
+    train,
+    variance,
+)
+from tinit.experiments.data import load_data
+from tinit.model.config import InitConfig, ModelConfig, RunConfig
+from tinit.model.schemes import parse_init_list
+
+COMMANDS = typer.main.get_command(app).commands
+
+
+def cli(command: str) -> dict:
+    return {p.name: p.default for p in COMMANDS[command].params}
+
+
+def kw(fn) -> dict:
+    return {
+        k: v.default for k, v in inspect.signature(fn).parameters.items() if v.default is not inspect._empty
+    }
+
+
+def fields(cls) -> dict:
+    return {f.name: f.default for f in dataclasses.fields(cls)}
+
+
+def ints(text: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in str(text).split(","))
+
+
+#: shared option -> (config class, field, the option's value as the field's)
+SHARED = {
+    "layers": (ModelConfig, "n_layers", int), "d_model": (ModelConfig, "d_model", int),
+    "heads": (ModelConfig, "n_heads", int), "d_ff": (ModelConfig, "d_ff", None),
+    "vocab": (ModelConfig, "vocab_size", int),
+    "norm": (ModelConfig, "norm", None), "ffn": (ModelConfig, "ffn", None),
+    "positions": (ModelConfig, "positions", None),
+    "attention": (ModelConfig, "attention", None), "untie": (ModelConfig, "tie_embeddings", lambda v: not v),
+    "bias": (ModelConfig, "bias", None), "no_attn_scale": (ModelConfig, "attn_scale", lambda v: not v),
+    "qk_norm": (ModelConfig, "qk_norm", None), "kv_heads": (ModelConfig, "n_kv_heads", None),
+    "branch": (ModelConfig, "branch", None), "branch_var": (ModelConfig, "branch_var", None),
+    "sigma": (InitConfig, "sigma", float), "embed_std": (InitConfig, "embed_std", None),
+    "seed": (InitConfig, "seed", None), "base_width": (InitConfig, "base_width", None),
+    "base_depth": (InitConfig, "base_depth", None), "batch": (RunConfig, "batch", None),
+    "seq_len": (RunConfig, "seq_len", None), "device": (RunConfig, "device", None),
+    "dtype": (RunConfig, "dtype", None), "stream": (RunConfig, "stream", None),
+    "tf32": (RunConfig, "tf32", None),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "command", ["variance", "grad-norms", "depth-sweep", "params", "inits", "attention-scale"]
+)
+def test_shared_options_default_to_the_configs(command):
+    """Commands with no defaults of their own: each shared option's default is the
+    config's (ModelConfig, InitConfig, RunConfig), which run_X builds when given None."""
+    got = cli(command)
+    for option, (cls, field, conv) in SHARED.items():
+        if option in got and not (command == "depth-sweep" and option == "layers"):
+            value = got[option] if conv is None or got[option] is None else conv(got[option])
+            assert value == fields(cls)[field], (command, option)
+    if "seq_len" in got:  # the sequence cache fits a run of the default length
+        assert ModelConfig().max_seq_len == int(got["seq_len"])
+
+
+def test_grid_defaults():
+    """--init both = naive, scaled; no placement given = each scheme's presumed one (None)."""
+    for command, fn in (("variance", variance.run_variance), ("grad-norms", grad_norms.run_grad_norms),
+                        ("depth-sweep", depth_sweep.run_depth_sweep)):  # fmt: skip
+        got, lib = cli(command), kw(fn)
+        assert parse_init_list(got["init"]) == tuple(lib["inits"]), command
+        assert got["norm_position"] is None and not got["pre_norm"] and not got["post_norm"]
+        assert lib["norm_positions"] is None, command
+    assert cli("grad-norms")["batches"] == kw(grad_norms.run_grad_norms)["batches"]
+    ds, lib = cli("depth-sweep"), kw(depth_sweep.run_depth_sweep)
+    assert ints(ds["layers"]) == tuple(lib["layers"]) and ds["seeds"] == lib["seeds"]
+    assert ds["transfer_from"] == lib["transfer_from"] and (not ds["no_grads"]) == lib["grads"]
+
+
+def test_attention_scale_norms_and_audit_defaults():
+    assert ints(cli("attention-scale")["head_dims"]) == tuple(
+        kw(attention_scale.run_attention_scale)["head_dims"]
+    )
+    got, lib = cli("norms"), kw(norms.run_norms)
+    assert ints(got["rows"]) == tuple(lib["rows"]) and ints(got["d_models"]) == tuple(lib["d_models"])
+    for name in ("repeats", "warmup", "compile", "threads", "seed"):
+        assert got[name] == lib[name], name
+    got, lib, exp = cli("audit"), kw(audit.run_audit), fields(audit.Expectation)
+    assert got["seed"] == lib["seed"] and got["grads"] == lib["grads"]
+    assert got["z_max"] == exp["z_max"] and got["rtol"] == exp["rtol"]
+
+
+def test_check_defaults():
+    got, lib = cli("check"), kw(check.run_check)
+    assert got["deep_layers"] == lib["deep_layers"] and got["alpha"] == lib["alpha"]
+    assert ints(got["head_dims"]) == tuple(lib["head_dims"])
+    model = ModelConfig(**check.CHECK_MODEL)  # what run_check builds when given no model
+    run = RunConfig(**check.CHECK_RUN)
+    assert (got["layers"], got["d_model"], got["heads"]) == (model.n_layers, model.d_model, model.n_heads)
+    assert (got["seq_len"], got["batch"]) == (run.seq_len, run.batch)
+
+
+def test_training_defaults():
+    """`tinit train`'s optimizer options are TrainConfig's; the data options load_data's;
+    `tinit claims`'s own options ClaimsConfig's (high_lr was 3e-2 there, 1.5e-2 here)."""
+    got, cfg = cli("train"), fields(train.TrainConfig)
+    for name in ("steps", "warmup", "min_lr_ratio", "weight_decay", "grad_clip", "eval_every",
+                 "diverge_margin",
+                 "probe_points", "compile"):  # fmt: skip
+        assert float(got[name]) == float(cfg[name]), name
+    assert float(got["lr"]) == cfg["lr"] and (not got["no_autocast"]) == cfg["autocast"]
+    data = kw(load_data)
+    for command in ("train", "lr-sweep", "claims"):
+        got = cli(command)
+        assert got["markov_k"] == data["markov_k"] and got["eval_batches"] == data["eval_batches"], command
+    got, cfg = cli("claims"), fields(claims.ClaimsConfig)
+    for name in ("shallow", "deep", "seeds", "high_lr", "warmup", "tol"):
+        assert got[name] == cfg[name], name

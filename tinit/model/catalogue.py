@@ -1,0 +1,549 @@
+"""The init catalogue: every scheme as its upstream code runs it.
+
+Each scheme names the code it follows in ``upstream`` (repository @ commit, file,
+symbol): the snapshot that was read before its rules were written, and against which
+``shared/upstream/init-stds-L12-d768.csv`` (and ``tests/data/gemma-init-stds-*.csv``,
+measured from Hugging Face's Gemma 2 / 3 on the CPU) were measured; the conformance
+tests (tests/test_conformance.py) reproduce every row. Where a codebase departs from
+its own paper, the paper's scheme and the code's are separate entries (``deepnet`` and
+``deepnet-torchscale``). Where a choice is tinit's own, the description says so.
+"""
+
+from __future__ import annotations
+
+from .schemes import Rule, rule, scheme
+
+HF = "huggingface/transformers@v5.24.0"
+TORCHSCALE = "microsoft/torchscale@4d1e0e8"
+OLMO_CORE = "allenai/OLMo-core@fa6c5014c src/olmo_core/nn/transformer/init.py"
+MEGATRON = "NVIDIA/Megatron-LM@d98e8a64dd"
+NANOCHAT = "karpathy/nanochat@92d63d4 nanochat/gpt.py"
+
+_SMALL = "sqrt(2 / (5 * d))"
+_XAVIER = "sqrt(2 / (fan_in + fan_out))"
+#: torch's nn.Linear default (kaiming_uniform_ with a = sqrt(5)): U(+-1/sqrt(fan_in)), std 1/sqrt(3 fan_in)
+_LINEAR_DEFAULT = "1 / sqrt(3 * fan_in)"
+_MUP_HIDDEN = "sigma * sqrt(d0 / d)"
+_TRUNC3 = "3 * std"
+
+
+def _all(r: Rule, roles) -> dict[str, Rule]:
+    return dict.fromkeys(roles, r)
+
+
+_BASE = [
+    scheme(
+        "naive",
+        "Every matrix N(0, sigma^2), no depth scaling (HF Llama, Qwen2, OLMo2 _init_weights).",
+        ["HF transformers models/llama/modeling_llama.py _init_weights (initializer_range)"],
+        upstream=[f"{HF} src/transformers/modeling_utils.py (PreTrainedModel._init_weights)"],
+        closed_form="v0 + 2L s^2",
+    ),
+    scheme(
+        "gpt2",
+        "W_O and W_down N(0, sigma^2 / 2L): every stream write scaled by 1/sqrt(2L) (GPT-2).",
+        ["Radford et al. 2019 sec. 2.3", "HF transformers models/gpt2/modeling_gpt2.py _init_weights"],
+        {"o": rule("sigma / sqrt(2 * L)"), "down": rule("sigma / sqrt(2 * L)")},
+        upstream=[
+            "karpathy/nanoGPT@3adf61e1 model.py (GPT.__init__, c_proj.weight)",
+            f"{HF} src/transformers/models/gpt2/modeling_gpt2.py (_init_weights)",
+        ],
+        depth_factor=("1 / (2 * L)", "1 / (2 * L)"),
+        closed_form="v0 + s^2",
+        aliases=("scaled",),
+    ),
+    scheme(
+        "megatron",
+        "linear_proj (o) and linear_fc2 (down) N(0, (sigma/sqrt(2L))^2): scaled_init_method_normal "
+        "with its multiplier 2 (hybrid models use 1: not modelled); the untied output layer N(sigma).",
+        ["NVIDIA/Megatron-LM megatron/core/utils.py scaled_init_method_normal"],
+        {"o": rule("sigma / sqrt(2 * L)"), "down": rule("sigma / sqrt(2 * L)")},
+        upstream=[
+            f"{MEGATRON} megatron/core/utils.py (scaled_init_method_normal)",
+            f"{MEGATRON} megatron/core/transformer/transformer_config.py (output_layer_init_method)",
+        ],
+        depth_factor=("1 / (2 * L)", "1 / (2 * L)"),
+        closed_form="v0 + s^2",
+    ),
+    scheme(
+        "depth-init",
+        "torchtitan llama3: o, down AND up (w3) TN(0.02/sqrt(2(l+1)), ±2), q,k,v,gate (w1) "
+        "TN(sigma, ±2), untied embedding N(0,1), output TN(1/sqrt(d), ±3/sqrt(d)). A tied model skips the "
+        "embedding's init: the shared matrix is the output layer's TN(1/sqrt(d), ±3 std) "
+        "(_EMBEDDING_SKIP_INIT). The bounds ±2 are absolute (100 std): nothing is truncated (torchtitan "
+        "issue 3334). Because w3 is scaled too, the FFN branch falls like 1/(l+1)^2, so "
+        "v_2L = v0 + s_attn^2 H_L/2 + s_ffn^2 H2_L/4 (H2 = sum 1/l^2).",
+        [
+            "pytorch/torchtitan torchtitan/models/llama3/__init__.py (_depth_init, _output_linear_init)",
+            "torchtitan models/common/param_init.py depth_scaled_std",
+        ],
+        {
+            **_all(rule("sigma", "trunc", 2), ("q", "k", "v", "gate")),
+            **_all(rule("sigma / sqrt(2 * (l + 1))", "trunc", 2), ("o", "up", "down")),
+            "embed": rule(1),
+            "pos": rule(1),
+            "head": rule("1 / sqrt(d)", "trunc", "3 / sqrt(d)"),
+        },
+        tied_embed=rule("1 / sqrt(d)", "trunc", "3 / sqrt(d)"),
+        upstream=[
+            "pytorch/torchtitan@b5bcd76c6 torchtitan/models/llama3/__init__.py (_depth_init, "
+            "_output_linear_init, _EMBEDDING_INIT, _EMBEDDING_SKIP_INIT)",
+            "pytorch/torchtitan@b5bcd76c6 torchtitan/models/common/param_init.py (depth_scaled_std)",
+        ],
+        depth_factor=("1 / (2 * (l + 1))", "1 / (2 * (l + 1))^2"),
+        closed_form="v0 + s_a^2 H_L / 2 + s_f^2 H2_L / 4 (~ ln L)",
+    ),
+    scheme(
+        "small-wang",
+        "gpt-neox: small_init sqrt(2/(5d)) on embedding, q, k, v, gate, up (and untied head); "
+        "wang_init 2/(L sqrt(d)) on o and down.",
+        ["EleutherAI/gpt-neox megatron/model/init_functions.py small_init_init_method, wang_init_method"],
+        {
+            **_all(rule(_SMALL), ("embed", "pos", "q", "k", "v", "gate", "up", "head")),
+            "o": rule("2 / (L * sqrt(d))"),
+            "down": rule("2 / (L * sqrt(d))"),
+        },
+        upstream=[
+            "EleutherAI/gpt-neox@ea7aefd8 megatron/model/init_functions.py (small_init_init_method, "
+            "wang_init_method)"
+        ],
+        depth_factor=("1 / L^2", "1 / L^2"),
+        closed_form="v0 + 2 s^2 / L",
+    ),
+    scheme(
+        "mitchell",
+        "OLMo mitchell: q, k, v, gate, up, embedding, head 1/sqrt(d); o 1/sqrt(2 d (l+1)); "
+        "down 1/sqrt(2 d_ff (l+1)); every one truncated at 3 std.",
+        ["allenai/OLMo olmo/model.py reset_parameters (InitFnType.mitchell)"],
+        {
+            **_all(
+                rule("1 / sqrt(d)", "trunc", _TRUNC3), ("embed", "pos", "q", "k", "v", "gate", "up", "head")
+            ),
+            "o": rule("1 / sqrt(2 * d * (l + 1))", "trunc", _TRUNC3),
+            "down": rule("1 / sqrt(2 * d_ff * (l + 1))", "trunc", _TRUNC3),
+        },
+        upstream=["allenai/OLMo@59a53e3f olmo/model.py (reset_parameters, InitFnType.mitchell)"],
+        depth_factor=("1 / (l + 1)", "1 / (l + 1)"),
+        closed_form="v0 + 2 s^2 H_L (~ ln L)",
+    ),
+    scheme(
+        "full-megatron",
+        "OLMo full_megatron: inputs sigma, o and down sigma/sqrt(2L), head 1/sqrt(d); "
+        "truncated at 3 std, as OLMo's configs set init_cutoff_factor 3.",
+        ["allenai/OLMo olmo/model.py reset_parameters (InitFnType.full_megatron)"],
+        {
+            **_all(rule("sigma", "trunc", _TRUNC3), ("q", "k", "v", "gate", "up")),
+            **_all(rule("sigma_emb", "trunc", _TRUNC3), ("embed", "pos")),
+            **_all(rule("sigma / sqrt(2 * L)", "trunc", _TRUNC3), ("o", "down")),
+            "head": rule("1 / sqrt(d)", "trunc", _TRUNC3),
+        },
+        upstream=["allenai/OLMo@59a53e3f olmo/model.py (reset_parameters, InitFnType.full_megatron)"],
+        depth_factor=("1 / (2 * L)", "1 / (2 * L)"),
+        closed_form="v0 + s^2",
+    ),
+    scheme(
+        "olmo2",
+        "OLMo 2 (OLMo-core InitMethod.normal): every weight TN(sigma, 3 std), no depth scaling; the "
+        "architecture changes instead: reordered norm x + Norm(F(x)) and QK-norm (so v_2L ~ v0 + 2L whatever "
+        "the init: OLMo issue 797).",
+        ["allenai/OLMo configs/official-1124/OLMo2-7B-stage1.yaml"],
+        {
+            **_all(rule("sigma", "trunc", _TRUNC3), ("q", "k", "v", "o", "gate", "up", "down", "head")),
+            **_all(rule("sigma_emb", "trunc", _TRUNC3), ("embed", "pos")),
+        },
+        upstream=[f"{OLMO_CORE} (InitMethod.normal, init_linear)"],
+        placement="reordered",
+        qk_norm=True,
+        closed_form="v0 + 2L (normed branches)",
+    ),
+]
+
+_DEPTH = [
+    scheme(
+        "deepnet",
+        "DeepNet (the paper, decoder-only): Xavier normal with gain 1 on q, k and gain beta = (8L)^(-1/4) on "
+        "v, o and the FFN (gate and up both count as fc1); post-norm with x <- Norm(alpha x + F(x)), alpha = "
+        "(2L)^(1/4). Embedding and untied head N(1/sqrt(d)) as torchscale (the paper leaves them open). "
+        "Theory: attention branch variance x beta^4, SwiGLU x ~beta^6 (silu taken as homogeneous).",
+        ["Wang et al. 2022 (arXiv 2203.00555), Algorithm 1 and Table 1"],
+        {
+            **_all(rule(_XAVIER), ("q", "k")),
+            **_all(rule(f"{_XAVIER} * (8 * L)^(-1/4)"), ("v", "o", "gate", "up", "down")),
+            **_all(rule("1 / sqrt(d)"), ("embed", "pos", "head")),
+        },
+        upstream=[
+            f"{TORCHSCALE} torchscale/architecture/decoder.py (DecoderLayer.alpha, Decoder.__init__ "
+            "deepnorm init_scale) for alpha and beta; the weights as the paper"
+        ],
+        stream_mult="(2 * L)^(1/4)",
+        placement="post",
+        depth_factor=("1 / (8 * L)", "(8 * L)^(-3/2)"),
+        closed_form="alpha^2 + s^2 (8L)^(-3/2) (post)",
+    ),
+    scheme(
+        "deepnet-torchscale",
+        "DeepNet as torchscale runs it: its attention's reset_parameters is never called, so q, k, v, o keep "
+        "nn.Linear's U(±1/sqrt(fan_in)), then v, o, fc1 (gate, up), fc2 (down) are divided by (8L)^(1/4); "
+        "DecoderConfig's deepnorm sets encoder_normalize_before where the decoder reads "
+        "decoder_normalize_before, so the decoder runs PRE-norm with alpha = (2L)^(1/4) on every addition: "
+        "the stream grows like alpha^(4L) (3.7e16 at L = 12). Embedding and untied head N(1/sqrt(d)).",
+        ["microsoft/torchscale torchscale/architecture/config.py DecoderConfig.postprocessing"],
+        {
+            **_all(rule(_LINEAR_DEFAULT, "uniform"), ("q", "k")),
+            **_all(rule(f"{_LINEAR_DEFAULT} * (8 * L)^(-1/4)", "uniform"), ("v", "o", "gate", "up", "down")),
+            **_all(rule("1 / sqrt(d)"), ("embed", "pos", "head")),
+        },
+        upstream=[
+            f"{TORCHSCALE} torchscale/architecture/decoder.py (Decoder.__init__ deepnorm, "
+            "DecoderLayer.residual_connection, build_output_projection)",
+            f"{TORCHSCALE} torchscale/architecture/config.py (DecoderConfig.postprocessing)",
+            f"{TORCHSCALE} torchscale/component/multihead_attention.py (reset_parameters, never called)",
+        ],
+        stream_mult="(2 * L)^(1/4)",
+        placement="pre",
+        depth_factor=("1 / (8 * L)", "(8 * L)^(-3/2)"),
+        closed_form="a^(4L) v0 + s^2 sum_k a^(2(2L-k)) r_k, a = (2L)^(1/4)",
+    ),
+    scheme(
+        "magneto",
+        "torchscale's default decoder (sub-LN, Magneto; deepnorm off): pre-norm plus a norm inside each "
+        "branch, before o and before down; nn.Linear's U(±1/sqrt(fan_in)) everywhere, v, o, fc1 (gate, up) "
+        "and fc2 (down) times sqrt(log 2L). The inner norm cancels v's and fc1's scale, so each branch "
+        "carries o's and down's log 2L. Embedding and untied head N(1/sqrt(d)).",
+        ["Wang et al. 2022 (arXiv 2210.06423)"],
+        {
+            **_all(rule(_LINEAR_DEFAULT, "uniform"), ("q", "k")),
+            **_all(
+                rule(f"{_LINEAR_DEFAULT} * sqrt(log(2 * L))", "uniform"), ("v", "o", "gate", "up", "down")
+            ),
+            **_all(rule("1 / sqrt(d)"), ("embed", "pos", "head")),
+        },
+        upstream=[
+            f"{TORCHSCALE} torchscale/architecture/decoder.py (Decoder.__init__ subln)",
+            f"{TORCHSCALE} torchscale/component/multihead_attention.py (inner_attn_ln)",
+            f"{TORCHSCALE} torchscale/component/feedforward_network.py (ffn_layernorm)",
+        ],
+        subln=True,
+        placement="pre",
+        aliases=("subln",),
+        depth_factor=("log(2 * L)", "log(2 * L)"),
+        closed_form="v0 + 2L log(2L) s^2",
+    ),
+    scheme(
+        "t-fixup",
+        "T-Fixup (decoder), no norms: Xavier uniform (gain 1/sqrt(2) on q, k, v), then o, fc1 "
+        "(gate, up), fc2 (down) times (9L)^(-1/4) and v times sqrt(2) (9L)^(-1/4); embedding N(0, 1/d) times "
+        "(9L)^(-1/4), and fairseq multiplies the embedding output by sqrt(d) (embed_scale, on by default); "
+        "untied output N(1/sqrt(d)).",
+        ["Huang et al. 2020 (ICML)"],
+        {
+            **_all(rule(f"{_XAVIER} / sqrt(2)", "uniform"), ("q", "k")),
+            **_all(rule(f"{_XAVIER} * (9 * L)^(-1/4)", "uniform"), ("v", "o", "gate", "up", "down")),
+            **_all(rule("(9 * L)^(-1/4) / sqrt(d)"), ("embed", "pos")),
+            "head": rule("1 / sqrt(d)"),
+        },
+        upstream=[
+            "layer6ai-labs/T-Fixup@b17e166 fairseq/models/transformer.py (TransformerDecoder: Tfixup "
+            "embedding scale, embed_scale, embed_out; Embedding)",
+            "layer6ai-labs/T-Fixup@b17e166 fairseq/modules/transformer_layer.py (fixup_initialization)",
+        ],
+        embed_mult="sqrt(d)",
+        placement="none",
+        depth_factor=("1 / (9 * L)", "(9 * L)^(-3/2)"),
+        closed_form="v0 prod_k (1 + rho_k r_k) (approximate; bounded in L)",
+    ),
+    scheme(
+        "rezero",
+        "ReZero: no norms; one learned scalar per block, shared by its two branches, initialised "
+        "to 0: every block starts as the identity. Matrices keep torch's defaults: q, k, v Xavier uniform "
+        "over nn.MultiheadAttention's packed (3d x d) in_proj, std sqrt(1/(2d)); o and the FFN nn.Linear's "
+        "U(±1/sqrt(fan_in)). Embedding and head are not in its code: naive.",
+        ["Bachlechner et al. 2020"],
+        {
+            **_all(rule("sqrt(1 / (2 * d))", "uniform"), ("q", "k", "v")),
+            **_all(rule(_LINEAR_DEFAULT, "uniform"), ("o", "gate", "up", "down")),
+        },
+        upstream=[
+            "majumderb/rezero@e2c94a8 rezero/transformer/rztx.py (RZTXEncoderLayer: resweight, "
+            "MultiheadAttention, Linear)"
+        ],
+        branch_mult="0",
+        branch_learned=True,
+        placement="none",
+        closed_form="v0",
+    ),
+    scheme(
+        "zero-out",
+        "W_O and W_down exactly 0: every block starts as the identity (nanochat; modded-nanogpt "
+        "issue 10 reports it beat 1/sqrt(2L)).",
+        ["karpathy/nanochat nanochat/gpt.py init_weights"],
+        {"o": rule(0, "zero"), "down": rule(0, "zero")},
+        upstream=[f"{NANOCHAT} (GPT.init_weights: c_proj zeros)"],
+        depth_factor=("0", "0"),
+        closed_form="v0",
+    ),
+    scheme(
+        "nanochat",
+        "nanochat: embedding N(0, 0.8^2) (its docstring says 1.0) then RMS-normalised; untied "
+        "head N(0, 0.001^2); q, k, v U(std 1/sqrt(d)), c_fc (up) 0.4 x that, o and down 0; relu^2 MLP of "
+        "width 4d; QK-norm then q, k x 1.2; before block l x <- lambda_l x + mu_l x0 (x0 the normed "
+        "embedding); backout: x - 0.2 x_mid (x_mid after block L//2) before the final norm; logits "
+        "15 tanh(z / 15). Not modelled: the value embeddings of alternate layers and the smear (0 at init). "
+        "Its RMSNorm is weightless: tinit's has a gain of 1 (the same at init).",
+        ["karpathy/nanochat nanochat/gpt.py"],
+        {
+            "embed": rule(0.8),
+            "pos": rule(0.8),
+            "head": rule(0.001),
+            **_all(rule("1 / sqrt(d)", "uniform"), ("q", "k", "v")),
+            **_all(rule("0.4 / sqrt(d)", "uniform"), ("gate", "up")),
+            "o": rule(0, "zero"),
+            "down": rule(0, "zero"),
+        },
+        upstream=[f"{NANOCHAT} (GPT.init_weights, GPT.forward, CausalSelfAttention.forward, MLP)"],
+        x0_mix=("1.15 - 0.10 * l / max(L - 1, 1)", "0.20 - 0.15 * l / max(L - 1, 1)"),
+        embed_norm=True,
+        backout="0.2",
+        qk_gain="1.2",
+        logit_softcap="15",
+        ffn="relu2",
+        d_ff="4 * d",
+        placement="pre",
+        qk_norm=True,
+        depth_factor=("0", "0"),
+        closed_form="(c_L - 0.2 c_mid)^2 v0, c <- lambda c + mu",
+    ),
+]
+
+_WIDTH = [
+    scheme(
+        "mup",
+        "muP relative to base width d0 (m = d/d0): hidden matrices sigma/sqrt(m), embeddings unchanged, "
+        "q zero, untied readout zero (the Transformer example zero-initialises MuReadout), logits x 1/m, "
+        "attention q.k/d_h. (Adam lr / m is training, not init.) With a tied head the readout is the "
+        "embedding.",
+        ["Yang et al. 2022 (Tensor Programs V)"],
+        {
+            **_all(rule(_MUP_HIDDEN), ("k", "v", "o", "gate", "up", "down")),
+            "q": rule(0, "zero"),
+            "head": rule(0, "zero"),
+        },
+        upstream=[
+            "microsoft/mup@1981497 examples/Transformer/model.py (MultiheadAttention._reset_parameters, "
+            "TransformerModel.init_weights)",
+            "microsoft/mup@1981497 mup/layer.py (MuReadout)",
+        ],
+        logit_mult="d0 / d",
+        attn_scale="1 / d_h",
+        closed_form="v0 + 2L s^2",
+    ),
+    scheme(
+        "completep",
+        "CompleteP (alpha = 1): muP's hidden stds (q not zeroed, as nanoGPT-mup draws q like k), no "
+        "1/sqrt(2L), every branch times (L/L0)^-1; logits x 1/m, q.k/d_h.",
+        ["Dey et al. 2025 (arXiv 2505.01618)"],
+        {**_all(rule(_MUP_HIDDEN), ("q", "k", "v", "o", "gate", "up", "down"))},
+        upstream=["EleutherAI/nanoGPT-mup@6f8bc3b model.py (branch completep: Block, _init_weights)"],
+        branch_mult="(L / L0)^(-1)",
+        logit_mult="d0 / d",
+        attn_scale="1 / d_h",
+        closed_form="v0 + 2 s^2 L0^2 / L",
+    ),
+    scheme(
+        "depth-mup",
+        "Depth-muP (alpha = 1/2): as completep with every branch times (L/L0)^(-1/2).",
+        ["Yang et al. 2023 (arXiv 2310.02244)"],
+        {**_all(rule(_MUP_HIDDEN), ("q", "k", "v", "o", "gate", "up", "down"))},
+        upstream=["EleutherAI/nanoGPT-mup@6f8bc3b model.py (branch completep, depth_alpha_exp 0.5)"],
+        branch_mult="(L / L0)^(-1/2)",
+        logit_mult="d0 / d",
+        attn_scale="1 / d_h",
+        closed_form="v0 + 2 s^2 L0",
+    ),
+    scheme(
+        "megatron-mup",
+        "Megatron-LM with use_mup (m = d/d0, d0 = mup_base_hidden_size): hidden matrices sigma/sqrt(m), "
+        "o and "
+        "down sigma/(sqrt(2L) sqrt(m)), embedding and untied output layer N(sigma) (embedding_init_method), "
+        "logits x 1/m (mup_output_mult), softmax scale 1/kv_channels (mup_attn_scale_power 1).",
+        ["NVIDIA/Megatron-LM megatron/core/utils.py mup_scaled_init_method_normal"],
+        {
+            **_all(rule(_MUP_HIDDEN), ("q", "k", "v", "gate", "up")),
+            **_all(rule(f"{_MUP_HIDDEN} / sqrt(2 * L)"), ("o", "down")),
+        },
+        upstream=[
+            f"{MEGATRON} megatron/core/transformer/transformer_config.py (__post_init__ use_mup)",
+            f"{MEGATRON} megatron/core/utils.py (mup_scaled_init_method_normal)",
+            f"{MEGATRON} megatron/core/models/gpt/gpt_model.py (output_layer init_method)",
+        ],
+        logit_mult="d0 / d",
+        attn_scale="1 / d_h",
+        depth_factor=("1 / (2 * L)", "1 / (2 * L)"),
+        closed_form="v0 + s^2",
+    ),
+    scheme(
+        "scaled-embed",
+        "Takase et al. 2023 as Modalities runs it (std 'auto'): one std sqrt(2/(5d)) for every "
+        "matrix ('plain'), o and down that std / sqrt(2L) ('scaled'), embeddings and an untied lm_head "
+        "std sqrt(0.4) ('scaled_embed'). With a numeric std (Modalities' other choice) write the std in "
+        "a --init-file.",
+        ["Takase et al. 2023 (arXiv 2312.16903)"],
+        {
+            **_all(rule(_SMALL), ("q", "k", "v", "gate", "up")),
+            **_all(rule(f"{_SMALL} / sqrt(2 * L)"), ("o", "down")),
+            **_all(rule("sqrt(0.4)"), ("embed", "pos", "head")),
+        },
+        upstream=[
+            "Modalities/modalities@bf0e6d32 src/modalities/nn/model_initialization/"
+            "composed_initialization.py (get_composed_model_initializer)",
+            "Modalities/modalities@bf0e6d32 src/modalities/nn/model_initialization/"
+            "initialization_routines.py, parameter_name_filters.py",
+        ],
+        depth_factor=("1 / (2 * L)", "1 / (2 * L)"),
+        closed_form="v0 + s^2",
+    ),
+]
+
+_OLMO_CORE = [
+    scheme(
+        "olmo-llama",
+        "OLMo-core InitMethod.llama: every weight TN(sigma, ±3 std); w_out (o), w3 (up) and w2 "
+        "(down) sigma/sqrt(2L); embedding N(0, 1); final w_out (head) TN(1/sqrt(d), ±3 std). Up and down "
+        "both scaled: the FFN branch falls like 1/(2L)^2.",
+        ["allenai/OLMo-core nn/transformer/init.py"],
+        {
+            **_all(rule("sigma", "trunc", _TRUNC3), ("q", "k", "v", "gate")),
+            **_all(rule("sigma / sqrt(2 * L)", "trunc", _TRUNC3), ("o", "up", "down")),
+            **_all(rule(1), ("embed", "pos")),
+            "head": rule("1 / sqrt(d)", "trunc", _TRUNC3),
+        },
+        upstream=[
+            f"{OLMO_CORE} (InitMethod.llama: init_embeddings, init_feed_forward, init_final_w_out)",
+            "allenai/OLMo-core@fa6c5014c src/olmo_core/nn/attention/__init__.py (Attention.init_weights)",
+        ],
+        depth_factor=("1 / (2 * L)", "1 / (2 * L)^2"),
+        closed_form="v0 + s_a^2 / 2 + s_f^2 / (4L)",
+    ),
+    scheme(
+        "olmo-llama-depth",
+        "OLMo-core InitMethod.llama_depth: as olmo-llama with torchtitan's per-layer rule, "
+        "o, up, down sigma/sqrt(2(l+1)), truncated at ±3 std relative (torchtitan's ±2 is absolute).",
+        ["allenai/OLMo-core nn/transformer/init.py"],
+        {
+            **_all(rule("sigma", "trunc", _TRUNC3), ("q", "k", "v", "gate")),
+            **_all(rule("sigma / sqrt(2 * (l + 1))", "trunc", _TRUNC3), ("o", "up", "down")),
+            **_all(rule(1), ("embed", "pos")),
+            "head": rule("1 / sqrt(d)", "trunc", _TRUNC3),
+        },
+        upstream=[
+            f"{OLMO_CORE} (InitMethod.llama_depth)",
+            "allenai/OLMo-core@fa6c5014c src/olmo_core/nn/attention/__init__.py (Attention.init_weights)",
+        ],
+        depth_factor=("1 / (2 * (l + 1))", "1 / (2 * (l + 1))^2"),
+        closed_form="v0 + s_a^2 H_L / 2 + s_f^2 H2_L / 4 (~ ln L)",
+    ),
+    scheme(
+        "olmo-fan-in",
+        "OLMo-core InitMethod.fan_in: every matrix TN(1/sqrt(fan_in), ±3 std) (down: "
+        "1/sqrt(d_ff)), no depth scaling; embedding N(0, 1); head TN(1/sqrt(d), ±3 std).",
+        ["allenai/OLMo-core nn/transformer/init.py"],
+        {
+            **_all(rule("1 / sqrt(fan_in)", "trunc", _TRUNC3), ("q", "k", "v", "o", "gate", "up", "down")),
+            **_all(rule(1), ("embed", "pos")),
+            "head": rule("1 / sqrt(d)", "trunc", _TRUNC3),
+        },
+        upstream=[
+            f"{OLMO_CORE} (InitMethod.fan_in)",
+            "allenai/OLMo-core@fa6c5014c src/olmo_core/nn/attention/__init__.py (Attention.init_weights)",
+        ],
+        closed_form="v0 + 2L s^2",
+    ),
+    scheme(
+        "olmo-normalized",
+        "OLMo-core InitMethod.normalized (nGPT's init): q, k, v, gate, up TN(1/sqrt(d), ±3 "
+        "std); o and down TN(1/sqrt(d)/sqrt(2L)); embedding N(1/sqrt(d)); head TN(1/sqrt(d)). Only the init: "
+        "nGPT's normalised architecture (unit-norm weights and streams) is not modelled.",
+        ["allenai/OLMo-core nn/transformer/init.py"],
+        {
+            **_all(rule("1 / sqrt(d)", "trunc", _TRUNC3), ("q", "k", "v", "gate", "up", "head")),
+            **_all(rule("1 / sqrt(d) / sqrt(2 * L)", "trunc", _TRUNC3), ("o", "down")),
+            **_all(rule("1 / sqrt(d)"), ("embed", "pos")),
+        },
+        upstream=[
+            f"{OLMO_CORE} (InitMethod.normalized)",
+            "allenai/OLMo-core@fa6c5014c src/olmo_core/nn/attention/__init__.py (Attention.init_weights)",
+        ],
+        depth_factor=("1 / (2 * L)", "1 / (2 * L)"),
+        closed_form="v0 + s^2",
+    ),
+]
+
+_GEMMA_NOTE = (
+    "every weight N(0, sigma^2) (HF _init_weights), RMSNorm gains applied as (1 + w) with w "
+    "initialised to 0, embedding output x sqrt(d), GeGLU FFN (gelu-tanh gate)"
+)
+_GEMMA = [
+    scheme(
+        "gemma",
+        f"Gemma: {_GEMMA_NOTE}; pre-norm.",
+        ["HF transformers models/gemma/modeling_gemma.py"],
+        upstream=[
+            f"{HF} src/transformers/models/gemma/modeling_gemma.py (GemmaRMSNorm, GemmaModel, "
+            "GemmaPreTrainedModel._init_weights)"
+        ],
+        embed_mult="sqrt(d)",
+        norm_offset=1.0,
+        ffn="geglu",
+        placement="pre",
+        closed_form="v0 + 2L s^2 (v0 = d sigma_emb^2)",
+    ),
+    scheme(
+        "gemma2",
+        f"Gemma 2: {_GEMMA_NOTE}; sandwich norms (input and post-attention, pre- and "
+        "post-feedforward); attention scale query_pre_attn_scalar^-1/2 = 1/16 (256, its default, whatever "
+        "d_h); attention logits 50 tanh(z / 50), final logits 30 tanh(z / 30). Its alternating sliding "
+        "window (4096) does not act at tinit's lengths.",
+        ["Gemma Team 2024 (arXiv 2408.00118)"],
+        upstream=[
+            f"{HF} src/transformers/models/gemma2/modeling_gemma2.py (Gemma2DecoderLayer, "
+            "Gemma2Attention, Gemma2ForCausalLM, Gemma2PreTrainedModel._init_weights)"
+        ],
+        embed_mult="sqrt(d)",
+        norm_offset=1.0,
+        ffn="geglu",
+        attn_scale="1 / sqrt(256)",
+        attn_softcap="50",
+        logit_softcap="30",
+        placement="sandwich",
+        closed_form="v0 + 2L (normed branches; v0 = d sigma_emb^2)",
+    ),
+    scheme(
+        "gemma3",
+        f"Gemma 3 (text): {_GEMMA_NOTE}; sandwich norms; QK-norm (its own (1 + w) RMSNorm over d_h); "
+        "attention scale query_pre_attn_scalar^-1/2 = 1/16; no soft-caps.",
+        ["Gemma Team 2025 (arXiv 2503.19786)"],
+        upstream=[
+            f"{HF} src/transformers/models/gemma3/modeling_gemma3.py (Gemma3DecoderLayer, "
+            "Gemma3Attention q_norm/k_norm, Gemma3PreTrainedModel._init_weights)"
+        ],
+        embed_mult="sqrt(d)",
+        norm_offset=1.0,
+        ffn="geglu",
+        attn_scale="1 / sqrt(256)",
+        placement="sandwich",
+        qk_norm=True,
+        closed_form="v0 + 2L (normed branches; v0 = d sigma_emb^2)",
+    ),
+]
+
+#: The catalogue's order (the order of `tinit inits`, `--init all` and the plots' colours):
+#: the original eighteen, then the schemes added from their upstream code.
+ORDER = (
+    "naive", "gpt2", "megatron", "depth-init", "small-wang", "mitchell", "full-megatron", "olmo2", "deepnet",
+    "t-fixup", "rezero", "zero-out", "nanochat", "mup", "completep", "depth-mup", "gemma", "scaled-embed",
+    "deepnet-torchscale", "magneto", "megatron-mup", "olmo-llama", "olmo-llama-depth", "olmo-fan-in",
+    "olmo-normalized", "gemma2", "gemma3",
+)  # fmt: skip
+_BY_NAME = {s.name: s for s in (*_BASE, *_DEPTH, *_WIDTH, *_OLMO_CORE, *_GEMMA)}
+CATALOGUE_LIST = [_BY_NAME[n] for n in ORDER]
+assert len(CATALOGUE_LIST) == len(_BY_NAME)
