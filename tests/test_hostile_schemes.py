@@ -204,11 +204,10 @@ def test_qk_norm_must_be_a_toml_boolean(tmp_path, value):
 
 def test_qk_norm_false_is_off_and_true_is_on(tmp_path):
     from tinit.cli.init_file import load_init_file
-    from tinit.model.schemes import get_scheme
 
     for value, want in (("false", False), ("true", True)):
         name = f"qk{value}"
-        assert get_scheme(load_init_file(scheme_file(tmp_path, f"qk_norm = {value}", name))).qk_norm is want
+        assert load_init_file(scheme_file(tmp_path, f"qk_norm = {value}", name)).qk_norm is want
 
 
 # --- case 7: names that would leave the run folder or break a CSV cell ------------------

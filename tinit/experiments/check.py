@@ -65,7 +65,7 @@ from .common import (
     should_stream,
     stat_dtype,
 )
-from .grad_norms import require_gradients, run_grad_norms
+from .grad_norms import STREAM_GRADS_NOT_APPLICABLE, require_gradients, run_grad_norms
 from .params import NOT_APPLICABLE as PARAMS_NOT_APPLICABLE
 from .params import run_params
 from .probes import VarianceProbe
@@ -579,7 +579,7 @@ NOT_APPLICABLE = {
     "check": {"rel_err": lambda df: df["theory"] == 0},
     "variance": {"branch_var": _k0, "cross_corr": _k0, "cov": _k0, "cov_se": _k0, "cov_z": _k0,
                  "stream_var_normed": True},
-    "stream_grads": {"branch_back_gain": _k0, "grad_cross_corr": _k0},
+    "stream_grads": STREAM_GRADS_NOT_APPLICABLE,
     "params_summary": PARAMS_NOT_APPLICABLE,
     "attention_scale": ATTENTION_NOT_APPLICABLE["attention_scale"],
 }  # fmt: skip

@@ -372,7 +372,7 @@ def check_configs(
             except FormulaError as exc:
                 if ini.scheme.name in CATALOGUE:
                     raise ConfigError("recipe", str(exc)) from None
-                raise ConfigError("init_file", f"{scheme.sources[0]}: {exc}") from None
+                raise ConfigError("init_file", f"{ini.scheme.sources[0]}: {exc}") from None
 
 
 def _tinit_version() -> str:

@@ -453,21 +453,28 @@ def not_applicable(model: ModelConfig, grads: pd.DataFrame) -> dict:
         return pd.Series([gaussian or (i, p) in dead for i, p in zip(df["init"], df["norm_position"],
                                                                           strict=True)], index=df.index)
 
-    def embedding(df):
-        return df["k"] == 0
+    return {"stream_grads": STREAM_GRADS_NOT_APPLICABLE,
+            "summary": dict.fromkeys(TENSOR_STAT_COLUMNS, no_tensor_grads)}
 
-    def no_norm_on_path(df):  # only post-norm has a norm between additions
-        return embedding(df) | (df["norm_position"] != "post")
 
-    return {
-        "stream_grads": {
-            "branch_back_gain": embedding,
-            "grad_cross_corr": lambda df: embedding(df) | (df["branch_back_gain"] == 0),
-            "norm_back_gain": no_norm_on_path,
-            "norm_proj_frac": no_norm_on_path,
-        },
-        "summary": dict.fromkeys(TENSOR_STAT_COLUMNS, no_tensor_grads),
-    }
+def _embedding(df: pd.DataFrame):
+    return df["k"] == 0
+
+
+def _no_norm_on_path(df: pd.DataFrame):  # only post-norm has a norm between additions
+    return _embedding(df) | (df["norm_position"] != "post")
+
+
+#: stream_grads.csv's cells with no value by design, wherever the frame is written
+#: (grad-norms, check, audit): the embedding (k = 0) has no branch, so no branch backward
+#: gain or correlation; a branch that passes no gradient back has no correlation; only
+#: post-norm has a norm between additions to measure the backward of.
+STREAM_GRADS_NOT_APPLICABLE = {
+    "branch_back_gain": _embedding,
+    "grad_cross_corr": lambda df: _embedding(df) | (df["branch_back_gain"] == 0),
+    "norm_back_gain": _no_norm_on_path,
+    "norm_proj_frac": _no_norm_on_path,
+}
 
 
 def run_grad_norms(

@@ -174,7 +174,7 @@ def _law_depth_panel(ax, pos, groups, order, depths, logx, theory, notes) -> str
         ax.set_title(f"{label}: $v_{{2L}} - v_0$")
     else:
         ax.set_ylabel(r"$v_{2L}$ (the sum before the last norm)")
-        ax.set_title(f"{label}: $v_{{2L}}$ (last sum)")
+        ax.set_title(f"{label}: $v_{{2L}}$")  # (the y label says: the last sum)
     return "post-norm" if not grow else name
 
 
@@ -251,6 +251,7 @@ def _transfer_panel(ax, summary, fit, groups, order, depths, logx, notes) -> lis
     ref = int(fit["transfer_from"].iloc[0]) if len(fit) else int(depths[0])
     tol = float(fit["transfer_tol"].iloc[0]) if len(fit) else 0.10
     series, vals, labels = {}, [], []
+    one_depth = False
     for (init, pos), d in groups:
         d = d.sort_values("n_layers").set_index("n_layers")
         if ref not in d.index:
@@ -264,7 +265,8 @@ def _transfer_panel(ax, summary, fit, groups, order, depths, logx, notes) -> lis
         f = fit[(fit["init"] == init) & (fit["norm_position"] == pos)]
         word = f["transfers"].iloc[0] if len(f) else None
         label = (f"{init}/{pos}: ×{ratio_text(float(r.iloc[-1]))}, transfers: {word}" if isinstance(word, str)
-                 else f"{init}/{pos} (one depth: no transfer to check)")  # fmt: skip
+                 else f"{init}/{pos}")  # fmt: skip
+        one_depth = one_depth or not isinstance(word, str)
         _errorbars(ax, d.index.to_numpy(), r, r_se, init, pos, order[(init, pos)], label=label)
         series[f"{init}/{pos}"] = r.to_numpy()
         vals.append(r.to_numpy())
@@ -284,6 +286,8 @@ def _transfer_panel(ax, summary, fit, groups, order, depths, logx, notes) -> lis
         ax.yaxis.set_minor_formatter(NullFormatter())
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     _ratio_labels(ax, labels)
+    if one_depth:
+        notes.append("transfer: one depth, so no transfer to check (no ratio, no verdict)")
     notes.append(coincidence_note(coincidences(series, ax), "transfer"))
     ax.set_xlabel("layers L")
     ax.set_ylabel(f"$v_{{2L}}(L)\\,/\\,v_{{2L}}({ref})$")

@@ -152,7 +152,9 @@ def _law_panel(ax, groups, pos: str, off: dict, narrow: bool = False) -> list[st
     if gone:
         notes.append(f"{name}: off scale, drawn but not in the axis range: " + ", ".join(gone))
     notes.append(coincidence_note(coincidences(measured, ax), f"{name} v_k"))
-    after = " (0 = embedding)" if kmin == 0 else f" (k >= {kmin}: after a norm)"
+    # (a narrow panel, three a row, has room for ~26 characters under it)
+    after = (" (0 = embedding)" if kmin == 0 else f" (>= {kmin}: normed)" if narrow
+             else f" (k >= {kmin}: after a norm)")  # fmt: skip
     ax.set_xlabel(("addition k" if narrow else "residual addition k") + after)
     ax.set_ylabel("$v_k$ (the sum before the norm)" if pos == "post" else "stream variance $v_k$")
     ax.set_title((_SHORT_TITLES if narrow else _TITLES).get(pos, f"{pos}-norm: stream variance"))
