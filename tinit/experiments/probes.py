@@ -106,6 +106,11 @@ class VarianceProbe:
         self.keys.append((k, layer, sublayer))
         self._stats.append(torch.stack(stats))
 
+    def release(self) -> None:
+        """Let go of the last stream seen (kept to reuse its statistics at the next
+        addition): under autograd it holds the graph that made it."""
+        self._last = None
+
     def frame(self) -> pd.DataFrame:
         """One row per recorded addition; one device-to-host transfer."""
         if not self._stats:
