@@ -186,6 +186,10 @@ def sweep(
     if command is None:
         raise _err(f"give the command to sweep ({', '.join(SWEEPABLE)}) and its options, or --resume RUN_DIR",
                    "COMMAND")  # fmt: skip
+    if values["executor"] == "local" and not dry_run:
+        from ..sweep.local import prestart
+
+        prestart()  # the workers' fork server imports torch and tinit while this process plans
     plan, opts, outputs = capture_plan(command, args)
     if quiet:
         opts = dataclasses.replace(opts, quiet=True)
@@ -216,6 +220,8 @@ def sweep(
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(1) from None
     _write(run_dir, command, opts, result, outputs)
+    if hasattr(executor_, "close"):
+        executor_.close()  # nothing it started outlives the command
     c = record["counts"]
     if not opts.quiet:
         Console().print(f"{len(plan.points)} points: {c['done']} done, {c['failed']} failed "

@@ -1,12 +1,23 @@
-"""The local executor: a pool of worker processes (spawned, so each starts clean), one
-point per task. On a machine with several GPUs each worker is pinned to one of them
-through ``CUDA_VISIBLE_DEVICES`` (set before the worker touches CUDA), round-robin when
-there are more workers than GPUs."""
+"""The local executor: a pool of worker processes, one point per task. On a machine with
+several GPUs each worker is pinned to one of them through ``CUDA_VISIBLE_DEVICES`` (set
+before the worker touches CUDA), round-robin when there are more workers than GPUs.
+
+Workers start once per sweep and at the cost of a fork: they are forked from a fork
+server that imported torch and tinit's experiments once (``forkserver`` with preload;
+:func:`prestart` starts it while the parent still plans), not spawned to import them
+again each. The server has run nothing (no CUDA, no thread pool), so each worker starts
+clean. A worker forked this way also exits without tearing torch down. Where there is
+no fork server (Windows) the workers are spawned. :func:`stop_helpers` (at exit) stops
+the server and multiprocessing's resource tracker and waits for them: nothing of a
+sweep outlives ``tinit sweep``."""
 
 from __future__ import annotations
 
+import atexit
+import gc
 import multiprocessing as mp
 import os
+import signal
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
@@ -26,11 +37,81 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
-def _init_worker(gpus, threads: int | None) -> None:
-    """Pool initializer, before any task: take a GPU, set the thread count."""
+#: What a worker needs, imported once by the fork server (torch, pandas and the experiments).
+PRELOAD = ["tinit.sweep.worker", "tinit.experiments.points"]
+
+
+def context():
+    """The start method of the workers: a preloaded fork server where there is one."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
+def prestart() -> None:
+    """Start the fork server now (it imports :data:`PRELOAD` while the caller goes on)."""
+    if context().get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+        _stop_at_exit()
+
+
+def stop_helpers(tracker: bool = True) -> None:
+    """Stop the fork server (and, with ``tracker``, multiprocessing's resource tracker)
+    this process started, and wait for them: left alone they exit a moment after this
+    process, stray processes in its group. The server is terminated (it may still be
+    importing) and reaped by its ``_stop``; the tracker is stopped by closing its pipe,
+    once every semaphore of the pool is released (else it reports them leaked). Where a
+    Python lacks these private ``_stop`` methods, the helpers exit on their own."""
+    from multiprocessing import forkserver, resource_tracker
+
+    server = getattr(forkserver, "_forkserver", None)
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
+    helpers = [server, getattr(resource_tracker, "_resource_tracker", None) if tracker else None]
+    for helper in helpers:
+        stop = getattr(helper, "_stop", None)
+        if stop is not None:
+            try:
+                stop()
+            except (OSError, ValueError):  # already gone
+                pass
+
+
+_STOP_REGISTERED = False
+
+
+def _stop_at_exit() -> None:
+    """At exit, after the pool's workers are joined, stop the fork server (a usage
+    error after :func:`prestart` must not wait for its imports). The tracker is left
+    to exit on its own there: multiprocessing releases the semaphores after this runs."""
+    global _STOP_REGISTERED
+    if not _STOP_REGISTERED:
+        atexit.register(stop_helpers, tracker=False)
+        _STOP_REGISTERED = True
+
+
+def _init_worker(gpus, threads: int | None, env: dict[str, str] | None = None) -> None:
+    """Pool initializer, before any task: take the parent's environment (a forked worker
+    has the fork server's, from when it started), take a GPU, set the thread count
+    (``$OMP_NUM_THREADS`` when ``threads`` is None: torch read it when the server
+    imported it)."""
+    if env is not None:
+        os.environ.clear()
+        os.environ.update(env)
     gpu = gpus.get()
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    if threads is None and omp.isdigit() and int(omp) > 0:
+        threads = int(omp)
     if threads is not None:
         import torch
 
@@ -51,6 +132,8 @@ class LocalExecutor:
         # CPU threads split between the workers unless the user set them
         cpus = os.cpu_count() or 1
         self.threads = None if "OMP_NUM_THREADS" in os.environ else max(1, cpus // workers)
+        self._pool: ProcessPoolExecutor | None = None
+        self._gpus = None
 
     def describe(self) -> dict[str, Any]:
         return {"workers": self.workers, "gpus": self.gpus, "pinned_gpus": self.pinned,
@@ -64,13 +147,15 @@ class LocalExecutor:
         info: dict[str, dict[str, Any]] = {p.name: {"state": "queued"} for p in points}
         if not points:
             return info
-        ctx = mp.get_context("spawn")
-        gpus = ctx.Queue()
+        ctx = context()
+        if ctx.get_start_method() == "forkserver":
+            _stop_at_exit()
+        self._gpus = gpus = ctx.Queue()
         for k in range(self.workers):
             gpus.put(self.pinned[k] if self.pinned else None)
         workers = min(self.workers, len(points))
-        pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                                   initargs=(gpus, self.threads))  # fmt: skip
+        self._pool = pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
+                                                initargs=(gpus, self.threads, dict(os.environ)))  # fmt: skip
         futures = {
             pool.submit(run_points, [p], [str(d)], command): p.name for p, d in zip(points, dirs, strict=True)
         }
@@ -85,10 +170,22 @@ class LocalExecutor:
                         info[futures[f]]["state"] = "running"
                 update(info)
         finally:
-            # every point is in; the idle workers exit on their own (joined at exit), while
-            # this process gathers (waiting here for torch's teardown costs ~2 s)
+            # every point is in; the idle workers exit on their own while this process
+            # gathers (joined by :meth:`close`, or at exit)
             pool.shutdown(wait=False, cancel_futures=True)
         return info
+
+    def close(self) -> None:
+        """Join the workers, release the pool's queues and stop the helper processes:
+        once this returns, nothing the executor started is running."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        if self._gpus is not None:
+            self._gpus.close()
+            self._gpus.join_thread()
+        self._pool = self._gpus = None
+        gc.collect()  # the queues' semaphores are unregistered from the tracker as they go
+        stop_helpers()
 
 
 def _outcome(future) -> dict[str, Any]:
