@@ -8,6 +8,7 @@ file is in place; each finished configuration is on disk before the next starts;
 SIGINT, SIGTERM and SIGHUP, out of memory and write failures all keep what was
 measured, mark the run incomplete, name the folder and exit 1."""
 
+import gc
 import inspect
 import signal
 from collections.abc import Callable, Iterable, Iterator
@@ -194,6 +195,9 @@ def execute(
 
     ``plan``: makes the command's grid as points (:mod:`tinit.experiments.points`) for
     ``tinit sweep``, which captures it here instead of running (returns None)."""
+    if not gc.isenabled():  # the console entry point's imports are done (tinit.__main__)
+        gc.freeze()
+        gc.enable()
     capture = SWEEP_CAPTURE.get()
     if capture is not None:
         capture(command, opts, plan, outputs)

@@ -325,9 +325,16 @@ def should_stream(
     """Stream when asked to, or when what the fully built pass holds would take more
     than half the free memory: ``need`` bytes, by default the blocks' weights (all a
     forward without gradients holds; a backward holds far more, see
-    :func:`tinit.experiments.memory.gradient_pass_bytes`)."""
+    :func:`tinit.experiments.memory.gradient_pass_bytes`).
+
+    A forward without gradients (``need`` None) off CUDA always streams: each block is
+    built once either way, so streaming costs nothing there (it was 15% faster at L = 40,
+    reusing one block's memory) and the memory stays flat in depth. On CUDA the built
+    model saves the side stream's synchronisation."""
     if requested is not None:
         return requested
+    if need is None and device.type != "cuda":
+        return True
     if need is None:
         need = cfg.n_layers * block_param_count(cfg) * torch.empty((), dtype=dtype).element_size()
     return need > 0.5 * available_memory(device)
