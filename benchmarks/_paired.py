@@ -84,8 +84,8 @@ def report(sa: Side, sb: Side, walls: list[float], cpus: list[float], loads: str
     for s in (sa, sb):
         print(f"{s.name:<58}{s.median('wall'):>8.2f}{s.median('cpu'):>8.2f}{s.median('peak_mib'):>10.0f}")
     ratio = statistics.median(walls)
-    print(f"{'ratio A/B, median of ' + str(len(walls)) + ' paired runs: wall':<58}{ratio:>8.3f}"
-          f"   (cpu {statistics.median(cpus):.3f}; wall range {min(walls):.3f}-{max(walls):.3f})")  # fmt: skip
+    spread = f"cpu {statistics.median(cpus):.3f}; wall range {min(walls):.3f}-{max(walls):.3f}"
+    print(f"{'ratio A/B, median of ' + str(len(walls)) + ' paired runs: wall':<58}{ratio:>8.3f}   ({spread})")
     print(f"target: {target}")
     sys.stdout.flush()
     return ratio
