@@ -55,17 +55,19 @@ def machine() -> str:
             f"python {platform.python_version()}")  # fmt: skip
 
 
-def paired(a: tuple[str, list[str]], b: tuple[str, list[str]], repeats: int, env: dict | None = None,
-           warmup: int = 1, fresh=None) -> tuple[Side, Side, list[float], list[float], str]:  # fmt: skip
+def paired(
+    a: tuple[str, list[str]], b: tuple[str, list[str]], repeats: int, env: dict | None = None,
+    warmup: int = 1, fresh=None, fresh_b=None,
+) -> tuple[Side, Side, list[float], list[float], str]:  # fmt: skip
     """Run A and B in turn ``repeats`` times after ``warmup`` unrecorded pairs.
-    ``fresh(i)`` may return extra arguments for A's i-th run (a new --out folder).
-    Returns both sides, the paired wall and CPU ratios A/B, and the load before/after."""
+    ``fresh(i)`` (``fresh_b(i)``) may return extra arguments for A's (B's) i-th run: a
+    new output folder. Returns both sides, the paired wall and CPU ratios A/B, and the
+    load before/after."""
     before = load()
     sa, sb = Side(a[0]), Side(b[0])
     for i in range(warmup + repeats):
-        extra = fresh(i) if fresh else []
-        ra = run_once([*a[1], *extra], env)
-        rb = run_once(b[1], env)
+        ra = run_once([*a[1], *(fresh(i) if fresh else [])], env)
+        rb = run_once([*b[1], *(fresh_b(i) if fresh_b else [])], env)
         if i >= warmup:
             sa.runs.append(ra)
             sb.runs.append(rb)

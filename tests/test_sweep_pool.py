@@ -64,7 +64,6 @@ def test_a_worker_takes_the_environment_of_the_parent_not_of_the_server(monkeypa
     from concurrent.futures import ProcessPoolExecutor
 
     ctx = local.context()
-    local.prestart()
     monkeypatch.setenv("TINIT_TEST_MARK", "after-the-server-started")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     gpus = ctx.Queue()

@@ -18,7 +18,7 @@ from typer.main import get_command
 from ..model.config import ConfigError
 from . import app
 from .clickcompat import ParameterSource
-from .common import SWEEP_CAPTURE
+from .common import CONSOLE, SWEEP_CAPTURE
 from .options import bad_option
 
 #: The commands whose grids sweep knows.
@@ -186,10 +186,6 @@ def sweep(
     if command is None:
         raise _err(f"give the command to sweep ({', '.join(SWEEPABLE)}) and its options, or --resume RUN_DIR",
                    "COMMAND")  # fmt: skip
-    if values["executor"] == "local" and not dry_run:
-        from ..sweep.local import prestart
-
-        prestart()  # the workers' fork server imports torch and tinit while this process plans
     plan, opts, outputs = capture_plan(command, args)
     if quiet:
         opts = dataclasses.replace(opts, quiet=True)
@@ -207,6 +203,8 @@ def sweep(
         set_aside_merged(run_dir)
     if values["executor"] == "slurm":
         executor_.folder = run_dir / "slurm"
+    if hasattr(executor_, "start"):
+        executor_.start(len(plan.points))  # before the progress bar's thread: workers may fork
     bar = _progress(opts.quiet, f"sweep {command}", len(plan.points))
     try:
         if bar is None:
@@ -269,7 +267,8 @@ def _executor(values: dict, opts, plan, dry_run: bool):
         from ..sweep.local import LocalExecutor, visible_gpus
 
         workers = values["workers"] or len(visible_gpus()) or os.cpu_count() or 1
-        return LocalExecutor(workers)
+        # forked from this process, as a plain pool: only as `tinit` (it has computed nothing)
+        return LocalExecutor(workers, fork=CONSOLE.get())
     if values["workers"] is not None:
         raise _err("applies to --executor local only (use --array-parallelism for SLURM)", "--workers")
     for name, flag, pattern, allowed in (("time_limit", "--time", TIME_RE, "minutes, HH:MM:SS or D-HH:MM"),

@@ -2,14 +2,16 @@
 several GPUs each worker is pinned to one of them through ``CUDA_VISIBLE_DEVICES`` (set
 before the worker touches CUDA), round-robin when there are more workers than GPUs.
 
-Workers start once per sweep and at the cost of a fork: they are forked from a fork
-server that imported torch and tinit's experiments once (``forkserver`` with preload;
-:func:`prestart` starts it while the parent still plans), not spawned to import them
-again each. The server has run nothing (no CUDA, no thread pool), so each worker starts
-clean. A worker forked this way also exits without tearing torch down. Where there is
-no fork server (Windows) the workers are spawned. :func:`stop_helpers` (at exit) stops
-the server and multiprocessing's resource tracker and waits for them: nothing of a
-sweep outlives ``tinit sweep``."""
+Workers start once per sweep and at the cost of a fork, with torch and tinit imported:
+never spawned to import them again each (a spawned pair of workers cost a plain pool's
+whole run). A parent that has computed nothing, has no GPU to hand out and runs one
+thread (``tinit sweep`` itself, before its progress bar starts: :meth:`LocalExecutor.start`)
+forks them from itself, as a plain pool does; otherwise they are forked from a fork
+server that imported torch and the experiments once (``forkserver`` with preload), which
+has run nothing either (no CUDA, no thread pool). Either way a worker exits without
+tearing torch down. Where there is no fork (Windows) they are spawned.
+:meth:`LocalExecutor.close` joins them and stops the server and multiprocessing's
+resource tracker: nothing of a sweep outlives ``tinit sweep``."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import gc
 import multiprocessing as mp
 import os
 import signal
+import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
@@ -41,22 +44,18 @@ def visible_gpus() -> list[str]:
 PRELOAD = ["tinit.sweep.worker", "tinit.experiments.points"]
 
 
-def context():
-    """The start method of the workers: a preloaded fork server where there is one."""
-    if "forkserver" not in mp.get_all_start_methods():
+def context(fork: bool = False):
+    """The start method of the workers: this process itself (``fork``) when the caller
+    says it is safe and no other thread runs, else a preloaded fork server where there
+    is one, else spawn."""
+    methods = mp.get_all_start_methods()
+    if fork and "fork" in methods and threading.active_count() == 1:
+        return mp.get_context("fork")
+    if "forkserver" not in methods:
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
     return ctx
-
-
-def prestart() -> None:
-    """Start the fork server now (it imports :data:`PRELOAD` while the caller goes on)."""
-    if context().get_start_method() == "forkserver":
-        from multiprocessing import forkserver
-
-        forkserver.ensure_running()
-        _stop_at_exit()
 
 
 def stop_helpers(tracker: bool = True) -> None:
@@ -89,9 +88,9 @@ _STOP_REGISTERED = False
 
 
 def _stop_at_exit() -> None:
-    """At exit, after the pool's workers are joined, stop the fork server (a usage
-    error after :func:`prestart` must not wait for its imports). The tracker is left
-    to exit on its own there: multiprocessing releases the semaphores after this runs."""
+    """At exit, after the pool's workers are joined, stop the fork server (terminated:
+    an early exit must not wait for its imports). The tracker is left to exit on its
+    own there: multiprocessing releases the semaphores after this runs."""
     global _STOP_REGISTERED
     if not _STOP_REGISTERED:
         atexit.register(stop_helpers, tracker=False)
@@ -106,7 +105,7 @@ def _init_worker(gpus, threads: int | None, env: dict[str, str] | None = None) -
     if env is not None:
         os.environ.clear()
         os.environ.update(env)
-    gpu = gpus.get()
+    gpu = gpus.get() if gpus is not None else None
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     omp = os.environ.get("OMP_NUM_THREADS", "")
@@ -123,8 +122,11 @@ class LocalExecutor:
 
     name = "local"
 
-    def __init__(self, workers: int, gpus: list[str] | None = None):
+    def __init__(self, workers: int, gpus: list[str] | None = None, fork: bool = False):
+        """``fork``: the caller has run no torch computation (no thread pool, no CUDA), so
+        the workers may be forked from it (taken only when no GPU is to be handed out)."""
         self.workers = workers
+        self.fork = fork
         self.gpus = visible_gpus() if gpus is None else gpus
         self.job_ids: list[str] = []
         # pin one GPU per worker only where there is a choice to make
@@ -132,12 +134,32 @@ class LocalExecutor:
         # CPU threads split between the workers unless the user set them
         cpus = os.cpu_count() or 1
         self.threads = None if "OMP_NUM_THREADS" in os.environ else max(1, cpus // workers)
-        self._pool: ProcessPoolExecutor | None = None
-        self._gpus = None
+        self._pool: ProcessPoolExecutor | None = None  # the one taking points, once started
+        self._started: list[tuple[ProcessPoolExecutor, Any]] = []  # every pool and its GPU queue
 
     def describe(self) -> dict[str, Any]:
         return {"workers": self.workers, "gpus": self.gpus, "pinned_gpus": self.pinned,
                 "threads_per_worker": self.threads}  # fmt: skip
+
+    def start(self, points: int) -> None:
+        """Start the workers (at most one per point) now: forked workers must be made
+        before any other thread of this process exists (a progress bar's)."""
+        if self._pool is not None:
+            return
+        ctx = context(self.fork and not self.pinned and not self.gpus)
+        if ctx.get_start_method() == "forkserver":
+            _stop_at_exit()
+        gpus = None
+        if self.pinned:  # (a queue starts a feeder thread: never made where workers fork)
+            gpus = ctx.Queue()
+            for k in range(self.workers):
+                gpus.put(self.pinned[k])
+        self._pool = ProcessPoolExecutor(max(1, min(self.workers, points)), mp_context=ctx,
+                                         initializer=_init_worker,
+                                         initargs=(gpus, self.threads, dict(os.environ)))  # fmt: skip
+        self._started.append((self._pool, gpus))
+        if ctx.get_start_method() == "fork":
+            self._pool.submit(int).result()  # the first task forks every worker, here and now
 
     def run(
         self, points: list, dirs: list[Path], command: str, update: Callable[[dict[str, dict]], None]
@@ -147,15 +169,8 @@ class LocalExecutor:
         info: dict[str, dict[str, Any]] = {p.name: {"state": "queued"} for p in points}
         if not points:
             return info
-        ctx = context()
-        if ctx.get_start_method() == "forkserver":
-            _stop_at_exit()
-        self._gpus = gpus = ctx.Queue()
-        for k in range(self.workers):
-            gpus.put(self.pinned[k] if self.pinned else None)
-        workers = min(self.workers, len(points))
-        self._pool = pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                                                initargs=(gpus, self.threads, dict(os.environ)))  # fmt: skip
+        self.start(len(points))
+        pool, self._pool = self._pool, None  # a later run starts a new pool
         futures = {
             pool.submit(run_points, [p], [str(d)], command): p.name for p, d in zip(points, dirs, strict=True)
         }
@@ -178,12 +193,12 @@ class LocalExecutor:
     def close(self) -> None:
         """Join the workers, release the pool's queues and stop the helper processes:
         once this returns, nothing the executor started is running."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-        if self._gpus is not None:
-            self._gpus.close()
-            self._gpus.join_thread()
-        self._pool = self._gpus = None
+        for pool, gpus in self._started:
+            pool.shutdown(wait=True)
+            if gpus is not None:
+                gpus.close()
+                gpus.join_thread()
+        self._pool, self._started = None, []
         gc.collect()  # the queues' semaphores are unregistered from the tracker as they go
         stop_helpers()
 
