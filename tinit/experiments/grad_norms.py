@@ -55,6 +55,7 @@ from .common import (
     Partial,
     Progress,
     ProgressCounter,
+    available_memory,
     configure,
     failure_reason,
     grid,
@@ -66,7 +67,7 @@ from .common import (
     should_stream,
     stat_dtype,
 )
-from .memory import gradient_pass_bytes
+from .memory import backward_needs
 from .probes import VarianceProbe
 
 GRAD_COLUMNS = [
@@ -473,10 +474,10 @@ def run_grad_norms(
     stats = stat_dtype(dtype)
     configs = list(grid(inits, norm_positions))
     # built whole, the backward holds weights, gradients and every block's saved activations
-    need = None if run.stream is not None else max(
-        gradient_pass_bytes(*configure(model, init, run, recipe, position), run.batch, run.seq_len, dtype)
-        for recipe, position in configs
-    )
+    need, how = None, None
+    if run.stream is None:
+        built = [configure(model, init, run, recipe, position) for recipe, position in configs]
+        need, how = backward_needs(built, run.batch, run.seq_len, dtype, 0.5 * available_memory(device))
     stream = should_stream(model, dtype, device, run.stream, need)
     seeds = batch_seeds(init.seed if run.data_seed is None else run.data_seed, batches)
     toks = [make_tokens(model, run, s, device) for s in seeds]
@@ -485,7 +486,8 @@ def run_grad_norms(
     grad_frames, stream_frames, summaries, meter = [], [], [], Meter(device)
     meta = run_meta(model, init, run, device, streamed=stream, configurations=configs,
                     batches=batches, data_seeds=seeds,
-                    built_backward_gib=None if need is None else need / 2**30)  # fmt: skip
+                    built_backward_gib=None if need is None else need / 2**30,
+                    built_backward_estimate=how)  # fmt: skip
 
     def result(complete: bool, error: str | None = None) -> ExperimentResult:
         def cat(frames, columns):

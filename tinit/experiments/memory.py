@@ -10,7 +10,9 @@ log-sum-exp), which at the README's default depth-sweep shape (d 256, 8 x 128 to
 are eight times the block's weights. Those are counted by running one block on the
 ``meta`` device (shapes only, no memory, no arithmetic) under
 ``torch.autograd.graph.saved_tensors_hooks`` and adding up the distinct storages it
-saves that are not weights.
+saves that are not weights. That count costs a second of a process's start (torch's
+meta kernels for the norms import its compiler), so :func:`backward_needs` first tries
+bounds that need none: it counts only when the free memory lies between them.
 """
 
 from __future__ import annotations
@@ -92,22 +94,25 @@ def block_bytes(
     seen: dict[int, torch.UntypedStorage] = {}  # held, so that no address is reused while counting
     with torch.device("meta"):
         block = Block(cfg, 0, seed=init.seed, dtype=dtype, init=init)
-        params = list(block.parameters())
-        weights = {p.untyped_storage()._cdata for p in params}
-        rope = rope_cache(seq_len, cfg.head_dim, cfg.rope_base, "meta", dtype)
-        rope = rope if cfg.positions == "rope" else None
-        x = torch.empty(batch, seq_len, cfg.d_model, dtype=dtype, requires_grad=True)
+    params = list(block.parameters())
+    weights = {p.untyped_storage()._cdata for p in params}
+    # (tensors made on the meta device directly, not under its context: a factory such as
+    # arange there takes torch's Python reference, which imports sympy, 1 s of a process)
+    rope = None
+    if cfg.positions == "rope":
+        rope = tuple(t.to("meta") for t in rope_cache(seq_len, cfg.head_dim, cfg.rope_base, "cpu", dtype))
+    x = torch.empty(batch, seq_len, cfg.d_model, dtype=dtype, device="meta", requires_grad=True)
 
-        def pack(t: torch.Tensor) -> None:
-            storage = t.untyped_storage()
-            if storage._cdata not in weights:
-                seen[storage._cdata] = storage
-            # pack to nothing: a saved output packed as itself would hold the node that
-            # holds it, a cycle through C++ that the collector never frees (and no
-            # backward runs here to unpack it); its storage alone holds no graph
+    def pack(t: torch.Tensor) -> None:
+        storage = t.untyped_storage()
+        if storage._cdata not in weights:
+            seen[storage._cdata] = storage
+        # pack to nothing: a saved output packed as itself would hold the node that holds
+        # it, a cycle through C++ that the collector never frees (and no backward runs
+        # here to unpack it); its storage alone holds no graph
 
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda _: None):
-            block(x, rope, x0=x)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda _: None):
+        block(x, rope, x0=x)
     return sum(p.numel() * p.element_size() for p in params), sum(s.nbytes() for s in seen.values())
 
 
@@ -125,9 +130,59 @@ def gradient_pass_bytes(
     The peak is the larger of the two ends. Checked against the peak resident memory
     of real backwards (tests/test_memory_flat.py)."""
     weights, saved = block_bytes(cfg, init, batch, seq_len, dtype)
+    L = cfg.n_layers
+    retained, head = _retained_and_head(cfg, batch * seq_len, dtype)
+    return L * weights + max(L * saved, L * weights + retained) + head
+
+
+def _per_token_upper(cfg: ModelConfig, seq_len: int) -> int:
+    """More elements per token than any block saves (checked against :func:`block_bytes`
+    over every placement, FFN, positions, QK-norm, GQA and gain in tests): per addition
+    up to two norms (input, statistics, normalised, output), q, k and v before and after
+    RoPE and their repeat for grouped heads, the attention's output and its softmax
+    (heads x seq, the reference path), the FFN's four hidden tensors and their input, a
+    learned gain's input."""
+    return 30 * cfg.d_model + 8 * cfg.d_ff + cfg.n_heads * seq_len + 32
+
+
+def gradient_pass_bounds(
+    cfg: ModelConfig, init: InitConfig, batch: int, seq_len: int, dtype: torch.dtype
+) -> tuple[int, int]:
+    """Bounds on :func:`gradient_pass_bytes` from shapes alone: below, the weights, their
+    gradients, the retained stream gradients and the head (no activations); above, the
+    same with :func:`_per_token_upper` elements per token and block for the activations."""
+    with torch.device("meta"):
+        block = Block(cfg, 0, seed=init.seed, dtype=dtype, init=init)
+    weights = sum(p.numel() * p.element_size() for p in block.parameters())
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    L, tokens = cfg.n_layers, batch * seq_len
+    retained, head = _retained_and_head(cfg, tokens, dtype)
+    low = 2 * L * weights + retained + head
+    saved = tokens * _per_token_upper(cfg, seq_len) * max(itemsize, 4)
+    high = L * weights + max(L * saved, L * weights + retained) + head
+    return low, high
+
+
+def _retained_and_head(cfg: ModelConfig, tokens: int, dtype: torch.dtype) -> tuple[int, int]:
     itemsize = torch.empty((), dtype=dtype).element_size()
     stats = 8 if dtype == torch.float64 else 4
-    L, tokens = cfg.n_layers, batch * seq_len
+    L = cfg.n_layers
     retained = (2 * L + 1) * (2 if cfg.norm_position == "post" else 1) * tokens * cfg.d_model * itemsize
     head = 3 * tokens * cfg.vocab_size * stats + 2 * cfg.vocab_size * cfg.d_model * itemsize
-    return L * weights + max(L * saved, L * weights + retained) + head
+    return retained, head
+
+
+def backward_needs(
+    configs: list[tuple[ModelConfig, InitConfig]], batch: int, seq_len: int, dtype: torch.dtype, free: float
+) -> tuple[int, str]:
+    """What the largest built backward of ``configs`` holds, as precisely as deciding
+    against ``free`` bytes requires: (bytes, how: "lower bound", "upper bound" or
+    "counted"). A lower bound above ``free`` or an upper bound within it decides
+    alone; otherwise the blocks are counted (:func:`gradient_pass_bytes`)."""
+    bounds = [gradient_pass_bounds(c, i, batch, seq_len, dtype) for c, i in configs]
+    low, high = max(b[0] for b in bounds), max(b[1] for b in bounds)
+    if low > free:
+        return low, "lower bound"
+    if high <= free:
+        return high, "upper bound"
+    return max(gradient_pass_bytes(c, i, batch, seq_len, dtype) for c, i in configs), "counted"
