@@ -135,7 +135,7 @@ class LocalExecutor:
         cpus = os.cpu_count() or 1
         self.threads = None if "OMP_NUM_THREADS" in os.environ else max(1, cpus // workers)
         self._pool: ProcessPoolExecutor | None = None  # the one taking points, once started
-        self._started: list[tuple[ProcessPoolExecutor, Any]] = []  # every pool and its GPU queue
+        self._started: list[tuple[ProcessPoolExecutor, Any, str]] = []  # pools, GPU queues, start methods
 
     def describe(self) -> dict[str, Any]:
         return {"workers": self.workers, "gpus": self.gpus, "pinned_gpus": self.pinned,
@@ -157,7 +157,7 @@ class LocalExecutor:
         self._pool = ProcessPoolExecutor(max(1, min(self.workers, points)), mp_context=ctx,
                                          initializer=_init_worker,
                                          initargs=(gpus, self.threads, dict(os.environ)))  # fmt: skip
-        self._started.append((self._pool, gpus))
+        self._started.append((self._pool, gpus, ctx.get_start_method()))
         if ctx.get_start_method() == "fork":
             self._pool.submit(int).result()  # the first task forks every worker, here and now
 
@@ -193,14 +193,17 @@ class LocalExecutor:
     def close(self) -> None:
         """Join the workers, release the pool's queues and stop the helper processes:
         once this returns, nothing the executor started is running."""
-        for pool, gpus in self._started:
+        tracked = False  # semaphores of a forked pool are unlinked at once, never tracked
+        for pool, gpus, method in self._started:
+            tracked |= method != "fork"
             pool.shutdown(wait=True)
             if gpus is not None:
                 gpus.close()
                 gpus.join_thread()
         self._pool, self._started = None, []
-        gc.collect()  # the queues' semaphores are unregistered from the tracker as they go
-        stop_helpers()
+        if tracked:
+            gc.collect()  # the queues' semaphores are unregistered from the tracker as they go
+            stop_helpers()
 
 
 def _outcome(future) -> dict[str, Any]:
