@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import typer
-from matplotlib.figure import Figure
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -37,7 +36,6 @@ from ..experiments.common import (
     resolve_device,
 )
 from ..model.config import ConfigError
-from ..results.plots import save_figure
 from ..results.rundir import (
     CONFIG,
     FolderTaken,
@@ -58,7 +56,9 @@ from .options import SharedOptions, bad_option
 class Outputs:
     """What a command adds to its run folder from a result."""
 
-    figures: Callable[[ExperimentResult], dict[str, Figure]] = lambda r: {}
+    # stem -> matplotlib Figure (matplotlib is imported by the plotting, not here: `tinit
+    # sweep` loads it while its workers measure)
+    figures: Callable[[ExperimentResult], dict] = lambda r: {}
     tables: Callable[[ExperimentResult], Iterable] = lambda r: ()
     files: Callable[[ExperimentResult, Path], list[Path]] = lambda r, d: []
     notes: list[str] = field(default_factory=list)
@@ -264,6 +264,8 @@ def _finish(
     def steps() -> Iterator[Callable[[], list[Path]]]:
         yield lambda: write_csvs(run_dir, result.frames, result.not_applicable)
         if result.frames and all(len(df) for df in result.frames.values()):
+            from ..results.plots import save_figure
+
             for stem, fig in outputs.figures(result).items():
                 yield lambda stem=stem, fig=fig: save_figure(fig, run_dir, stem, opts.format)
             yield lambda: outputs.files(result, run_dir)

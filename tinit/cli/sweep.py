@@ -4,9 +4,11 @@ by a local process pool or a SLURM job array, gathered into one run folder."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import re
 import shutil
+import threading
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -206,6 +208,9 @@ def sweep(
     if hasattr(executor_, "start"):
         executor_.start(len(plan.points))  # before the progress bar's thread: workers may fork
     bar = _progress(opts.quiet, f"sweep {command}", len(plan.points))
+    # the plotting (matplotlib) is imported while the workers measure, not before or after
+    prefetch = threading.Thread(target=importlib.import_module, args=("tinit.results.plots",), daemon=True)
+    prefetch.start()
     try:
         if bar is None:
             result, record = _run(plan, executor_, run_dir, args, lambda info: None, previous_runs, values)
@@ -217,6 +222,7 @@ def sweep(
             shutil.rmtree(run_dir, ignore_errors=True)  # nothing was measured
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(1) from None
+    prefetch.join()
     _write(run_dir, command, opts, result, outputs)
     if hasattr(executor_, "close"):
         executor_.close()  # nothing it started outlives the command
