@@ -16,7 +16,8 @@ import torch
 from tinit.experiments.depth_sweep import run_depth_sweep
 from tinit.experiments.grad_norms import run_grad_norms
 from tinit.experiments.memory import (
-    backward_needs,
+    _per_token_upper,
+    backward_bound,
     block_bytes,
     gradient_pass_bounds,
     gradient_pass_bytes,
@@ -122,8 +123,8 @@ def test_the_streaming_decision_counts_what_the_backward_keeps(position, layers,
         assert saved > 3 * weights and 3 * layers * weights / 2**20 < 0.5 * measured
     run = RunConfig(batch=batch, seq_len=64, device="cpu")
     res = run_grad_norms(cfg, InitConfig(), run, inits=("naive",), norm_positions=(position,))
-    assert res.meta["streamed"] is False and res.meta["built_backward_estimate"] == "upper bound"
-    assert res.meta["built_backward_gib"] >= est / 2**10
+    assert res.meta["streamed"] is False
+    assert est / 2**10 <= res.meta["built_backward_gib"] <= 1.25 * est / 2**10
 
 
 CASES = [
@@ -135,18 +136,20 @@ CASES = [
 
 @pytest.mark.parametrize("kw", CASES, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "default")
 @pytest.mark.parametrize("recipe", ["naive", "rezero", "nanochat"])
-def test_the_bounds_hold_the_count_between_them(kw, recipe):
-    """The bounds that decide without counting (no meta forward: it imports torch's
-    compiler, a second) hold the counted bytes between them, in every placement, FFN,
-    position kind, QK-norm, GQA, gain and x0 mix; and the decision counts only between."""
+def test_the_bound_that_decides_holds_the_count_closely(kw, recipe):
+    """The decision's figure, from shapes alone (counting imports torch's compiler: a
+    second and 70 MB of a process), is never below the bytes a block's forward saves as
+    counted on the meta device, and at most a quarter above, in every placement, FFN,
+    position kind, norm, QK-norm, GQA, gain and x0 mix; the whole backward's bounds
+    hold the whole count between them, in float32, bfloat16 and float64."""
     cfg = dataclasses.replace(MODEL, **kw)
     ini = InitConfig(recipe=recipe)
-    low, high = gradient_pass_bounds(cfg, ini, 4, 64, torch.float32)
-    exact = gradient_pass_bytes(cfg, ini, 4, 64, torch.float32)
-    assert low <= exact <= high, (low, exact, high)
-    assert backward_needs([(cfg, ini)], 4, 64, torch.float32, low - 1) == (low, "lower bound")
-    assert backward_needs([(cfg, ini)], 4, 64, torch.float32, high) == (high, "upper bound")
-    assert backward_needs([(cfg, ini)], 4, 64, torch.float32, (low + high) / 2) == (exact, "counted")
-    for dtype in (torch.bfloat16, torch.float64):
+    _, saved = block_bytes(cfg, ini, 4, 64, torch.float32)
+    upper = 4 * 64 * _per_token_upper(cfg, ini, 64) * 4
+    assert saved <= upper <= 1.25 * saved, (saved, upper)
+    for dtype in (torch.bfloat16, torch.float64, torch.float32):
         low, high = gradient_pass_bounds(cfg, ini, 4, 64, dtype)
         assert low <= gradient_pass_bytes(cfg, ini, 4, 64, dtype) <= high, dtype
+    assert backward_bound([(cfg, ini), (MODEL, InitConfig())], 4, 64, torch.float32) == max(
+        high, gradient_pass_bounds(MODEL, InitConfig(), 4, 64, torch.float32)[1]
+    )

@@ -55,7 +55,6 @@ from .common import (
     Partial,
     Progress,
     ProgressCounter,
-    available_memory,
     configure,
     failure_reason,
     grid,
@@ -67,7 +66,7 @@ from .common import (
     should_stream,
     stat_dtype,
 )
-from .memory import backward_needs
+from .memory import backward_bound
 from .probes import VarianceProbe
 
 GRAD_COLUMNS = [
@@ -474,10 +473,10 @@ def run_grad_norms(
     stats = stat_dtype(dtype)
     configs = list(grid(inits, norm_positions))
     # built whole, the backward holds weights, gradients and every block's saved activations
-    need, how = None, None
+    need = None
     if run.stream is None:
         built = [configure(model, init, run, recipe, position) for recipe, position in configs]
-        need, how = backward_needs(built, run.batch, run.seq_len, dtype, 0.5 * available_memory(device))
+        need = backward_bound(built, run.batch, run.seq_len, dtype)
     stream = should_stream(model, dtype, device, run.stream, need)
     seeds = batch_seeds(init.seed if run.data_seed is None else run.data_seed, batches)
     toks = [make_tokens(model, run, s, device) for s in seeds]
@@ -486,8 +485,7 @@ def run_grad_norms(
     grad_frames, stream_frames, summaries, meter = [], [], [], Meter(device)
     meta = run_meta(model, init, run, device, streamed=stream, configurations=configs,
                     batches=batches, data_seeds=seeds,
-                    built_backward_gib=None if need is None else need / 2**30,
-                    built_backward_estimate=how)  # fmt: skip
+                    built_backward_gib=None if need is None else need / 2**30)  # fmt: skip
 
     def result(complete: bool, error: str | None = None) -> ExperimentResult:
         def cat(frames, columns):
