@@ -1,4 +1,4 @@
-"""What a run holds in memory: the bytes an ordinary backward keeps, counted before
+"""What a run holds in memory: the bytes an ordinary backward keeps, bounded before
 anything is allocated, and the process's resident memory as it goes.
 
 The streaming decision (:func:`tinit.experiments.common.should_stream`) compares
@@ -7,13 +7,13 @@ gradients that is the weights; for a backward it is far more: autograd keeps, fo
 every block, the tensors its backward needs (the inputs of every linear layer, the
 norms' statistics, the FFN's hidden activations, the attention's softmax or its
 log-sum-exp), which at the README's default depth-sweep shape (d 256, 8 x 128 tokens)
-are eight times the block's weights. Those are counted by running one block on the
+are eight times the block's weights. They can be counted by running one block on the
 ``meta`` device (shapes only, no memory, no arithmetic) under
 ``torch.autograd.graph.saved_tensors_hooks`` and adding up the distinct storages it
 saves that are not weights. That count costs a second of a process's start (torch's
 meta kernels for the norms import its compiler, 70 MB), so the decision uses a bound
 from the shapes instead (:func:`backward_bound`), which the tests hold against the count
-in every block variant: never below it, at most ~20% above.
+in every block variant: never below it, at most ~25% above.
 """
 
 from __future__ import annotations
