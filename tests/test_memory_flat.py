@@ -45,11 +45,11 @@ def test_grad_norms_leaves_nothing_behind(stream):
     before = live_tensors()
     run_grad_norms(MODEL, InitConfig(), run)  # warm: allocator pools, first-call caches
     rss, tensors = [], []
-    for _ in range(4):  # 4 configurations each
+    for _ in range(3):  # 4 configurations each
         run_grad_norms(MODEL, InitConfig(), run, batches=2)
         tensors.append(live_tensors())
         rss.append(settled_rss())
-    assert tensors == [before] * 4
+    assert tensors == [before] * 3
     # one configuration's backward holds this much; a leak of it per run would show
     held = gradient_pass_bytes(MODEL, InitConfig(), RUN.batch, RUN.seq_len, torch.float32) / 2**20
     assert held > 15
@@ -57,7 +57,7 @@ def test_grad_norms_leaves_nothing_behind(stream):
 
 
 def test_depth_sweep_memory_flat_in_points_and_depth():
-    """Depths 2..16, two seeds, gradients on: the live tensors after every point are
+    """Depths 2, 8, 16, two seeds, gradients on: the live tensors after every point are
     those before the sweep, and the resident memory after the last point is within
     10% of the first (the README's target; the deepest backward here holds ~50 MB)."""
     before = live_tensors()
@@ -67,16 +67,16 @@ def test_depth_sweep_memory_flat_in_points_and_depth():
         after.append((live_tensors(), settled_rss()))
 
     model = dataclasses.replace(MODEL, n_layers=16)
-    res = run_depth_sweep(model, InitConfig(), RUN, layers=(2, 4, 8, 16), seeds=2, grads=True,
+    res = run_depth_sweep(model, InitConfig(), RUN, layers=(2, 8, 16), seeds=2, grads=True,
                           on_partial=on_partial)  # fmt: skip
-    assert res.complete and len(after) == 8
-    assert [t for t, _ in after] == [before] * 8
+    assert res.complete and len(after) == 6
+    assert [t for t, _ in after] == [before] * 6
     rss = [r for _, r in after]
     held = gradient_pass_bytes(model, InitConfig(), RUN.batch, RUN.seq_len, torch.float32) / 2**20
     assert held > 40  # what one leaked configuration at L = 16 would add
     assert rss[-1] <= 1.10 * rss[0] and rss[-1] - rss[0] < held / 2, rss
     # config.json's figure: resident memory after each point
-    assert list(res.meta["rss_mib"]) == [f"L={L}/seed={s}" for L in (2, 4, 8, 16) for s in (0, 1)]
+    assert list(res.meta["rss_mib"]) == [f"L={L}/seed={s}" for L in (2, 8, 16) for s in (0, 1)]
 
 
 PEAK_SCRIPT = """
