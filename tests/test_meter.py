@@ -8,6 +8,7 @@ import torch
 from typer.testing import CliRunner
 
 from tinit.cli import app
+from tinit.experiments import common
 from tinit.experiments.common import Meter, peak_rss_mib
 from tinit.experiments.depth_sweep import run_depth_sweep
 from tinit.experiments.variance import run_variance
@@ -22,7 +23,9 @@ def test_cpu_meter_records_seconds_and_process_peak():
     meta = {}
     meter.record(meta)
     assert float(x[0, 0]) == 256
-    assert set(meta) == {"seconds", "peak_rss_mib"}
+    assert set(meta) == {"seconds", "peak_rss_mib", "rss_mib"}
+    # resident now <= the peak (the kernel's counters lag by a few pages: 1% slack)
+    assert 10 < meta["rss_mib"]["a"] <= 1.01 * meta["peak_rss_mib"]
     assert meta["seconds"]["a"] > 0
     # the process holds at least torch: tens of MiB, and never more than the machine
     assert 10 < meta["peak_rss_mib"] <= peak_rss_mib()
@@ -40,6 +43,7 @@ def test_no_resource_module_means_no_rss_figure(monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_resource)
+    monkeypatch.setattr(common, "peak_rss_own_mib", lambda: None)  # nor /proc
     assert peak_rss_mib() is None
     meter, meta = Meter(torch.device("cpu")), {}
     meter.record(meta)

@@ -251,10 +251,15 @@ def test_host_memory_respects_the_cgroup_limit(monkeypatch, tmp_path):
 def test_streaming_decision_follows_the_limit(monkeypatch):
     cfg = ModelConfig(n_layers=4, d_model=64, n_heads=2, vocab_size=16)
     cpu = common.torch.device("cpu")
+    need = 1_600_000  # a built pass of 4 blocks
     monkeypatch.setattr(common, "_address_space_headroom", lambda: 10 * 2**30)
-    assert not common.should_stream(cfg, common.torch.float32, cpu, None)
-    monkeypatch.setattr(common, "_address_space_headroom", lambda: 100_000)  # 4 blocks need ~1.6 MB
+    assert not common.should_stream(cfg, common.torch.float32, cpu, None, need)
+    monkeypatch.setattr(common, "_address_space_headroom", lambda: 100_000)
+    assert common.should_stream(cfg, common.torch.float32, cpu, None, need)
+    # a forward without gradients streams on the CPU whatever the memory: it costs nothing
+    monkeypatch.setattr(common, "_address_space_headroom", lambda: 10 * 2**30)
     assert common.should_stream(cfg, common.torch.float32, cpu, None)
+    assert not common.should_stream(cfg, common.torch.float32, cpu, False)
 
 
 # --- 4, 5. non-finite numbers flagged, never blank, never a crash ---

@@ -22,7 +22,7 @@ INVOCATION = {
     "non_finite_total",
 }  # fmt: skip
 #: measured costs: differ between two runs of the same settings
-COSTS = {"seconds", "peak_rss_mib", "peak_gpu_memory_gib"}
+COSTS = {"seconds", "peak_rss_mib", "rss_mib", "peak_gpu_memory_gib"}
 
 
 @pytest.fixture(autouse=True)

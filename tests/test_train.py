@@ -139,6 +139,26 @@ def test_same_seed_same_train_csv_and_records_are_complete(tmp_path):
     assert not np.allclose(c["train"]["train_loss"].to_numpy()[1:13], tr["train_loss"].to_numpy()[1:13])
 
 
+def test_tokens_per_s_counts_the_time_spent_drawing_data(monkeypatch):
+    """A step costs its batch too: with every batch taking 30 ms to draw, 6 steps take
+    at least 0.18 s of train_seconds, and tokens/s is at most 32 tokens / 30 ms."""
+    import time
+
+    from tinit.experiments.data import TrainData
+
+    draw = TrainData.next_batch
+
+    def slow(self):
+        time.sleep(0.03)
+        return draw(self)
+
+    monkeypatch.setattr(TrainData, "next_batch", slow)
+    data = load_data("markov", vocab=32, seq_len=8, batch=4, seed=0, eval_batches=1)
+    runs = _run(data, steps=6)["runs"]
+    assert (runs["train_seconds"] >= 6 * 0.03).all()
+    assert (runs["tokens_per_s"] <= 32 / 0.03).all()
+
+
 def test_divergence_stops_the_run_and_marks_it():
     data = load_data("markov", vocab=32, seq_len=8, batch=4, seed=0, eval_batches=1)
     res = _run(data, steps=30, lr=3.0, grad_clip=0.0, diverge_margin=0.2)

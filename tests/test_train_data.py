@@ -45,10 +45,33 @@ def test_random_chain_is_sparse_stationary_and_its_entropy_matches_samples():
 def test_large_vocab_stationary_by_sparse_iteration_matches_the_dense_solve(monkeypatch):
     import tinit.experiments.data as data
 
-    chain = MarkovChain.random(vocab=300, k=3, seed=2)
-    exact = chain.stationary()
-    monkeypatch.setattr(data, "DENSE_MAX", 100)  # force the sparse path
-    np.testing.assert_allclose(chain.stationary(), exact, rtol=1e-9, atol=1e-15)
+    exact = MarkovChain.random(vocab=300, k=3, seed=2).stationary()
+    monkeypatch.setattr(data, "DENSE_MAX", 100)  # force the sparse path (a new chain: pi is cached)
+    np.testing.assert_allclose(MarkovChain.random(vocab=300, k=3, seed=2).stationary(), exact,
+                               rtol=1e-9, atol=1e-15)  # fmt: skip
+
+
+def test_the_stationary_distribution_is_solved_once_per_chain(monkeypatch):
+    """Every window starts from pi: solving it per batch (a dense V x V solve) cost a
+    1024-token run 8x its step time. Once per chain, read-only, the same batches."""
+    calls = []
+    solve = MarkovChain._solve_stationary
+
+    def counted(self):
+        calls.append(1)
+        return solve(self)
+
+    reference = load_data("markov", vocab=64, seq_len=8, batch=4, seed=1, eval_batches=1)
+    reference.reset(0)
+    expected = [reference.next_batch() for _ in range(5)]
+    monkeypatch.setattr(MarkovChain, "_solve_stationary", counted)
+    data = load_data("markov", vocab=64, seq_len=8, batch=4, seed=1, eval_batches=1)
+    data.reset(0)
+    got = [data.next_batch() for _ in range(5)]
+    assert len(calls) == 1  # the entropy rate, the eval set and 5 batches share it
+    assert all((a == b).all() for a, b in zip(got, expected, strict=True))
+    with pytest.raises(ValueError):
+        data.chain.stationary()[0] = 1.0
 
 
 def test_markov_batches_are_seeded_and_eval_is_fixed():

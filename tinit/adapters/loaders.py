@@ -149,18 +149,53 @@ def _stored_as_unknown(cls, key: str, value: Any) -> bool:
         return False
 
 
+#: Families whose config names its width, depth, heads, MLP and vocabulary as
+#: :func:`param_bound` reads them (checked against the built models in tests/test_audit_hf.py).
+BOUNDED_FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "phi3", "granite", "gemma", "gemma2", "gemma3_text",
+                    "olmo2", "gpt2", "gpt_neox")  # fmt: skip
+
+
+def param_bound(config) -> int | None:
+    """An upper bound on a decoder's parameters from its config alone (None for a
+    family not in :data:`BOUNDED_FAMILIES` or a config that does not say): per layer
+    four attention matrices d x max(d, heads x head_dim) (the larger of the query and
+    key-value heads), three d x d_ff MLP matrices
+    (gated; two for the others) and norms and biases, untied input and output
+    embeddings, learned positions."""
+    if getattr(config, "model_type", None) not in BOUNDED_FAMILIES:
+        return None
+
+    def get(*names):
+        return next((v for n in names if isinstance(v := getattr(config, n, None), int)), None)
+
+    d, L, V = get("hidden_size", "n_embd"), get("num_hidden_layers", "n_layer"), get("vocab_size")
+    if d is None or L is None or V is None:
+        return None
+    heads = max(get("num_attention_heads", "n_head") or 1, get("num_key_value_heads") or 1)
+    width = max(d, heads * (get("head_dim") or 0))
+    ff = max(get("intermediate_size", "n_inner") or 0, 4 * d)
+    positions = get("max_position_embeddings", "n_positions") or 0
+    return L * (4 * d * width + 3 * d * ff + 16 * (d + width) + 2 * ff) + 2 * V * d + positions * d + 4 * d
+
+
 def _check_fits(auto, config, spec: str, device: torch.device, dtype: torch.dtype) -> None:
     """Refuse, before allocating, a model whose weights and gradients would take more
-    than the free memory (transformers' default configs are full-size: llama is 7B)."""
+    than the free memory (transformers' default configs are full-size: llama is 7B).
+    When twice the config's :func:`param_bound` fits, the model is not built on the
+    meta device first to count (half a second of a small audit)."""
     from ..experiments.common import available_memory
 
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    free = available_memory(device)
+    bound = param_bound(config)
+    if bound is not None and 2 * 2 * bound * itemsize <= free:
+        return
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         n = sum(p.numel() for p in auto.from_config(config, dtype=dtype).parameters())
     if n == 0:
         raise ConfigError("--hf", f"{spec}: the model has no parameters")
-    need = 2 * n * torch.empty((), dtype=dtype).element_size()
-    free = available_memory(device)
+    need = 2 * n * itemsize
     if need > free:
         raise ConfigError(
             "--hf",

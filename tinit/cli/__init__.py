@@ -207,6 +207,9 @@ _register()
 
 def main() -> None:
     """Console entry point."""
+    from .common import CONSOLE
+
+    CONSOLE.set(True)
     try:
         app()
     except KeyboardInterrupt:  # between Python's start and the command (parsing, building the CLI)

@@ -10,6 +10,9 @@ from .options import SharedOptions
 
 #: Set by ``tinit sweep``: :func:`execute` hands it (command, opts, plan, outputs) and runs nothing.
 SWEEP_CAPTURE: ContextVar[Callable | None] = ContextVar("SWEEP_CAPTURE", default=None)
+#: True in a process started as ``tinit`` (the console entry point), not in one that
+#: calls the CLI in-process (tests): it has run nothing before the command.
+CONSOLE: ContextVar[bool] = ContextVar("CONSOLE", default=False)
 
 
 def describe(opts: SharedOptions, model: ModelConfig) -> str:

@@ -77,7 +77,6 @@ def depth_sweep(
     from ..experiments.depth_sweep import parse_layers, run_depth_sweep, transfer_reference
     from ..experiments.grad_norms import require_gradients
     from ..experiments.points import depth_sweep_plan
-    from ..results.plot_depth_sweep import depth_sweep_slope_table, depth_sweep_table, plot_depth_sweep
     from .runner import Outputs, configs_or_exit, execute
 
     depths = configs_or_exit(lambda: parse_layers(layers))
@@ -101,14 +100,20 @@ def depth_sweep(
             on_partial, ref,
         ),
         Outputs(
+            # (the plotting module, and matplotlib, are imported when drawn: `tinit sweep`
+            # imports them while its workers measure)
             figures=lambda r: {
-                "depth_sweep": plot_depth_sweep(
+                "depth_sweep": _plots().plot_depth_sweep(
                     r["depth_sweep_summary"], r["depth_sweep_fit"], title, r["depth_sweep_theory"]
                 )
             },
             tables=lambda r: [
-                depth_sweep_table(r["depth_sweep_fit"], r["depth_sweep_summary"], f"Transfer ({title})"),
-                depth_sweep_slope_table(r["depth_sweep_fit"], r["depth_sweep_summary"], "Slope against L"),
+                _plots().depth_sweep_table(
+                    r["depth_sweep_fit"], r["depth_sweep_summary"], f"Transfer ({title})"
+                ),
+                _plots().depth_sweep_slope_table(
+                    r["depth_sweep_fit"], r["depth_sweep_summary"], "Slope against L"
+                ),
             ],
         ),
         plan=lambda: depth_sweep_plan(
@@ -119,3 +124,9 @@ def depth_sweep(
 
 def _depths(depths: list[int]) -> str:
     return ",".join(map(str, depths)) if len(depths) <= 10 else f"{depths[0]}..{depths[-1]} ({len(depths)})"
+
+
+def _plots():
+    from ..results import plot_depth_sweep
+
+    return plot_depth_sweep

@@ -45,7 +45,6 @@ def grad_norms(
     stream_grads.png and config.json to a new run folder.
     """
     from ..experiments.grad_norms import require_gradients, run_grad_norms
-    from ..experiments.points import grad_norms_plan
     from ..results.plot_grad_norms import grad_norms_table, plot_grad_norms, plot_stream_grads
     from .runner import Outputs, configs_or_exit, execute
 
@@ -67,5 +66,12 @@ def grad_norms(
             },
             tables=lambda r: [grad_norms_table(r["summary"], f"Gradient norms at init ({title})")],
         ),
-        plan=lambda: grad_norms_plan(model, init, run, opts.inits, opts.placements, batches),
+        plan=lambda: _plan(model, init, run, opts.inits, opts.placements, batches),
     )
+
+
+def _plan(*args):
+    # only `tinit sweep` plans: a plain run does not import the other experiments
+    from ..experiments.points import grad_norms_plan
+
+    return grad_norms_plan(*args)

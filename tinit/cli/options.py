@@ -530,7 +530,8 @@ SHARED: dict[str, tuple[Any, Any]] = {
             _opt(
                 "--stream/--no-stream",
                 help="Build each block just before it runs and drop it after, so memory does not grow "
-                "with depth (default: only when the built model would not fit).",
+                "with depth (default: a forward without gradients on the CPU always; otherwise when the "
+                "built model would not fit).",
                 panel=RUN,
                 show_default=False,
             ),

@@ -8,6 +8,7 @@ file is in place; each finished configuration is on disk before the next starts;
 SIGINT, SIGTERM and SIGHUP, out of memory and write failures all keep what was
 measured, mark the run incomplete, name the folder and exit 1."""
 
+import gc
 import inspect
 import signal
 from collections.abc import Callable, Iterable, Iterator
@@ -16,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import typer
-from matplotlib.figure import Figure
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -36,7 +36,6 @@ from ..experiments.common import (
     resolve_device,
 )
 from ..model.config import ConfigError
-from ..results.plots import save_figure
 from ..results.rundir import (
     CONFIG,
     FolderTaken,
@@ -59,7 +58,9 @@ from .options import SharedOptions, bad_option
 class Outputs:
     """What a command adds to its run folder from a result."""
 
-    figures: Callable[[ExperimentResult], dict[str, Figure]] = lambda r: {}
+    # stem -> matplotlib Figure (matplotlib is imported by the plotting, not here: `tinit
+    # sweep` loads it while its workers measure)
+    figures: Callable[[ExperimentResult], dict] = lambda r: {}
     tables: Callable[[ExperimentResult], Iterable] = lambda r: ()
     files: Callable[[ExperimentResult, Path], list[Path]] = lambda r, d: []
     notes: list[str] = field(default_factory=list)
@@ -212,6 +213,9 @@ def execute(
 
     ``plan``: makes the command's grid as points (:mod:`tinit.experiments.points`) for
     ``tinit sweep``, which captures it here instead of running (returns None)."""
+    if not gc.isenabled():  # the console entry point's imports are done (tinit.__main__)
+        gc.freeze()
+        gc.enable()
     capture = SWEEP_CAPTURE.get()
     if capture is not None:
         capture(command, opts, plan, outputs)
@@ -285,6 +289,8 @@ def _finish(
     def steps() -> Iterator[Callable[[], list[Path]]]:
         yield lambda: write_csvs(run_dir, result.frames, result.not_applicable)
         if result.frames and all(len(df) for df in result.frames.values()):
+            from ..results.plots import save_figure
+
             for stem, fig in outputs.figures(result).items():
                 yield lambda stem=stem, fig=fig: save_figure(fig, run_dir, stem, opts.format)
             yield lambda: outputs.files(result, run_dir)

@@ -4,9 +4,11 @@ by a local process pool or a SLURM job array, gathered into one run folder."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import re
 import shutil
+import threading
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -18,7 +20,7 @@ from typer.main import get_command
 from ..model.config import ConfigError
 from . import app
 from .clickcompat import ParameterSource
-from .common import SWEEP_CAPTURE
+from .common import CONSOLE, SWEEP_CAPTURE
 from .options import bad_option
 
 #: The commands whose grids sweep knows.
@@ -213,24 +215,35 @@ def sweep(
         executor_.folder = run_dir / "slurm"
     from .runner import StopSignals
 
+    if hasattr(executor_, "start"):
+        executor_.start(len(plan.points))  # before the progress bar's thread: workers may fork
     bar = _progress(opts.quiet, f"sweep {command}", len(plan.points))
+    # the plotting (matplotlib) is imported while the workers measure, not before or after
+    prefetch = threading.Thread(target=importlib.import_module, args=("tinit.results.plots",), daemon=True)
+    prefetch.start()
     # SIGTERM and SIGHUP stop the sweep as Ctrl-C does: the workers (or the SLURM tasks) are
     # stopped, the done points gathered, config.json says why; a second signal while the merged
     # files are written stops that between two files
     with StopSignals() as signals:
         try:
-            if bar is None:
-                result, record = _run(plan, executor_, run_dir, args, _quiet, previous_runs, values, signals)
-            else:
-                with bar[0]:
-                    result, record = _run(plan, executor_, run_dir, args, bar[1], previous_runs, values,
+            try:
+                if bar is None:
+                    result, record = _run(plan, executor_, run_dir, args, _quiet, previous_runs, values,
                                           signals)  # fmt: skip
-        except _Refused as exc:
-            if resume is None:
-                shutil.rmtree(run_dir, ignore_errors=True)  # nothing was measured
-            typer.echo(f"Error: {exc}", err=True)
-            raise typer.Exit(1) from None
-        _write(run_dir, command, opts, result, outputs, signals)
+                else:
+                    with bar[0]:
+                        result, record = _run(plan, executor_, run_dir, args, bar[1], previous_runs, values,
+                                              signals)  # fmt: skip
+            except _Refused as exc:
+                if resume is None:
+                    shutil.rmtree(run_dir, ignore_errors=True)  # nothing was measured
+                typer.echo(f"Error: {exc}", err=True)
+                raise typer.Exit(1) from None
+            prefetch.join()
+            _write(run_dir, command, opts, result, outputs, signals)
+        finally:
+            if hasattr(executor_, "close"):
+                executor_.close()  # nothing it started outlives the command
     c = record["counts"]
     if not opts.quiet:
         Console().print(f"{len(plan.points)} points: {c['done']} done, {c['failed']} failed "
@@ -294,7 +307,8 @@ def _executor(values: dict, opts, plan, dry_run: bool):
         from ..sweep.local import LocalExecutor, visible_gpus
 
         workers = values["workers"] or len(visible_gpus()) or os.cpu_count() or 1
-        return LocalExecutor(workers)
+        # forked from this process, as a plain pool: only as `tinit` (it has computed nothing)
+        return LocalExecutor(workers, fork=CONSOLE.get())
     if values["workers"] is not None:
         raise _err("applies to --executor local only (use --array-parallelism for SLURM)", "--workers")
     for name, flag, pattern, allowed in (("time_limit", "--time", TIME_RE, "minutes, HH:MM:SS or D-HH:MM"),

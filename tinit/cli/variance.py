@@ -18,7 +18,6 @@ def variance(*, opts: SharedOptions) -> None:
     Writes variance.csv, summary.csv, variance.png and config.json to a new run folder.
     """
     # torch, pandas and matplotlib load here, when the command runs, not for --help
-    from ..experiments.points import variance_plan
     from ..experiments.variance import run_variance
     from ..results.plots import plot_variance
     from ..results.tables import overflow_notes, variance_table
@@ -37,5 +36,12 @@ def variance(*, opts: SharedOptions) -> None:
             tables=lambda r: [variance_table(r["summary"], f"Residual-stream variance ({title})"),
                               *overflow_notes(r["summary"], (r.meta.get("run") or {}).get("dtype"))],
         ),
-        plan=lambda: variance_plan(model, init, run, opts.inits, opts.placements),
+        plan=lambda: _plan(model, init, run, opts.inits, opts.placements),
     )
+
+
+def _plan(*args):
+    # only `tinit sweep` plans: a plain run does not import the other experiments
+    from ..experiments.points import variance_plan
+
+    return variance_plan(*args)

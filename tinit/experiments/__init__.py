@@ -1,16 +1,31 @@
-"""Experiments: functions from configs to tidy DataFrames. No printing, no files."""
+"""Experiments: functions from configs to tidy DataFrames. No printing, no files.
 
-from .attention_scale import run_attention_scale
-from .audit import run_audit
-from .check import run_check
-from .common import ExperimentResult, IncompleteRun
-from .depth_sweep import run_depth_sweep
-from .grad_norms import run_grad_norms
-from .norms import run_norms
-from .params import run_params
-from .variance import run_variance
+The names below are imported on first use (PEP 562): importing one experiment's
+module (``tinit.experiments.points`` to plan a sweep, say) does not import the others."""
+
+from importlib import import_module
+
+#: public name -> the submodule that defines it
+_LAZY = {
+    "ExperimentResult": ".common", "IncompleteRun": ".common", "run_attention_scale": ".attention_scale",
+    "run_audit": ".audit", "run_check": ".check", "run_depth_sweep": ".depth_sweep",
+    "run_grad_norms": ".grad_norms", "run_norms": ".norms", "run_params": ".params",
+    "run_variance": ".variance",
+}  # fmt: skip
 
 __all__ = ["ExperimentResult", "IncompleteRun", "run_depth_sweep", "run_grad_norms", "run_variance"]
 __all__ += ["run_attention_scale", "run_norms"]
 __all__ += ["run_check", "run_params"]
 __all__ += ["run_audit"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

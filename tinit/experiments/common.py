@@ -20,6 +20,7 @@ from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ..model.init import generator
 from ..model.schemes import PLACEMENTS, placements_for
 from ..model.transformer import Block
+from .memory import peak_rss_own_mib, return_freed_memory, rss_mib
 
 #: Callback for progress: (steps done so far, total steps). Experiments never print.
 Progress = Callable[[int, int], None]
@@ -89,7 +90,14 @@ def failure_reason(exc: BaseException) -> str:
 
 def peak_rss_mib() -> float | None:
     """This process's peak resident set size so far, in MiB (it never goes down);
-    None where the platform does not say (Windows has no ``resource`` module)."""
+    None where the platform does not say (Windows has no ``resource`` module).
+
+    Linux: ``VmHWM`` of /proc/self/status, the peak of this process's own memory.
+    ``getrusage``'s ``ru_maxrss`` is kept across ``execve``, so a process started by
+    a large one (a sweep worker, a test's subprocess) would report its parent's size."""
+    hwm = peak_rss_own_mib()
+    if hwm is not None:
+        return hwm
     try:
         import resource
     except ImportError:
@@ -99,7 +107,9 @@ def peak_rss_mib() -> float | None:
 
 
 class Meter:
-    """Wall time and peak memory per configuration, for config.json and the summary.
+    """Wall time and peak memory per configuration, for config.json and the summary,
+    and the process's resident memory after each configuration (``rss_mib``: flat
+    when nothing of a configuration outlives it).
 
     On CUDA the clock is read after a synchronize (queued kernels are counted) and
     the peak is the allocator's ``max_memory_allocated`` since the configuration
@@ -112,6 +122,7 @@ class Meter:
         self.cuda = device.type == "cuda"
         self.seconds: dict[str, float] = {}
         self.peak_gib: dict[str, float] = {}
+        self.rss: dict[str, float | None] = {}  # host resident memory after each span
 
     def start(self) -> None:
         if self.cuda:
@@ -131,6 +142,8 @@ class Meter:
             peaks += [p for meta in inner for p in meta.get("peak_gpu_memory_gib", {}).values()]
             self.peak_gib[name] = max(peaks)
         self.seconds[name] = time.perf_counter() - self._t0
+        return_freed_memory()  # so that the figure is what the process holds, not what the heap kept
+        self.rss[name] = rss_mib()
 
     def record(self, meta: dict[str, Any]) -> None:
         """Put the timings and memory peaks into ``meta`` (config.json)."""
@@ -138,6 +151,7 @@ class Meter:
         if self.cuda:
             meta["peak_gpu_memory_gib"] = dict(self.peak_gib)
         meta["peak_rss_mib"] = peak_rss_mib()
+        meta["rss_mib"] = dict(self.rss)
 
 
 class DeviceError(ConfigError):
@@ -305,14 +319,24 @@ def available_memory(device: torch.device) -> int:
 
 
 def should_stream(
-    cfg: ModelConfig, dtype: torch.dtype, device: torch.device, requested: bool | None, factor: float = 1.0
-) -> bool:
-    """Stream when asked to, or when the held blocks (times ``factor``, e.g. 3 for
-    weights + gradients + recompute) would take more than half the free memory."""
+    cfg: ModelConfig, dtype: torch.dtype, device: torch.device, requested: bool | None,
+    need: int | None = None,
+) -> bool:  # fmt: skip
+    """Stream when asked to, or when what the fully built pass holds would take more
+    than half the free memory: ``need`` bytes, by default the blocks' weights (all a
+    forward without gradients holds; a backward holds far more, see
+    :func:`tinit.experiments.memory.gradient_pass_bytes`).
+
+    A forward without gradients (``need`` None) off CUDA always streams: each block is
+    built once either way, so streaming costs nothing there (it was 15% faster at L = 40,
+    reusing one block's memory) and the memory stays flat in depth. On CUDA the built
+    model saves the side stream's synchronisation."""
     if requested is not None:
         return requested
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    need = factor * cfg.n_layers * block_param_count(cfg) * itemsize
+    if need is None and device.type != "cuda":
+        return True
+    if need is None:
+        need = cfg.n_layers * block_param_count(cfg) * torch.empty((), dtype=dtype).element_size()
     return need > 0.5 * available_memory(device)
 
 

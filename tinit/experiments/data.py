@@ -18,6 +18,7 @@ import hashlib
 import math
 import sysconfig
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -78,10 +79,28 @@ class MarkovChain:
         return P
 
     def stationary(self) -> np.ndarray:
-        """pi with pi P = pi, sum pi = 1, in float64. Up to ``DENSE_MAX`` tokens the linear
+        """pi with pi P = pi, sum pi = 1, in float64 (read-only; solved once per chain:
+        every batch starts from it). Up to ``DENSE_MAX`` tokens the linear
         system is solved exactly (one balance equation replaced by the normalisation);
         above, the dense V x V matrix would not fit, and the lazy chain (I + P) / 2 (same pi,
         aperiodic) is iterated on the sparse successor lists until pi moves less than 1e-14."""
+        return self._pi
+
+    @cached_property
+    def _pi(self) -> np.ndarray:
+        pi = self._solve_stationary()
+        pi.flags.writeable = False
+        return pi
+
+    @cached_property
+    def _cum(self) -> np.ndarray:
+        """Each row's cumulative successor probabilities, the last exactly 1."""
+        cum = np.cumsum(self.prob, axis=1)
+        cum[:, -1] = 1.0
+        cum.flags.writeable = False
+        return cum
+
+    def _solve_stationary(self) -> np.ndarray:
         V = self.vocab
         if V <= DENSE_MAX:
             A = self.dense().T - np.eye(V)
@@ -109,8 +128,7 @@ class MarkovChain:
 
     def sample(self, n: int, length: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` independent windows of ``length`` tokens, each starting from pi."""
-        cum = np.cumsum(self.prob, axis=1)
-        cum[:, -1] = 1.0
+        cum = self._cum
         out = np.empty((n, length), dtype=np.int64)
         out[:, 0] = rng.choice(self.vocab, size=n, p=self.stationary())
         u = rng.random((n, length - 1))

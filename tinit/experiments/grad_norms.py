@@ -67,6 +67,7 @@ from .common import (
     should_stream,
     stat_dtype,
 )
+from .memory import backward_bound
 from .probes import VarianceProbe
 
 GRAD_COLUMNS = [
@@ -123,12 +124,33 @@ def next_token_loss(
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
 
 
+class _BlockReached:
+    """The backward hook of a block's last addition: counts and reports progress.
+
+    A hook registered on a tensor lives on the C++ side of autograd, where Python's
+    garbage collector cannot see it, so it must not reach the tap (whose ``streams``
+    hold the tensor that holds the hook: a cycle the collector never frees, keeping
+    every stream, its gradient and through the graph the weights of every
+    configuration alive). It holds only the callback and a count."""
+
+    __slots__ = ("callback", "count")
+
+    def __init__(self, callback: Callable[[], None]):
+        self.callback, self.count = callback, 0
+
+    def __call__(self, grad: torch.Tensor) -> None:
+        self.count += 1
+        self.callback()
+
+
 class GradTap:
     """Probe that keeps the stream tensor of every addition (post-norm: the normalised
     output, the one that continues along the path) and retains its gradient; it can
     also feed a :class:`VarianceProbe`, outside autograd. ``on_block_grad`` is called
     each time the backward pass reaches a block's output (progress through the
-    backward; ``block_grads`` counts those calls)."""
+    backward; ``block_grads`` counts those calls). Call :meth:`close` once the
+    gradients are read: it lets go of every tensor the tap (and its variance probe)
+    holds, so nothing of a configuration outlives it."""
 
     def __init__(
         self, variance: VarianceProbe | None = None, on_block_grad: Callable[[], None] | None = None
@@ -136,12 +158,19 @@ class GradTap:
         self.streams: dict[int, torch.Tensor] = {}
         self.sums: dict[int, torch.Tensor] = {}  # post-norm: the sum before the norm
         self.variance = variance
-        self.on_block_grad = on_block_grad
-        self.block_grads = 0
+        self._reached = _BlockReached(on_block_grad) if on_block_grad is not None else None
 
-    def _reached(self, grad: torch.Tensor) -> None:
-        self.block_grads += 1
-        self.on_block_grad()
+    @property
+    def block_grads(self) -> int:
+        return 0 if self._reached is None else self._reached.count
+
+    def close(self) -> None:
+        """Drop the kept streams (and the variance probe's last stream): their graphs,
+        gradients and hooks go with them."""
+        self.streams.clear()
+        self.sums.clear()
+        if self.variance is not None:
+            self.variance.release()
 
     def __call__(self, k, layer, sublayer, stream_in, branch, stream_out, normed=None) -> None:
         if self.variance is not None:
@@ -151,7 +180,7 @@ class GradTap:
         if t.requires_grad:
             t.retain_grad()
             self.streams[k] = t
-            if self.on_block_grad is not None and sublayer == "ffn":  # the block's last addition
+            if self._reached is not None and sublayer == "ffn":  # the block's last addition
                 t.register_hook(self._reached)
         if normed is not None and stream_out.requires_grad:
             stream_out.retain_grad()
@@ -261,6 +290,7 @@ def _autograd(net, toks, stats, sq, losses, probes, tick, coef=None, acc=None) -
             branch_paths(tap, range(1, 2 * L + 1), coef, acc, stats, layernorm=net.cfg.norm == "layernorm")
         if tap.block_grads < L:  # (never, unless the backward missed a block's output)
             tick(L - tap.block_grads)
+        tap.close()
         del tap, x, loss
 
 
@@ -304,6 +334,7 @@ def _layerwise(net, cfg, ini, device, dtype, toks, stats, sq, losses, probes, re
             grads[i] = x_in.grad  # d loss / d stream at addition 2*layer (layer 0: the embedding)
             sq[2 * layer] += grads[i].to(stats).square().sum()
             xs[i][layer] = None
+            tap.close()
             del tap, out, x_in
             tick()
         rec.record(block.named_parameters(prefix=f"blocks.{layer}"))
@@ -508,15 +539,20 @@ def run_grad_norms(
     stats = stat_dtype(dtype)
     configs = list(grid(inits, norm_positions, init.schemes))
     check_configs(model, init, run, configs)
-    # weights + gradients + the recompute: three copies of every block when built whole
-    stream = should_stream(model, dtype, device, run.stream, factor=3)
+    # built whole, the backward holds weights, gradients and every block's saved activations
+    need = None
+    if run.stream is None:
+        built = [configure(model, init, run, recipe, position) for recipe, position in configs]
+        need = backward_bound(built, run.batch, run.seq_len, dtype)
+    stream = should_stream(model, dtype, device, run.stream, need)
     seeds = batch_seeds(init.seed if run.data_seed is None else run.data_seed, batches)
     toks = [make_tokens(model, run, s, device) for s in seeds]
     L = model.n_layers
     tick = ProgressCounter(progress, len(configs) * 2 * batches * L)
     grad_frames, stream_frames, summaries, meter = [], [], [], Meter(device)
     meta = run_meta(model, init, run, device, streamed=stream, configurations=configs,
-                    batches=batches, data_seeds=seeds)  # fmt: skip
+                    batches=batches, data_seeds=seeds,
+                    built_backward_gib=None if need is None else need / 2**30)  # fmt: skip
 
     def result(complete: bool, error: str | None = None) -> ExperimentResult:
         def cat(frames, columns):

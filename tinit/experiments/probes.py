@@ -27,19 +27,21 @@ def token_similarity(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor,
       with their composite norm |M| = sqrt(|M|_1 |M|_inf) (largest column and row
       absolute sums).
     Both are 1 (cosine) and 0 (ratio) for a collapsed sequence whose tokens are all
-    the same vector. Sequences of one token give NaN."""
+    the same vector. Sequences of one token give NaN.
+
+    Two temporaries the size of x (|x| and the centred sequence, made absolute in
+    place): sum_i u_i is a matrix-vector product of x with the rows' inverse norms."""
     x = x.to(dtype)
     T = x.shape[-2]
-    u = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(torch.finfo(dtype).tiny)
-    s = u.sum(dim=-2)
+    inv = 1.0 / torch.linalg.vector_norm(x, dim=-1).clamp_min(torch.finfo(dtype).tiny)
+    s = torch.matmul(inv.unsqueeze(-2), x).squeeze(-2)  # sum over tokens of x_i / |x_i|
     cos = ((torch.linalg.vecdot(s, s) - T) / (T * (T - 1))).mean() if T > 1 else x.new_full((), math.nan)
 
-    def composite(m: torch.Tensor) -> torch.Tensor:
-        a = m.abs()
+    def composite(a: torch.Tensor) -> torch.Tensor:  # of |m|: largest column and row sums
         return torch.sqrt(a.sum(dim=-2).amax(dim=-1) * a.sum(dim=-1).amax(dim=-1))
 
-    res = x - x.mean(dim=-2, keepdim=True)
-    ratio = (composite(res) / composite(x).clamp_min(torch.finfo(dtype).tiny)).mean()
+    res = (x - x.mean(dim=-2, keepdim=True)).abs_()
+    ratio = (composite(res) / composite(x.abs()).clamp_min(torch.finfo(dtype).tiny)).mean()
     return cos, ratio
 
 
@@ -105,6 +107,11 @@ class VarianceProbe:
         self._last = (stream_out, v_out, m_out) if normed is None else (normed, v_n, m_n)
         self.keys.append((k, layer, sublayer))
         self._stats.append(torch.stack(stats))
+
+    def release(self) -> None:
+        """Let go of the last stream seen (kept to reuse its statistics at the next
+        addition): under autograd it holds the graph that made it."""
+        self._last = None
 
     def frame(self) -> pd.DataFrame:
         """One row per recorded addition; one device-to-host transfer."""

@@ -322,8 +322,8 @@ def train_run(
     first_loss, diverged_step, seconds, eval_loss = None, None, 0.0, initial_eval
     step = 0
     for step in range(1, train.steps + 1):
+        t0 = time.perf_counter()  # drawing the batch is part of a step's cost (tokens/s, MFU)
         batch = data.next_batch().to(device, non_blocking=True)
-        t0 = time.perf_counter()
         lr, loss, grad_norm, r = trainer.step(batch)
         seconds += time.perf_counter() - t0  # step() read the loss: the device is synchronised
         first_loss = loss if first_loss is None else first_loss

@@ -98,9 +98,11 @@ def backout_of(cfg: ModelConfig, init: InitConfig) -> tuple[float, int] | None:
     return beta, cfg.n_layers // 2
 
 
-def _times(m: float, t: torch.Tensor) -> torch.Tensor:
-    """m * t, skipping the multiply when m is 1 (the common case costs nothing)."""
-    return t if m == 1.0 else m * t
+def _times(m: float | torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """m * t, skipping the multiply when m is the number 1 (the common case costs
+    nothing). A learned gain (a tensor) always multiplies: comparing it with 1 would
+    read it back from the device, and skipping it would cut its gradient."""
+    return t if not isinstance(m, torch.Tensor) and m == 1.0 else m * t
 
 
 class Block(nn.Module):

@@ -13,6 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from . import mathtext_cache
 from .rundir import atomic_write
 from .style import (
     CONFIG_COLORS,
@@ -52,6 +53,7 @@ from .formats import FORMATS  # noqa: F401  (re-exported)
 
 
 def save_figure(fig: Figure, run_dir: Path, stem: str, formats: Iterable[str] = ("png",)) -> list[Path]:
+    mathtext_cache.install()  # parse each math label once per process, not per renderer
     paths = []
     for fmt in formats:
         path = Path(run_dir) / f"{stem}.{fmt}"

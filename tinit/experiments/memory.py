@@ -1,0 +1,191 @@
+"""What a run holds in memory: the bytes an ordinary backward keeps, bounded before
+anything is allocated, and the process's resident memory as it goes.
+
+The streaming decision (:func:`tinit.experiments.common.should_stream`) compares
+what a fully built pass would hold with the free memory. For a forward without
+gradients that is the weights; for a backward it is far more: autograd keeps, for
+every block, the tensors its backward needs (the inputs of every linear layer, the
+norms' statistics, the FFN's hidden activations, the attention's softmax or its
+log-sum-exp), which at the README's default depth-sweep shape (d 256, 8 x 128 tokens)
+are eight times the block's weights. They can be counted by running one block on the
+``meta`` device (shapes only, no memory, no arithmetic) under
+``torch.autograd.graph.saved_tensors_hooks`` and adding up the distinct storages it
+saves that are not weights. That count costs a second of a process's start (torch's
+meta kernels for the norms import its compiler, 70 MB), so the decision uses a bound
+from the shapes instead (:func:`backward_bound`), which the tests hold against the count
+in every block variant: never below it, at most ~25% above.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ..model.config import InitConfig, ModelConfig
+from ..model.layers import rope_cache
+from ..model.transformer import Block
+
+
+def rss_mib() -> float | None:
+    """This process's resident memory now, in MiB (Linux ``/proc/self/statm``); None
+    where the platform does not say."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    import os
+
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def peak_rss_own_mib() -> float | None:
+    """The peak resident memory of this process's own address space, in MiB (Linux
+    ``VmHWM``); None where /proc does not say."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _libc():
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    return ctypes.CDLL(name) if name else None
+
+
+def return_freed_memory() -> None:
+    """Hand the heap memory the process has freed back to the operating system (glibc's
+    ``malloc_trim``; a no-op elsewhere). Freed tensors below glibc's mmap threshold,
+    which rises to 32 MiB after the first large free, stay in the heap: without this
+    the resident memory after a configuration is that of the largest one before it,
+    although nothing of it is alive."""
+    global _LIBC
+    if _LIBC is None:
+        try:
+            _LIBC = _libc() or False
+        except OSError:
+            _LIBC = False
+    trim = getattr(_LIBC, "malloc_trim", None) if _LIBC else None
+    if trim is not None:
+        trim(0)
+
+
+_LIBC = None
+
+
+def block_bytes(
+    cfg: ModelConfig, init: InitConfig, batch: int, seq_len: int, dtype: torch.dtype
+) -> tuple[int, int]:
+    """(weights, saved) of one block: the bytes of its parameters, and the bytes autograd
+    saves for the backward of its forward on ``batch`` x ``seq_len`` tokens (distinct
+    storages, weights excluded). Measured on the meta device, where attention takes
+    torch's reference (math) path and saves its softmax (batch x heads x seq^2): an
+    upper bound for the fused kernels, which keep less."""
+    cfg = dataclasses.replace(cfg, max_seq_len=max(cfg.max_seq_len, seq_len))
+    if cfg.branch == "gaussian":  # its draw needs a real generator; the model's branch saves more
+        cfg = dataclasses.replace(cfg, branch="model")
+    seen: dict[int, torch.UntypedStorage] = {}  # held, so that no address is reused while counting
+    with torch.device("meta"):
+        block = Block(cfg, 0, seed=init.seed, dtype=dtype, init=init)
+    params = list(block.parameters())
+    weights = {p.untyped_storage()._cdata for p in params}
+    # (tensors made on the meta device directly, not under its context: a factory such as
+    # arange there takes torch's Python reference, which imports sympy, 1 s of a process)
+    rope = None
+    if cfg.positions == "rope":
+        rope = tuple(t.to("meta") for t in rope_cache(seq_len, cfg.head_dim, cfg.rope_base, "cpu", dtype))
+    x = torch.empty(batch, seq_len, cfg.d_model, dtype=dtype, device="meta", requires_grad=True)
+
+    def pack(t: torch.Tensor) -> None:
+        storage = t.untyped_storage()
+        if storage._cdata not in weights:
+            seen[storage._cdata] = storage
+        # pack to nothing: a saved output packed as itself would hold the node that holds
+        # it, a cycle through C++ that the collector never frees (and no backward runs
+        # here to unpack it); its storage alone holds no graph
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda _: None):
+        block(x, rope, x0=x)
+    return sum(p.numel() * p.element_size() for p in params), sum(s.nbytes() for s in seen.values())
+
+
+def gradient_pass_bytes(
+    cfg: ModelConfig, init: InitConfig, batch: int, seq_len: int, dtype: torch.dtype
+) -> int:
+    """What one ordinary backward through the fully built stack holds at its peak.
+
+    Throughout: the weights, and the logits with their log-softmax and gradient (in
+    the statistics dtype). At the start of the backward: every block's saved
+    activations (:func:`block_bytes`; they include the stream tensors the gradient tap
+    keeps). As it goes down the stack each block's activations are freed and its weight
+    gradients arrive, with the retained stream gradients (one per addition; post-norm
+    retains the sum before the norm as well): at the end, weights' gradients and those.
+    The peak is the larger of the two ends. Checked against the peak resident memory
+    of real backwards (tests/test_memory_flat.py)."""
+    weights, saved = block_bytes(cfg, init, batch, seq_len, dtype)
+    L = cfg.n_layers
+    retained, head = _retained_and_head(cfg, batch * seq_len, dtype)
+    return L * weights + max(L * saved, L * weights + retained) + head
+
+
+def _per_token_upper(cfg: ModelConfig, init: InitConfig, seq_len: int) -> int:
+    """At least as many elements per token as a block saves for its backward, and at most
+    ~10% more (both checked against :func:`block_bytes` in tests/test_memory_flat.py over
+    every placement, FFN, positions, norm, QK-norm, GQA, gain and x0 mix): 6 d for the
+    attention's q, k, v, their rotations and output and the FFN's input, 2 d per norm
+    (input and normalised; two per block, four in sandwich, none without norms), 4 d for
+    QK-norm, 2 d for a learned gain, the FFN's hidden tensors (4 d_ff gated, 2 plain),
+    the attention's softmax (heads x seq, torch's reference path), and one d of margin."""
+    norms = {"none": 0, "sandwich": 4}.get(cfg.norm_position, 2)
+    scheme = init.scheme
+    qk = scheme.qk_norm if cfg.qk_norm is None else cfg.qk_norm
+    width = 6 + 2 * norms + 4 * bool(qk) + 2 * bool(scheme.branch_learned) + 1
+    ffn = (4 if cfg.ffn == "swiglu" else 2) * cfg.d_ff
+    return width * cfg.d_model + ffn + cfg.n_heads * seq_len + 32
+
+
+def gradient_pass_bounds(
+    cfg: ModelConfig, init: InitConfig, batch: int, seq_len: int, dtype: torch.dtype
+) -> tuple[int, int]:
+    """Bounds on :func:`gradient_pass_bytes` from shapes alone: below, the weights, their
+    gradients, the retained stream gradients and the head (no activations); above, the
+    same with :func:`_per_token_upper` elements per token and block for the activations.
+    (Gaussian branches are counted as the model's, as :func:`block_bytes` does: more.)"""
+    if cfg.branch == "gaussian":
+        cfg = dataclasses.replace(cfg, branch="model")
+    with torch.device("meta"):
+        block = Block(cfg, 0, seed=init.seed, dtype=dtype, init=init)
+    weights = sum(p.numel() * p.element_size() for p in block.parameters())
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    L, tokens = cfg.n_layers, batch * seq_len
+    retained, head = _retained_and_head(cfg, tokens, dtype)
+    low = 2 * L * weights + retained + head
+    saved = tokens * _per_token_upper(cfg, init, seq_len) * max(itemsize, 4)
+    high = L * weights + max(L * saved, L * weights + retained) + head
+    return low, high
+
+
+def _retained_and_head(cfg: ModelConfig, tokens: int, dtype: torch.dtype) -> tuple[int, int]:
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    stats = 8 if dtype == torch.float64 else 4
+    L = cfg.n_layers
+    retained = (2 * L + 1) * (2 if cfg.norm_position == "post" else 1) * tokens * cfg.d_model * itemsize
+    head = 3 * tokens * cfg.vocab_size * stats + 2 * cfg.vocab_size * cfg.d_model * itemsize
+    return retained, head
+
+
+def backward_bound(
+    configs: list[tuple[ModelConfig, InitConfig]], batch: int, seq_len: int, dtype: torch.dtype
+) -> int:
+    """The streaming decision's figure: the largest upper bound (:func:`gradient_pass_bounds`)
+    over the configurations a run builds. Never below what a built backward holds, and at
+    most a quarter above; from shapes alone, so deciding costs nothing."""
+    return max(gradient_pass_bounds(c, i, batch, seq_len, dtype)[1] for c, i in configs)
