@@ -135,12 +135,13 @@ CASES = [
 
 
 @pytest.mark.parametrize("kw", CASES, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "default")
-@pytest.mark.parametrize("recipe", ["naive", "rezero", "nanochat"])
+@pytest.mark.parametrize("recipe", ["naive", "rezero", "nanochat", "gemma2", "gemma3", "magneto"])
 def test_the_bound_that_decides_holds_the_count_closely(kw, recipe):
     """The decision's figure, from shapes alone (counting imports torch's compiler: a
     second and 70 MB of a process), is never below the bytes a block's forward saves as
     counted on the meta device, and at most a quarter above, in every placement, FFN,
-    position kind, norm, QK-norm, GQA, gain and x0 mix; the whole backward's bounds
+    position kind, norm, QK-norm, GQA, gain and x0 mix, and the architectures the schemes
+    bring (relu^2 and GeGLU FFNs, soft-capped attention, (1 + w) norms, sub-LN); the whole backward's bounds
     hold the whole count between them, in float32, bfloat16 and float64."""
     cfg = dataclasses.replace(MODEL, **kw)
     ini = InitConfig(recipe=recipe)

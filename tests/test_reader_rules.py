@@ -66,12 +66,12 @@ RUNS = {
 def outputs(tmp_path_factory) -> dict:
     """Every run's printed tables, saved figures, output text and folder."""
     from tinit.cli import runner as cli_runner
-    from tinit.results import tables
+    from tinit.results import plots, tables
 
     root = tmp_path_factory.mktemp("reader")
     out: dict[str, dict] = {}
     current: dict = {}
-    real_print, real_save = tables.print_tables, cli_runner.save_figure
+    real_print, real_save = tables.print_tables, plots.save_figure
 
     def print_tables(console, renderables):
         renderables = list(renderables)
@@ -84,7 +84,7 @@ def outputs(tmp_path_factory) -> dict:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cli_runner, "print_tables", print_tables)
-        mp.setattr(cli_runner, "save_figure", save_figure)
+        mp.setattr(plots, "save_figure", save_figure)  # (the runner imports it when it draws)
         runner = CliRunner()
         for name, args in RUNS.items():
             current.clear()

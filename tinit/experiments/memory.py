@@ -138,18 +138,31 @@ def gradient_pass_bytes(
 
 def _per_token_upper(cfg: ModelConfig, init: InitConfig, seq_len: int) -> int:
     """At least as many elements per token as a block saves for its backward, and at most
-    ~10% more (both checked against :func:`block_bytes` in tests/test_memory_flat.py over
-    every placement, FFN, positions, norm, QK-norm, GQA, gain and x0 mix): 6 d for the
-    attention's q, k, v, their rotations and output and the FFN's input, 2 d per norm
-    (input and normalised; two per block, four in sandwich, none without norms), 4 d for
-    QK-norm, 2 d for a learned gain, the FFN's hidden tensors (4 d_ff gated, 2 plain),
-    the attention's softmax (heads x seq, torch's reference path), and one d of margin."""
-    norms = {"none": 0, "sandwich": 4}.get(cfg.norm_position, 2)
+    ~25% more (both checked against :func:`block_bytes` in tests/test_memory_flat.py over
+    every placement, FFN, positions, norm, QK-norm, GQA, gain, x0 mix and the
+    architectures schemes bring): 6 d for the attention's q, k, v, their rotations and
+    output and the FFN's input; per norm 2 d for RMSNorm (input and normalised) and 1 d
+    for LayerNorm (whose statistics are small), two norms per block, four in sandwich,
+    none without norms, two more for QK-norm and for torchscale's sub-LN (whose FFN norm
+    is d_ff wide); 2 d for a learned gain; the FFN's hidden tensors (gated 4 d_ff,
+    relu^2 3, plain 2) of the scheme's own FFN where it has one (QK-norm followed by
+    nanochat's q, k gain saves nothing more); the attention's softmax
+    (heads x seq, torch's reference path), twice with a soft-cap; and one d of margin."""
+    from ..model.schemes import ffn_of
+
     scheme = init.scheme
-    qk = scheme.qk_norm if cfg.qk_norm is None else cfg.qk_norm
-    width = 6 + 2 * norms + 4 * bool(qk) + 2 * bool(scheme.branch_learned) + 1
-    ffn = (4 if cfg.ffn == "swiglu" else 2) * cfg.d_ff
-    return width * cfg.d_model + ffn + cfg.n_heads * seq_len + 32
+    # a (1 + w) gain (Gemma) is applied outside LayerNorm's kernel, which then saves its output
+    per_norm = 2 if cfg.norm == "rmsnorm" or scheme.norm_offset else 1
+    norms = {"none": 0, "sandwich": 4}.get(cfg.norm_position, 2)
+    # (nanochat scales q and k after its QK-norm: attention saves the scaled ones, the norms
+    # nothing more)
+    qk = (scheme.qk_norm if cfg.qk_norm is None else cfg.qk_norm) and scheme.qk_gain is None
+    kind, d_ff = ffn_of(cfg, scheme)
+    hidden = {"swiglu": 4, "geglu": 4, "relu2": 3}.get(kind, 2) * d_ff
+    width = 6 + per_norm * (norms + 2 * bool(qk) + bool(scheme.subln)) + 2 * bool(scheme.branch_learned) + 1
+    subln_ffn = per_norm * d_ff if scheme.subln else 0
+    softmax = cfg.n_heads * seq_len * (2 if scheme.attn_softcap is not None else 1)
+    return width * cfg.d_model + hidden + subln_ffn + softmax + 32
 
 
 def gradient_pass_bounds(
