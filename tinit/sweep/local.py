@@ -183,7 +183,7 @@ class LocalExecutor:
                 for k in range(slots):
                     if k not in busy and queue:
                         p, d = queue.pop()
-                        f = pools[k].submit(run_points, [p], [str(d)], command)
+                        f, pools[k] = self._submit(pools[k], k, run_points, [p], [str(d)], command)
                         running[f] = (k, p.name, list(getattr(pools[k], "_processes", {}).values()))
                 done, _ = wait(running, timeout=0.2, return_when=FIRST_COMPLETED)
                 for f in done:
@@ -211,6 +211,18 @@ class LocalExecutor:
             for pool in pools:
                 pool.shutdown(wait=False, cancel_futures=True)
         return info
+
+    def _submit(self, pool: ProcessPoolExecutor, k: int, *task) -> tuple[Future, ProcessPoolExecutor]:
+        """Submit ``task`` to slot ``k``; a slot whose idle worker has died (killed between
+        two points: no point was lost) gets a fresh worker first."""
+        if all(p.is_alive() for p in (getattr(pool, "_processes", None) or {}).values()):
+            try:
+                return pool.submit(*task), pool
+            except BrokenProcessPool:
+                pass
+        pool.shutdown(wait=False)
+        pool = self._new_pool(k, fork=False)
+        return pool.submit(*task), pool
 
     def close(self) -> None:
         """Join the workers and stop the helper processes: once this returns, nothing
