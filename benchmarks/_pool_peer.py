@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from tinit.experiments.depth_sweep import parse_layers
+from tinit.experiments.measure.depth_sweep import parse_layers
 from tinit.experiments.points import depth_sweep_plan, run_point
 from tinit.model.config import InitConfig, ModelConfig, RunConfig
 

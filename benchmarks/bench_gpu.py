@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 
 from tinit.experiments.common import make_tokens, matmul_precision
-from tinit.experiments.probes import VarianceProbe
-from tinit.experiments.variance import run_variance
+from tinit.experiments.measure.probes import VarianceProbe
+from tinit.experiments.measure.variance import run_variance
 from tinit.model.config import InitConfig, ModelConfig, RunConfig
 from tinit.model.transformer import Transformer
 
@@ -145,7 +145,7 @@ def main() -> None:
 
     # 4. grad-norms with the layer-wise backward
     if not args.skip_grad:
-        from tinit.experiments.grad_norms import run_grad_norms
+        from tinit.experiments.measure.grad_norms import run_grad_norms
 
         r = dataclasses.replace(run, dtype="float32", tf32=True)
         case(

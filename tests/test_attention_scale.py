@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from tinit import theory
 from tinit.cli import app
-from tinit.experiments.attention_scale import (
+from tinit.experiments.common import make_tokens
+from tinit.experiments.measure.attention_scale import (
     COLUMNS,
     attention_weights,
     logit_stats,
@@ -23,7 +24,6 @@ from tinit.experiments.attention_scale import (
     run_attention_scale,
     visible_mask,
 )
-from tinit.experiments.common import make_tokens
 from tinit.model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from tinit.model.transformer import Transformer, build_block
 

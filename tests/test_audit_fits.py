@@ -12,8 +12,8 @@ pytest.importorskip("transformers")
 from transformers import AutoModelForCausalLM  # noqa: E402
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: E402
 
-from tinit.adapters import loaders  # noqa: E402
-from tinit.adapters.loaders import BOUNDED_FAMILIES, hf_config, param_bound  # noqa: E402
+from tinit.experiments.audit import loaders  # noqa: E402
+from tinit.experiments.audit.loaders import BOUNDED_FAMILIES, hf_config, param_bound  # noqa: E402
 from tinit.model.config import ConfigError  # noqa: E402
 
 TINY = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,

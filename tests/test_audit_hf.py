@@ -14,12 +14,12 @@ import torch
 
 pytest.importorskip("transformers")
 
-from tinit.adapters.loaders import load_hf  # noqa: E402
-from tinit.adapters.roles import classify_roles  # noqa: E402
-from tinit.adapters.sites import find_sites  # noqa: E402
-from tinit.experiments.audit import Expectation, audit_weights, measure_stream, run_audit  # noqa: E402
+from tinit.experiments.audit.audit import Expectation, audit_weights, measure_stream, run_audit  # noqa: E402
+from tinit.experiments.audit.loaders import load_hf  # noqa: E402
+from tinit.experiments.audit.roles import classify_roles  # noqa: E402
+from tinit.experiments.audit.sites import find_sites  # noqa: E402
 from tinit.experiments.common import make_tokens  # noqa: E402
-from tinit.experiments.variance import add_theory, run_variance  # noqa: E402
+from tinit.experiments.measure.variance import add_theory, run_variance  # noqa: E402
 from tinit.model.config import InitConfig, ModelConfig, RunConfig  # noqa: E402
 from tinit.model.transformer import Transformer  # noqa: E402
 
@@ -237,7 +237,7 @@ def test_generic_finder_follows_the_normed_branch_of_olmo2(built, monkeypatch):
     """With OLMo 2 unknown to the family table, the generic finder must find, by data
     flow alone, that the block adds post_attention_layernorm(attn) and
     post_feedforward_layernorm(mlp), and the reconstruction must then match the model."""
-    from tinit.adapters import sites as sites_mod
+    from tinit.experiments.audit import sites as sites_mod
 
     model, _sites, _tr, _roles, tokens = built["olmo2"]
     monkeypatch.delitem(sites_mod.FAMILIES, "olmo2")

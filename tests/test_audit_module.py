@@ -15,12 +15,12 @@ from audit_models import broken_model, good_model, tinit_post_model
 from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
-from tinit.adapters.roles import classify_roles
-from tinit.adapters.sites import find_sites
 from tinit.cli import app
-from tinit.experiments.audit import DEVIATING, Expectation, audit_weights, measure_stream, run_audit
+from tinit.experiments.audit.audit import DEVIATING, Expectation, audit_weights, measure_stream, run_audit
+from tinit.experiments.audit.roles import classify_roles
+from tinit.experiments.audit.sites import find_sites
 from tinit.experiments.common import make_tokens
-from tinit.experiments.variance import add_theory, run_variance
+from tinit.experiments.measure.variance import add_theory, run_variance
 from tinit.model.config import InitConfig, RunConfig
 from tinit.results import report_audit
 
@@ -187,7 +187,7 @@ def test_tinit_model_gradients_match_tinit_grad_norms(factory):
     parameter's gradient norm, the loss, and the stream-gradient RMS at every addition."""
     import audit_models
 
-    from tinit.experiments.grad_norms import run_grad_norms
+    from tinit.experiments.measure.grad_norms import run_grad_norms
 
     model = getattr(audit_models, factory)()
     cfg, run = model.cfg, RunConfig(batch=2, seq_len=8, device="cpu")

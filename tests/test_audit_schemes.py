@@ -10,12 +10,12 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from tinit.adapters.roles import classify_roles
-from tinit.adapters.sites import find_sites
 from tinit.cli import app
-from tinit.experiments.audit import DEVIATING, Expectation, audit_weights, run_audit
+from tinit.experiments.audit.audit import DEVIATING, Expectation, audit_weights, run_audit
+from tinit.experiments.audit.roles import classify_roles
+from tinit.experiments.audit.sites import find_sites
+from tinit.model.catalogue import names
 from tinit.model.config import InitConfig, ModelConfig
-from tinit.model.schemes import names
 from tinit.model.transformer import Transformer
 
 runner = CliRunner()
@@ -103,7 +103,7 @@ def test_audit_init_draws_each_schemes_own_distribution(scheme):
     ],
 )
 def test_the_re_drawn_twin_has_the_distribution(scheme, role, dist):
-    from tinit.experiments.audit import reinit_
+    from tinit.experiments.audit.audit import reinit_
 
     model, sites, roles, _ = _model_and_roles("naive")
     expect = Expectation(scheme, 0.02, 0.02, "x")

@@ -1,4 +1,4 @@
-"""Guards ``tinit check`` (tinit.experiments.check): the statistics its pass criteria
+"""Guards ``tinit check`` (tinit.experiments.measure.check): the statistics its pass criteria
 rest on (the exact covariance standard error, the t quantile, the depth prediction),
 that its measurement pass reproduces ``tinit variance``'s numbers, that the criteria
 can fail, and the command's files, report, exit codes and bad-input errors."""
@@ -12,7 +12,8 @@ import torch
 from typer.testing import CliRunner
 
 from tinit.cli import app
-from tinit.experiments.check import (
+from tinit.experiments.common import configure, make_tokens
+from tinit.experiments.measure.check import (
     CHECK_COLUMNS,
     ITEMS,
     CovarianceProbe,
@@ -24,8 +25,7 @@ from tinit.experiments.check import (
     t_quantile,
     z_quantile,
 )
-from tinit.experiments.common import configure, make_tokens
-from tinit.experiments.variance import run_variance
+from tinit.experiments.measure.variance import run_variance
 from tinit.model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 
 runner = CliRunner()
@@ -253,8 +253,8 @@ def test_cli_and_library_check_the_same_defaults(monkeypatch):
     (one place: CHECK_MODEL, CHECK_RUN, ...), so both give the same verdicts."""
     import inspect
 
-    import tinit.experiments.check as exp_check
-    from tinit.experiments.check import CHECK_MODEL, CHECK_RUN
+    import tinit.experiments.measure.check as exp_check
+    from tinit.experiments.measure.check import CHECK_MODEL, CHECK_RUN
 
     seen = {}
 
@@ -276,7 +276,7 @@ def test_every_claim_passes_at_the_shipped_defaults():
     """run_check() at its defaults (seed 0): every claim passes. The naive row of (b)
     is the known drift (README): its error is positive, the attention branch growing with
     depth, but within tolerance at this seed."""
-    from tinit.experiments.check import CHECK_RUN
+    from tinit.experiments.measure.check import CHECK_RUN
 
     res = run_check(run=RunConfig(device="cpu", **CHECK_RUN))
     check = res["check"]

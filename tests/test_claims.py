@@ -14,8 +14,8 @@ from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
 from tinit.cli import app
-from tinit.experiments.claims import ClaimsConfig, evaluate_claims, non_inferiority, superiority
-from tinit.experiments.lr_sweep import lr_drift, lr_optima
+from tinit.experiments.training.claims import ClaimsConfig, evaluate_claims, non_inferiority, superiority
+from tinit.experiments.training.lr_sweep import lr_drift, lr_optima
 from tinit.model.config import ConfigError
 
 runner = CliRunner()

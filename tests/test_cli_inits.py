@@ -10,9 +10,9 @@ from helpers import ROOT, assert_one_line_error
 from typer.testing import CliRunner
 
 from tinit.cli import app
-from tinit.experiments.inits import INITS_COLUMNS, STDS_COLUMNS, catalogue_markdown
+from tinit.experiments.measure.inits import INITS_COLUMNS, STDS_COLUMNS, catalogue_markdown
+from tinit.model.catalogue import CATALOGUE
 from tinit.model.formula import Formula, FormulaError
-from tinit.model.schemes import CATALOGUE
 
 runner = CliRunner()
 TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]

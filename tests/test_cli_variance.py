@@ -11,7 +11,7 @@ from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
 from tinit.cli import app
-from tinit.experiments.variance import SUMMARY_COLUMNS, VARIANCE_COLUMNS
+from tinit.experiments.measure.variance import SUMMARY_COLUMNS, VARIANCE_COLUMNS
 
 runner = CliRunner()
 TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]
@@ -126,7 +126,7 @@ def test_help_shows_the_default_run_folder_pattern():
 def test_out_of_memory_keeps_what_was_measured(tmp_path, monkeypatch):
     """A failure part-way writes the finished configurations, marks the run
     incomplete, and exits 1 with a clear message."""
-    import tinit.experiments.variance as variance
+    import tinit.experiments.measure.variance as variance
 
     real = variance.measure_stream
     calls = {"n": 0}

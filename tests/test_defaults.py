@@ -9,20 +9,13 @@ import pytest
 import typer
 
 from tinit.cli import app
-from tinit.experiments import (
-    attention_scale,
-    audit,
-    check,
-    claims,
-    depth_sweep,
-    grad_norms,
-    norms,
-    train,
-    variance,
-)
-from tinit.experiments.data import load_data
+from tinit.experiments.audit import audit
+from tinit.experiments.bench import norms
+from tinit.experiments.measure import attention_scale, check, depth_sweep, grad_norms, variance
+from tinit.experiments.training import claims, train
+from tinit.experiments.training.data import load_data
+from tinit.model.catalogue import parse_init_list
 from tinit.model.config import InitConfig, ModelConfig, RunConfig
-from tinit.model.schemes import parse_init_list
 
 COMMANDS = typer.main.get_command(app).commands
 

@@ -17,15 +17,15 @@ from typer.testing import CliRunner
 from tinit import run_depth_sweep
 from tinit.cli import app
 from tinit.experiments.common import IncompleteRun
-from tinit.experiments.depth_sweep import (
+from tinit.experiments.measure.depth_sweep import (
     FIT_COLUMNS,
     SUMMARY_COLUMNS,
     SWEEP_COLUMNS,
     fit_line,
     parse_layers,
 )
-from tinit.experiments.grad_norms import run_grad_norms
-from tinit.experiments.variance import run_variance
+from tinit.experiments.measure.grad_norms import run_grad_norms
+from tinit.experiments.measure.variance import run_variance
 from tinit.model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 
 runner = CliRunner()
@@ -139,7 +139,7 @@ def test_grad_ratio_is_the_grad_norms_measurement(tiny_model, tiny_run):
 
 
 def test_incomplete_run_keeps_finished_points(tiny_model, tiny_run, monkeypatch):
-    import tinit.experiments.depth_sweep as ds
+    import tinit.experiments.measure.depth_sweep as ds
 
     real, calls = ds.run_variance, {"n": 0}
 

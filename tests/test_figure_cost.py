@@ -7,7 +7,7 @@ import sys
 
 SCRIPT = """
 import io, sys, hashlib
-from tinit.experiments.variance import run_variance
+from tinit.experiments.measure.variance import run_variance
 from tinit.model.config import InitConfig, ModelConfig, RunConfig
 from tinit.results import mathtext_cache
 from tinit.results.plots import plot_variance

@@ -17,8 +17,8 @@ import torch
 from typer.testing import CliRunner
 
 from tinit.cli import app
-from tinit.experiments.grad_norms import run_grad_norms
-from tinit.experiments.variance import run_variance
+from tinit.experiments.measure.grad_norms import run_grad_norms
+from tinit.experiments.measure.variance import run_variance
 from tinit.model.config import InitConfig, ModelConfig, RunConfig
 from tinit.model.transformer import Transformer
 

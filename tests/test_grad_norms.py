@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 from tinit import theory
 from tinit.cli import app
 from tinit.experiments import common
-from tinit.experiments import grad_norms as gn
 from tinit.experiments.common import IncompleteRun, make_tokens
-from tinit.experiments.grad_norms import (
+from tinit.experiments.measure import grad_norms as gn
+from tinit.experiments.measure.grad_norms import (
     GRAD_COLUMNS,
     STREAM_COLUMNS,
     SUMMARY_COLUMNS,

@@ -16,7 +16,7 @@ from helpers import assert_one_line_error, readme_section
 from typer.testing import CliRunner
 
 from tinit.cli import app
-from tinit.model.schemes import names as scheme_names
+from tinit.model.catalogue import names as scheme_names
 
 runner = CliRunner()
 HERE = Path(__file__).resolve().parent

@@ -20,9 +20,9 @@ from typer.testing import CliRunner
 
 from tinit.cli import app
 from tinit.experiments.common import IncompleteRun, Stopped
-from tinit.experiments.data import load_data
-from tinit.experiments.lr_sweep import run_lr_sweep
-from tinit.experiments.train import RunSpec, TrainConfig, run_specs
+from tinit.experiments.training.data import load_data
+from tinit.experiments.training.lr_sweep import run_lr_sweep
+from tinit.experiments.training.train import RunSpec, TrainConfig, run_specs
 from tinit.model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 
 runner = CliRunner()

@@ -13,8 +13,8 @@ import gc
 import pytest
 import torch
 
-from tinit.experiments.depth_sweep import run_depth_sweep
-from tinit.experiments.grad_norms import run_grad_norms
+from tinit.experiments.measure.depth_sweep import run_depth_sweep
+from tinit.experiments.measure.grad_norms import run_grad_norms
 from tinit.experiments.memory import (
     _per_token_upper,
     backward_bound,
@@ -81,7 +81,7 @@ def test_depth_sweep_memory_flat_in_points_and_depth():
 
 PEAK_SCRIPT = """
 import sys, torch
-from tinit.experiments.grad_norms import run_grad_norms
+from tinit.experiments.measure.grad_norms import run_grad_norms
 from tinit.experiments.memory import peak_rss_own_mib, rss_mib
 from tinit.model.config import InitConfig, ModelConfig, RunConfig
 torch.set_num_threads(1)

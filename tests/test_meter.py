@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 from tinit.cli import app
 from tinit.experiments import common
 from tinit.experiments.common import Meter, peak_rss_mib
-from tinit.experiments.depth_sweep import run_depth_sweep
-from tinit.experiments.variance import run_variance
+from tinit.experiments.measure.depth_sweep import run_depth_sweep
+from tinit.experiments.measure.variance import run_variance
 from tinit.results.tables import cost_line
 
 

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from tinit import theory
 from tinit.cli import app
-from tinit.experiments import norms as norms_mod
-from tinit.experiments.norms import (
+from tinit.experiments.bench import norms as norms_mod
+from tinit.experiments.bench.norms import (
     BEHAVIOUR_COLUMNS,
     RATIO_COLUMNS,
     TIMING_COLUMNS,

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from tinit import theory
 from tinit.cli import app
-from tinit.experiments.params import FFN_COLUMNS, PARAMS_COLUMNS, SUMMARY_COLUMNS, run_params
+from tinit.experiments.measure.params import FFN_COLUMNS, PARAMS_COLUMNS, SUMMARY_COLUMNS, run_params
 from tinit.model.config import InitConfig, ModelConfig, swiglu_hidden
 from tinit.model.params import (
     COMPONENTS,

@@ -16,7 +16,13 @@ import pytest
 from matplotlib.lines import Line2D
 from rich.console import Console
 
-from tinit.experiments.depth_sweep import LAW_TOL, TRANSFER_TOL, assemble, round_to_inputs, transfer_verdict
+from tinit.experiments.measure.depth_sweep import (
+    LAW_TOL,
+    TRANSFER_TOL,
+    assemble,
+    round_to_inputs,
+    transfer_verdict,
+)
 from tinit.model.config import ModelConfig
 from tinit.results.plot_depth_sweep import depth_sweep_slope_table, depth_sweep_table, plot_depth_sweep
 from tinit.results.plot_grad_norms import grad_norms_table, plot_grad_norms, plot_stream_grads
@@ -436,7 +442,7 @@ def test_variance_plot_has_a_law_panel_per_placement_and_every_line_visible():
 
 
 def test_variance_plot_with_every_catalogue_scheme():
-    from tinit.model.schemes import CATALOGUE
+    from tinit.model.catalogue import CATALOGUE
 
     configs = [(name, "pre") for name in CATALOGUE]
     fig = plot_variance(_config_frame(configs, rank=False), "all schemes")

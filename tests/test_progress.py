@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from tinit.experiments.grad_norms import run_grad_norms
+from tinit.experiments.measure.grad_norms import run_grad_norms
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -25,8 +25,8 @@ from tinit.cli.options import SHARED, SharedOptions
 from tinit.cli.runner import Outputs, execute
 from tinit.experiments import common
 from tinit.experiments.common import ExperimentResult, IncompleteRun
-from tinit.experiments.grad_norms import _tensor_stats
-from tinit.experiments.variance import run_variance
+from tinit.experiments.measure.grad_norms import _tensor_stats
+from tinit.experiments.measure.variance import run_variance
 from tinit.model.config import ModelConfig, RunConfig
 from tinit.results import rundir
 from tinit.results.rundir import FolderTaken, claim_run_dir, format_frame, non_finite_counts
@@ -188,7 +188,7 @@ def test_sigterm_keeps_the_measured_depth_sweep_points(tmp_path):
 
 
 def test_cpu_allocator_failure_is_out_of_memory_and_keeps_rows(monkeypatch):
-    import tinit.experiments.variance as variance
+    import tinit.experiments.measure.variance as variance
 
     real, calls = variance.Transformer, []
 
@@ -207,7 +207,7 @@ def test_cpu_allocator_failure_is_out_of_memory_and_keeps_rows(monkeypatch):
 
 
 def test_other_runtime_errors_are_not_swallowed(monkeypatch):
-    import tinit.experiments.variance as variance
+    import tinit.experiments.measure.variance as variance
 
     monkeypatch.setattr(variance, "Transformer", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("bug")))
     with pytest.raises(RuntimeError, match="bug"):

@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from tinit.cli import app
+from tinit.model.catalogue import CATALOGUE
 from tinit.model.config import InitConfig
 from tinit.model.formula import FormulaError
 from tinit.model.scheme_file import load_scheme, parse_scheme
-from tinit.model.schemes import CATALOGUE
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()

@@ -4,8 +4,8 @@ residual ratio with the composite norm sqrt(|.|_1 |.|_inf) from torch's matrix n
 
 import torch
 
-from tinit.experiments.probes import token_similarity
-from tinit.experiments.variance import run_variance
+from tinit.experiments.measure.probes import token_similarity
+from tinit.experiments.measure.variance import run_variance
 from tinit.model.config import InitConfig, ModelConfig, RunConfig
 
 

@@ -20,9 +20,9 @@ from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
 from tinit.cli import app
-from tinit.experiments.grad_norms import run_grad_norms
+from tinit.experiments.measure.grad_norms import run_grad_norms
+from tinit.experiments.measure.variance import run_variance
 from tinit.experiments.points import grad_norms_plan, variance_plan
-from tinit.experiments.variance import run_variance
 from tinit.model.config import InitConfig, ModelConfig, RunConfig
 from tinit.sweep.folder import point_dir, point_done, read_point_frames
 from tinit.sweep.worker import run_one

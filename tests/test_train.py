@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tinit.experiments.data import load_data
-from tinit.experiments.train import (
+from tinit.experiments.training.data import load_data
+from tinit.experiments.training.train import (
     RATIO_COLUMNS,
     TrainConfig,
     Trainer,
@@ -144,7 +144,7 @@ def test_tokens_per_s_counts_the_time_spent_drawing_data(monkeypatch):
     at least 0.18 s of train_seconds, and tokens/s is at most 32 tokens / 30 ms."""
     import time
 
-    from tinit.experiments.data import TrainData
+    from tinit.experiments.training.data import TrainData
 
     draw = TrainData.next_batch
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from tinit.experiments.data import MarkovChain, file_tokens, load_data, stdlib_corpus
+from tinit.experiments.training.data import MarkovChain, file_tokens, load_data, stdlib_corpus
 from tinit.model.config import ConfigError
 
 
@@ -43,7 +43,7 @@ def test_random_chain_is_sparse_stationary_and_its_entropy_matches_samples():
 
 
 def test_large_vocab_stationary_by_sparse_iteration_matches_the_dense_solve(monkeypatch):
-    import tinit.experiments.data as data
+    import tinit.experiments.training.data as data
 
     exact = MarkovChain.random(vocab=300, k=3, seed=2).stationary()
     monkeypatch.setattr(data, "DENSE_MAX", 100)  # force the sparse path (a new chain: pi is cached)

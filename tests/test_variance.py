@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from tinit import theory
-from tinit.experiments.probes import VarianceProbe
-from tinit.experiments.variance import SUMMARY_COLUMNS, VARIANCE_COLUMNS, run_variance
+from tinit.experiments.measure.probes import VarianceProbe
+from tinit.experiments.measure.variance import SUMMARY_COLUMNS, VARIANCE_COLUMNS, run_variance
 from tinit.model.config import InitConfig, ModelConfig, RunConfig
 
 

@@ -84,7 +84,8 @@ ITEMS: dict[str, tuple[str, str]] = {
         "A dot product q.k of two d_h-dimensional vectors with independent unit-variance components has "
         "variance d_h; dividing by sqrt(d_h) brings it to 1, so the softmax neither saturates (large "
         "d_h, no scale) nor depends on the head size. The check draws unit q, k for several head sizes "
-        "(tinit.experiments.attention_scale), measures the logit variance with and without the scale, "
+        "(tinit.experiments.measure.attention_scale), measures the logit variance with and without the "
+        "scale, "
         "and tests each against d_h and 1 with the standard error from the spread over independent "
         "(sequence, head) units (Student t with units - 1 degrees of freedom).",
     ),

@@ -14,7 +14,7 @@ from importlib.metadata import PackageNotFoundError, version
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
-from ..__main__ import interrupted
+from ..interrupt import interrupted
 from .clickcompat import Abort, ClickException, UsageError
 
 #: Plain names for the value an option takes (click's parameter-type name -> metavar);

@@ -84,7 +84,7 @@ def attention_scale(
 
     Writes attention_scale.csv, attention_scale.png and config.json to a new run folder.
     """
-    from ..experiments.attention_scale import check_head_dims, run_attention_scale
+    from ..experiments.measure.attention_scale import check_head_dims, run_attention_scale
     from ..results.plot_attention_scale import plot_attention_scale
     from .runner import Outputs, configs_or_exit, execute
 

@@ -9,14 +9,14 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from ..model.catalogue import names as scheme_names
 from ..model.config import ConfigError
-from ..model.schemes import names as scheme_names
 from . import app
 from .clickcompat import ParameterSource, get_current_context
 from .options import SharedOptions, shared_options
 
 if TYPE_CHECKING:
-    from ..experiments.audit import Expectation
+    from ..experiments.audit.audit import Expectation
 
 AUDIT = "Audit"
 #: Options of the shared set that describe tinit's own model (shape, placement, QK-norm,
@@ -38,8 +38,8 @@ SCHEMES_HELP = ", ".join(scheme_names(custom=False)) + " (scaled = gpt2); 'tinit
 def _scheme(value: str, option: str, extra: tuple[str, ...], custom: tuple = ()) -> str:
     """A scheme name --expect / --init accept: the catalogue's (aliases too), the
     --init-file scheme's, or one of ``extra``."""
-    from ..model.schemes import ALIASES as SCHEME_ALIASES
-    from ..model.schemes import names
+    from ..model.catalogue import ALIASES as SCHEME_ALIASES
+    from ..model.catalogue import names
 
     allowed = list(dict.fromkeys((*extra, *names(custom), *SCHEME_ALIASES)))
     if value not in allowed:
@@ -58,7 +58,7 @@ def _declared(model, sites, sigma: float | None) -> "Expectation":
     """What the model says its init is: tinit's InitConfig (its scheme itself, a user's
     --init-file scheme included), an HF config's initializer_range plus the family's own
     rule, or (nothing declared) naive."""
-    from ..experiments.audit import Expectation
+    from ..experiments.audit.audit import Expectation
     from ..model.transformer import Transformer
 
     if isinstance(model, Transformer):
@@ -193,7 +193,8 @@ def audit(
     Exit codes: 0 every weight ok; 3 some weight deviates (off-recipe, pytorch-default,
     zero, constant, non-finite); 2 bad input; 1 the run failed part-way.
     """
-    from ..adapters.loaders import (
+    from ..experiments.audit.audit import Expectation, ModelError, run_audit
+    from ..experiments.audit.loaders import (
         check_parameters,
         infer_vocab,
         load_hf,
@@ -201,10 +202,9 @@ def audit(
         max_positions,
         parse_set,
     )
-    from ..adapters.loaders import one_line as _one_line
-    from ..adapters.roles import classify_roles
-    from ..adapters.sites import find_sites
-    from ..experiments.audit import Expectation, ModelError, run_audit
+    from ..experiments.audit.loaders import one_line as _one_line
+    from ..experiments.audit.roles import classify_roles
+    from ..experiments.audit.sites import find_sites
     from ..experiments.common import is_run_failure, make_tokens, resolve_device, resolve_dtype
     from ..model.config import ModelConfig, RunConfig
     from ..results.plot_grad_norms import plot_grad_norms, plot_stream_grads

@@ -79,9 +79,9 @@ def check(
     params_summary.csv, ffn.csv, attention_scale.csv), check_variance.png,
     stream_grads.png, params.png, attention_scale.png and config.json.
     """
-    from ..experiments.attention_scale import check_head_dims
-    from ..experiments.check import run_check
-    from ..experiments.grad_norms import require_gradients
+    from ..experiments.measure.attention_scale import check_head_dims
+    from ..experiments.measure.check import run_check
+    from ..experiments.measure.grad_norms import require_gradients
     from ..results.plot_attention_scale import plot_attention_scale
     from ..results.plot_grad_norms import plot_stream_grads
     from ..results.plot_params import plot_params

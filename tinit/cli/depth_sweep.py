@@ -74,8 +74,8 @@ def depth_sweep(
     Writes depth_sweep.csv, depth_sweep_summary.csv, depth_sweep_fit.csv,
     depth_sweep.png and config.json to a new run folder.
     """
-    from ..experiments.depth_sweep import parse_layers, run_depth_sweep, transfer_reference
-    from ..experiments.grad_norms import require_gradients
+    from ..experiments.measure.depth_sweep import parse_layers, run_depth_sweep, transfer_reference
+    from ..experiments.measure.grad_norms import require_gradients
     from ..experiments.points import depth_sweep_plan
     from .runner import Outputs, configs_or_exit, execute
 

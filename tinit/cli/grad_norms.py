@@ -44,7 +44,7 @@ def grad_norms(
     Writes grad_norms.csv, stream_grads.csv, summary.csv, grad_norms.png,
     stream_grads.png and config.json to a new run folder.
     """
-    from ..experiments.grad_norms import require_gradients, run_grad_norms
+    from ..experiments.measure.grad_norms import require_gradients, run_grad_norms
     from ..results.plot_grad_norms import grad_norms_table, plot_grad_norms, plot_stream_grads
     from .runner import Outputs, configs_or_exit, execute
 

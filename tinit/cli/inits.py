@@ -80,8 +80,8 @@ def inits(
     std per role and layer at the current shape, written to init_stds.csv (columns
     scheme, role, layer, std, distribution, multiplier, bound, std_drawn).
     """
-    from ..experiments.inits import run_inits
-    from ..model.schemes import known, names
+    from ..experiments.measure.inits import run_inits
+    from ..model.catalogue import known, names
     from .runner import Outputs, configs_or_exit, execute
 
     custom = opts.custom_schemes

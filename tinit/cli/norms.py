@@ -120,7 +120,7 @@ def norms(
     Writes norms_behaviour.csv, norms_timing.csv, norms_ratio.csv, norms.png and
     config.json to a new run folder.
     """
-    from ..experiments.norms import run_norms
+    from ..experiments.bench.norms import run_norms
     from ..results.plot_norms import plot_norms
     from .runner import Outputs, execute
 

@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 import typer
 
+from ..model.catalogue import names as scheme_names
+from ..model.catalogue import parse_init_list
 from ..model.config import (
     AttentionKind,
     BranchKind,
@@ -25,8 +27,7 @@ from ..model.config import (
     RunConfig,
 )
 from ..model.presets import PRESETS, get_preset
-from ..model.schemes import PLACEMENTS, parse_init_list
-from ..model.schemes import names as scheme_names
+from ..model.schemes import PLACEMENTS
 from ..results.formats import FORMATS
 from .clickcompat import ParameterSource, get_current_context
 from .init_file import load_init_file

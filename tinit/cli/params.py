@@ -148,7 +148,7 @@ def params(
 
     Writes params.csv, ffn.csv, summary.csv, params.png and config.json to a new run folder.
     """
-    from ..experiments.params import run_params
+    from ..experiments.measure.params import run_params
     from ..results.plot_params import plot_params
     from .runner import Outputs, configs_or_exit, execute
 

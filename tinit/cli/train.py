@@ -15,7 +15,7 @@ from .clickcompat import ParameterSource, get_current_context
 from .options import FIELD_OPTIONS, MODEL, SharedOptions, shared_options
 
 if TYPE_CHECKING:
-    from ..experiments.train import TrainConfig
+    from ..experiments.training.train import TrainConfig
 
 TRAIN, DATA = "Training", "Data"
 
@@ -213,7 +213,7 @@ def train_options(*, defaults: dict[str, Any] | None = None):
 
 
 def train_config(topts: dict, lr: float, warmup: int) -> "TrainConfig":
-    from ..experiments.train import TrainConfig
+    from ..experiments.training.train import TrainConfig
 
     return TrainConfig(
         steps=topts["steps"],
@@ -233,7 +233,7 @@ def train_config(topts: dict, lr: float, warmup: int) -> "TrainConfig":
 def data_for(opts: SharedOptions, topts: dict):
     """Load the data (a ConfigError names --data); the model's vocabulary follows it
     for bytes and token files."""
-    from ..experiments.data import load_data
+    from ..experiments.training.data import load_data
 
     return load_data(
         topts["data"],
@@ -263,7 +263,7 @@ def model_vocab(opts: SharedOptions, data) -> int:
 
 
 def _setup(opts: SharedOptions, topts: dict, layers: str, lrs: list[float], warmups: list[int], **extra):
-    from ..experiments.depth_sweep import parse_layers
+    from ..experiments.measure.depth_sweep import parse_layers
 
     depths = configs_or_exit(lambda: parse_layers(layers))
 
@@ -344,7 +344,7 @@ def train(
     (final eval loss mean and SE over seeds, diverged count, tokens/s), loss_curves.png,
     final_vs_depth.png and config.json.
     """
-    from ..experiments.train import run_train
+    from ..experiments.training.train import run_train
     from ..results.plot_train import plot_final_vs_depth, plot_loss_curves, train_table
     from .runner import Outputs, execute
 
@@ -385,7 +385,7 @@ def lr_sweep(
 
     Writes the files of `tinit train` plus lr_optimum.csv, lr_drift.csv and lr_sweep.png.
     """
-    from ..experiments.lr_sweep import run_lr_sweep
+    from ..experiments.training.lr_sweep import run_lr_sweep
     from ..results.plot_train import plot_loss_curves, plot_lr_sweep, train_table
     from .runner import Outputs, execute
 
@@ -445,7 +445,7 @@ def claims(
     Writes claims.csv, claims.md, claims.png, claims_deep_curves.png,
     claims_shallow_curves.png, the files of `tinit train` and config.json.
     """
-    from ..experiments.claims import ClaimsConfig, run_claims
+    from ..experiments.training.claims import ClaimsConfig, run_claims
     from ..results.plot_train import claims_table, plot_claims, plot_loss_curves, write_claims_md
     from .runner import Outputs, execute
 

@@ -18,7 +18,7 @@ def variance(*, opts: SharedOptions) -> None:
     Writes variance.csv, summary.csv, variance.png and config.json to a new run folder.
     """
     # torch, pandas and matplotlib load here, when the command runs, not for --help
-    from ..experiments.variance import run_variance
+    from ..experiments.measure.variance import run_variance
     from ..results.plots import plot_variance
     from ..results.tables import overflow_notes, variance_table
     from .runner import Outputs, configs_or_exit, execute

@@ -1,5 +1,10 @@
 """Experiments: functions from configs to tidy DataFrames. No printing, no files.
 
+Grouped by what they are for: :mod:`.measure` (at initialization), :mod:`.training`,
+:mod:`.audit` (models tinit did not build) and :mod:`.bench` (speed of building blocks);
+what they share is at this level (:mod:`.common`: the run driver, devices, tokens and
+the configuration grid; :mod:`.memory`; :mod:`.points`: a grid as a sweep's points).
+
 The names below are imported on first use (PEP 562): importing one experiment's
 module (``tinit.experiments.points`` to plan a sweep, say) does not import the others."""
 
@@ -7,10 +12,11 @@ from importlib import import_module
 
 #: public name -> the submodule that defines it
 _LAZY = {
-    "ExperimentResult": ".common", "IncompleteRun": ".common", "run_attention_scale": ".attention_scale",
-    "run_audit": ".audit", "run_check": ".check", "run_depth_sweep": ".depth_sweep",
-    "run_grad_norms": ".grad_norms", "run_norms": ".norms", "run_params": ".params",
-    "run_variance": ".variance",
+    "ExperimentResult": ".common", "IncompleteRun": ".common",
+    "run_attention_scale": ".measure.attention_scale", "run_audit": ".audit.audit",
+    "run_check": ".measure.check", "run_depth_sweep": ".measure.depth_sweep",
+    "run_grad_norms": ".measure.grad_norms", "run_norms": ".bench.norms", "run_params": ".measure.params",
+    "run_variance": ".measure.variance",
 }  # fmt: skip
 
 __all__ = ["ExperimentResult", "IncompleteRun", "run_depth_sweep", "run_grad_norms", "run_variance"]

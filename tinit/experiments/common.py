@@ -16,9 +16,10 @@ from typing import Any
 import pandas as pd
 import torch
 
+from ..model.catalogue import placements_for
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ..model.init import generator
-from ..model.schemes import PLACEMENTS, placements_for
+from ..model.schemes import PLACEMENTS
 from ..model.transformer import Block
 from .memory import peak_rss_own_mib, return_freed_memory, rss_mib
 
@@ -383,9 +384,9 @@ def check_configs(
     (:func:`tinit.model.rulecheck.check_scheme`). A ConfigError naming ``--init-file``
     (a user's scheme) or ``--init`` otherwise, so a bad formula never stops a run
     part-way."""
+    from ..model.catalogue import CATALOGUE
     from ..model.formula import FormulaError
     from ..model.rulecheck import check_scheme
-    from ..model.schemes import CATALOGUE
 
     configs = list(configs)
     for L in depths if depths is not None else [model.n_layers]:

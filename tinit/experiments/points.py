@@ -25,7 +25,7 @@ import pandas as pd
 
 from ..model.config import InitConfig, ModelConfig, RunConfig
 from .common import ExperimentResult, Progress, check_configs, grid
-from .depth_sweep import (
+from .measure.depth_sweep import (
     SWEEP_COLUMNS,
     assemble,
     depth_sweep_point,
@@ -33,10 +33,10 @@ from .depth_sweep import (
     seed_configs,
     transfer_reference,
 )
-from .grad_norms import not_applicable as grad_norms_not_applicable
-from .grad_norms import require_gradients, run_grad_norms
-from .variance import NOT_APPLICABLE as VARIANCE_NOT_APPLICABLE
-from .variance import run_variance
+from .measure.grad_norms import not_applicable as grad_norms_not_applicable
+from .measure.grad_norms import require_gradients, run_grad_norms
+from .measure.variance import NOT_APPLICABLE as VARIANCE_NOT_APPLICABLE
+from .measure.variance import run_variance
 
 #: Frames of one point, by file stem.
 Frames = dict[str, pd.DataFrame]
@@ -130,7 +130,7 @@ def depth_sweep_plan(
     inits: Sequence[str], norm_positions: Sequence[str] | None, grads: bool, transfer_from: int | None = None,
 ) -> Plan:  # fmt: skip
     """``depth-sweep`` as one point per (L, seed, init, norm position); gathering is
-    :func:`tinit.experiments.depth_sweep.assemble` over every point's rows."""
+    :func:`tinit.experiments.measure.depth_sweep.assemble` over every point's rows."""
     ref = transfer_reference(depths, transfer_from)
     if grads:
         require_gradients(model, run)

@@ -11,7 +11,8 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, get_args
 
-from .schemes import Scheme, get_scheme, known, names
+from .catalogue import get_scheme, known, names
+from .schemes import Scheme
 
 NormKind = Literal["rmsnorm", "layernorm"]
 NormPosition = Literal["pre", "post", "sandwich", "reordered", "none"]

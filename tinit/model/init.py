@@ -37,10 +37,11 @@ import math
 import torch
 from torch import nn
 
-from .config import InitConfig, ModelConfig
-from .schemes import ALIASES, CATALOGUE, Draw, environment, ffn_of, get_scheme, resolve, role_shape
-
 # Roles drawn from a distribution; the others are constants.
+from .catalogue import ALIASES, CATALOGUE, get_scheme
+from .config import InitConfig, ModelConfig
+from .schemes import Draw, environment, ffn_of, resolve, role_shape
+
 GAUSSIAN_ROLES = ("embed", "pos", "q", "k", "v", "o", "gate", "up", "down", "head")
 CONSTANT_ROLES = ("norm", "bias", "gain")
 ROLES = GAUSSIAN_ROLES + CONSTANT_ROLES

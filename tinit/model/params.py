@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from .. import theory
 from .config import GATED_FFNS, ModelConfig
 from .init import role_of
 
@@ -40,9 +39,10 @@ COMPONENTS = ("embedding", "positions", "attention", "ffn", "norms", "final_norm
 BLOCK_COMPONENTS = ("attention", "ffn", "norms")
 
 
-def norm_params(cfg: ModelConfig) -> int:
-    """One norm of ``cfg``: :func:`tinit.theory.norm_params` (gain, and LayerNorm's bias)."""
-    return theory.norm_params(cfg.norm, cfg.d_model)
+def norm_params(cfg: ModelConfig, width: int | None = None) -> int:
+    """One norm of ``cfg`` over ``width`` features (default d): a gain, and LayerNorm's
+    bias (the tests hold it against :func:`tinit.theory.norm_params`)."""
+    return (2 if cfg.norm == "layernorm" else 1) * (cfg.d_model if width is None else width)
 
 
 def linear_params(d_in: int, d_out: int, bias: bool) -> int:
@@ -103,7 +103,8 @@ def count_params(cfg: ModelConfig, scheme="naive") -> ParamCount:
     init scheme ``scheme``, a name or a Scheme: it decides QK-norm when ``cfg.qk_norm``
     is None, adds ReZero's learned gain and sub-LN's inner norms, and may run its own
     FFN)."""
-    from .schemes import Scheme, ffn_of, get_scheme
+    from .catalogue import get_scheme
+    from .schemes import Scheme, ffn_of
 
     sch = scheme if isinstance(scheme, Scheme) else get_scheme(scheme)
     d, V = cfg.d_model, cfg.vocab_size
@@ -112,7 +113,7 @@ def count_params(cfg: ModelConfig, scheme="naive") -> ParamCount:
     ffn, d_ff = ffn_of(cfg, sch)
     per_block_norms = {"none": 0, "sandwich": 4}.get(cfg.norm_position, 2) * norm_params(cfg)
     if sch.subln and not gaussian:  # a norm over d before o, one over d_ff before down
-        per_block_norms += norm_params(cfg) + theory.norm_params(cfg.norm, d_ff)
+        per_block_norms += norm_params(cfg) + norm_params(cfg, d_ff)
     return ParamCount(
         embedding=V * d,
         positions=cfg.max_seq_len * d if cfg.positions == "learned" else 0,

@@ -31,8 +31,9 @@ from pathlib import Path
 
 import tomllib
 
+from .catalogue import check_user_scheme
 from .formula import VARIABLES, Formula, FormulaError
-from .schemes import DISTRIBUTIONS, PLACEMENTS, ROLES, Rule, Scheme, check_user_scheme, resolve, scheme
+from .schemes import DISTRIBUTIONS, PLACEMENTS, ROLES, Rule, Scheme, resolve, scheme
 
 _TOP = {"name", "description", "placement", "qk_norm", "stream_mult", "branch_mult", "embed_mult", "roles",
         "sources"}  # fmt: skip

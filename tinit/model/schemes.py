@@ -379,75 +379,7 @@ def with_overrides(s: Scheme, **kw) -> Scheme:
     return dataclasses.replace(s, **kw)
 
 
-# --- the catalogue, and looking schemes up -------------------------------------------
-
-from .catalogue import CATALOGUE_LIST  # noqa: E402  (the catalogue is built with the helpers above)
-
-CATALOGUE: dict[str, Scheme] = {s.name: s for s in CATALOGUE_LIST}
-ALIASES = {alias: s.name for s in CATALOGUE_LIST for alias in s.aliases}
-
-
-def names(custom: Iterable[Scheme] | bool = ()) -> list[str]:
-    """The catalogue's names, then those of the user's schemes ``custom`` (a bool, as
-    older callers pass, means none: user schemes live in the run's InitConfig)."""
-    custom = () if isinstance(custom, bool) else custom
-    return list(CATALOGUE) + [s.name for s in custom if s.name not in CATALOGUE]
-
-
-def known(name: str, custom: Iterable[Scheme] = ()) -> bool:
-    return name in CATALOGUE or name in ALIASES or any(s.name == name for s in custom)
-
-
-def get_scheme(name: str, custom: Iterable[Scheme] = ()) -> Scheme:
-    """The scheme called ``name`` (an alias such as ``scaled`` gives ``gpt2``): the
-    catalogue's, else one of the user's schemes ``custom`` (carried by the run's
-    InitConfig). Raises KeyError naming the choices."""
-    name = ALIASES.get(name, name)
-    if name in CATALOGUE:
-        return CATALOGUE[name]
-    custom = tuple(custom)
-    for s in custom:
-        if s.name == name:
-            return s
-    raise KeyError(f"unknown init scheme {name!r}; choose from {', '.join(names(custom))}")
-
-
-def check_user_scheme(s: Scheme) -> Scheme:
-    """A user's scheme may not take a catalogue name."""
-    if s.name in CATALOGUE or s.name in ALIASES:
-        raise FormulaError(f"scheme name {s.name!r} is taken by the catalogue")
-    return s
-
-
-def parse_init_list(spec: str, custom: Iterable[Scheme] = ()) -> tuple[str, ...]:
-    """``naive,gpt2``, ``all`` (the catalogue and the user's schemes) or ``both``
-    (naive,scaled). Raises KeyError naming the unknown scheme."""
-    custom = tuple(custom)
-    items = [s.strip() for s in spec.split(",") if s.strip()]
-    out: list[str] = []
-    for item in items:
-        if item == "all":
-            out += names(custom)
-        elif item == "both":
-            out += ["naive", "scaled"]
-        elif known(item, custom):
-            out.append(item)
-        else:
-            raise KeyError(f"unknown init scheme {item!r}; choose from {', '.join(names(custom))}, all, both")
-    if not out:
-        raise KeyError(f"no init scheme given; choose from {', '.join(names(custom))}, all, both")
-    return tuple(dict.fromkeys(out))
-
-
-def placements_for(name: str, default: tuple[str, ...], custom: Iterable[Scheme] = ()) -> tuple[str, ...]:
-    """The norm placements a scheme runs in when the user did not choose: its presumed
-    one, else ``default``."""
-    p = get_scheme(name, custom).placement
-    return (p,) if p is not None else tuple(default)
-
-
 __all__ = [
-    "ALIASES", "CATALOGUE", "DISTRIBUTIONS", "Draw", "PLACEMENTS", "ROLES", "Rule", "RuleTable", "Scheme",
-    "check_user_scheme", "effective_std", "environment", "ffn_of", "get_scheme", "known", "names",
-    "parse_init_list", "placements_for", "resolve", "role_shape", "rule", "scheme",
+    "DISTRIBUTIONS", "Draw", "PLACEMENTS", "ROLES", "Rule", "RuleTable", "Scheme", "effective_std",
+    "environment", "ffn_of", "resolve", "role_shape", "rule", "scheme",
 ]  # fmt: skip

@@ -24,7 +24,7 @@ from .style import (
 )
 from .tables import fmt, summary_table
 
-#: Verdicts that fail the audit (kept in step with tinit.experiments.audit.DEVIATING).
+#: Verdicts that fail the audit (kept in step with tinit.experiments.audit.audit.DEVIATING).
 DEVIATING = ("off-recipe", "pytorch-default", "zero", "constant", "non-finite")
 EXIT_DEVIATING = 3
 

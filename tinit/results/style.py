@@ -85,7 +85,7 @@ SCHEME_MARKERS = ("o", "s", "^", "v", "<", ">", "p", "h", "*", "d")
 def scheme_index(init: str) -> int | None:
     """The scheme's place in the catalogue (an alias is its scheme's), None if unknown."""
     try:
-        from ..model.schemes import CATALOGUE, get_scheme
+        from ..model.catalogue import CATALOGUE, get_scheme
 
         name = get_scheme(init).name
     except (KeyError, ImportError, ValueError):

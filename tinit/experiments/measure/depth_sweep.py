@@ -4,9 +4,9 @@ The variance law (docs/design.md §1) says that with naive init the final stream
 variance grows linearly in depth, v_2L = v0 + 2L s^2, and that with W_O and W_down
 scaled by 1/sqrt(2L) it does not, v_2L = v0 + s^2. This experiment measures v_2L at
 a list of depths L, with several seeds per depth, by calling
-:func:`tinit.experiments.variance.run_variance` for every (L, seed) point (one
+:func:`tinit.experiments.measure.variance.run_variance` for every (L, seed) point (one
 implementation of the model and the probe), optionally the first/last-layer W_down
-gradient ratio from :func:`tinit.experiments.grad_norms.run_grad_norms`, and fits
+gradient ratio from :func:`tinit.experiments.measure.grad_norms.run_grad_norms`, and fits
 v_2L against L per configuration next to the theory's slope.
 
 Seed i of N (i = 0..N-1) is ``init.seed + i`` for the weights and, when
@@ -26,12 +26,13 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from .. import theory
-from ..criteria import LAW_TOL, SPREAD_K, TRANSFER_FROM, TRANSFER_TOL
-from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
-from ..model.init import role_shape_of
-from ..model.schemes import environment, evaluate, get_scheme, known, resolve
-from .common import (
+from ... import theory
+from ...criteria import LAW_TOL, SPREAD_K, TRANSFER_FROM, TRANSFER_TOL
+from ...model.catalogue import get_scheme, known
+from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ...model.init import role_shape_of
+from ...model.schemes import environment, evaluate, resolve
+from ..common import (
     ExperimentResult,
     IncompleteRun,
     Meter,

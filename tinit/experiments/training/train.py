@@ -32,10 +32,10 @@ import torch
 import torch.nn.functional as F
 from torch.optim.lr_scheduler import LambdaLR
 
-from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
-from ..model.params import count_params
-from ..model.transformer import Transformer
-from .common import (
+from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ...model.params import count_params
+from ...model.transformer import Transformer
+from ..common import (
     RUN_FAILURES,
     ExperimentResult,
     IncompleteRun,
@@ -49,8 +49,8 @@ from .common import (
     resolve_device,
     run_meta,
 )
+from ..measure.probes import VarianceProbe
 from .data import TrainData
-from .probes import VarianceProbe
 
 #: Configuration columns, first in every frame of a training run.
 CONFIG_COLUMNS = [
@@ -616,7 +616,7 @@ def not_applicable(train: TrainConfig, device: torch.device, floor: float | None
 def zero_before(df: pd.DataFrame):
     """Update ratios with no meaning: step 1 of a matrix the scheme initialises to zero
     (its ||W_before|| is 0; any other NaN is a measurement, written nan)."""
-    from ..model.schemes import get_scheme, known
+    from ...model.catalogue import get_scheme, known
 
     def zero_role(name: str, tensor: str) -> bool:
         return known(name) and get_scheme(name).rule(tensor).dist == "zero"
@@ -642,7 +642,7 @@ def run_train(
 ) -> ExperimentResult:
     """Train the grid schemes x norm positions x depths x lrs x warmups x seeds on ``data``.
 
-    >>> from tinit.experiments.data import load_data
+    >>> from tinit.experiments.training.data import load_data
     >>> data = load_data("markov", vocab=64, seq_len=16, batch=8, seed=0)
     >>> res = run_train(ModelConfig(n_layers=2, d_model=32, n_heads=2, vocab_size=64), InitConfig(),
     ...                 RunConfig(device="cpu"), TrainConfig(steps=20), data, ["scaled"], ["pre"], [2], [0])

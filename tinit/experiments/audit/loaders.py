@@ -29,8 +29,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..experiments.common import is_run_failure
-from ..model.config import ConfigError
+from ...model.config import ConfigError
+from ..common import is_run_failure
 
 HF_INSTALL = "pip install -e '.[hf]' (or pip install 'transformers>=5')"
 
@@ -183,7 +183,7 @@ def _check_fits(auto, config, spec: str, device: torch.device, dtype: torch.dtyp
     than the free memory (transformers' default configs are full-size: llama is 7B).
     When twice the config's :func:`param_bound` fits, the model is not built on the
     meta device first to count (half a second of a small audit)."""
-    from ..experiments.common import available_memory
+    from ..common import available_memory
 
     itemsize = torch.empty((), dtype=dtype).element_size()
     free = available_memory(device)

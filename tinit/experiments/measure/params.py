@@ -13,10 +13,10 @@ from fractions import Fraction
 
 import pandas as pd
 
-from .. import theory
-from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig, swiglu_hidden
-from ..model.params import BLOCK_COMPONENTS, COMPONENTS, count_params, ffn_params, gqa_attention_saving
-from .common import ExperimentResult, Progress
+from ... import theory
+from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig, swiglu_hidden
+from ...model.params import BLOCK_COMPONENTS, COMPONENTS, count_params, ffn_params, gqa_attention_saving
+from ..common import ExperimentResult, Progress
 
 PARAMS_COLUMNS = ["tying", "component", "per_block", "n_blocks", "count", "fraction"]
 FFN_COLUMNS = ["variant", "ffn", "d_ff", "weights", "classic_weights", "ratio", "equal"]

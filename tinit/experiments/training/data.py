@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..model.config import ConfigError
+from ...model.config import ConfigError
 
 #: Fraction of a token file (or corpus) held out at its end for evaluation.
 EVAL_FRACTION = 0.1
@@ -261,7 +261,7 @@ def _check_fits(source: str, vocab: int, k: int, seq_len: int, batch: int, eval_
     """Refuse, before any array is allocated, data that cannot fit in the host's free
     memory: the Markov chain's tables (V x k successors, probabilities and their sums)
     and the held-out windows (and, for the chain, the uniforms that draw them)."""
-    from .common import host_memory
+    from ..common import host_memory
 
     free = host_memory()
     if source == "markov" and vocab * k * 24 > free:

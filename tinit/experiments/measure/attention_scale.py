@@ -33,12 +33,12 @@ import pandas as pd
 import torch
 from torch import nn
 
-from .. import theory
-from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
-from ..model.init import generator, init_weights_
-from ..model.layers import Attention, apply_rope, make_norm
-from ..model.transformer import Transformer, to_empty
-from .common import (
+from ... import theory
+from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ...model.init import generator, init_weights_
+from ...model.layers import Attention, apply_rope, make_norm
+from ...model.transformer import Transformer, to_empty
+from ..common import (
     RUN_FAILURES,
     ExperimentResult,
     IncompleteRun,

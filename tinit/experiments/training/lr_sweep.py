@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from ..model.config import InitConfig, ModelConfig, RunConfig
-from .common import ExperimentResult, IncompleteRun, Partial, Progress
+from ...model.config import InitConfig, ModelConfig, RunConfig
+from ..common import ExperimentResult, IncompleteRun, Partial, Progress
 from .data import TrainData
 from .train import TrainConfig, run_train
 

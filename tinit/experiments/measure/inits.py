@@ -8,10 +8,11 @@ import dataclasses
 
 import pandas as pd
 
-from ..model.config import GATED_FFNS, InitConfig, ModelConfig, RunConfig
-from ..model.init import role_shape_of
-from ..model.schemes import MATRIX_ROLES, environment, evaluate, ffn_of, get_scheme, names, resolve
-from .common import ExperimentResult, Progress, check_configs
+from ...model.catalogue import get_scheme, names
+from ...model.config import GATED_FFNS, InitConfig, ModelConfig, RunConfig
+from ...model.init import role_shape_of
+from ...model.schemes import MATRIX_ROLES, environment, evaluate, ffn_of, resolve
+from ..common import ExperimentResult, Progress, check_configs
 
 INITS_COLUMNS = [
     "name", "description", "roles", "formula", "multipliers", "placement", "qk_norm", "architecture",

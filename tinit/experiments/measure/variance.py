@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .. import theory
-from ..model.config import InitConfig, ModelConfig, RunConfig
-from ..model.schemes import get_scheme, known
-from ..model.transformer import Transformer
-from .common import (
+from ... import theory
+from ...model.catalogue import get_scheme, known
+from ...model.config import InitConfig, ModelConfig, RunConfig
+from ...model.transformer import Transformer
+from ..common import (
     RUN_FAILURES,
     ExperimentResult,
     IncompleteRun,

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..model.config import ConfigError
+from ...model.config import ConfigError
 
 
 class SiteError(ConfigError):
@@ -284,7 +284,7 @@ def _generic_branches(model: nn.Module, tr: Trace, block: str) -> tuple[str, str
 
 def find_sites(model: nn.Module, tokens: torch.Tensor, spec: str | None = None) -> tuple[Sites, Trace]:
     """The model's additions, and the trace of one small forward pass that found them."""
-    from ..model.transformer import Transformer
+    from ...model.transformer import Transformer
 
     layout: dict = {}
     family = "generic"

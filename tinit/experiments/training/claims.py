@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
-from .common import ExperimentResult, IncompleteRun, Partial, Progress
+from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ..common import ExperimentResult, IncompleteRun, Partial, Progress
 from .data import TrainData
 from .train import RunSpec, TrainConfig, run_specs, standard_error
 
@@ -320,7 +320,7 @@ def run_claims(
     on_partial: Partial | None = None,
 ) -> ExperimentResult:
     """Train every configuration the claims need and judge each claim. Frames: those of
-    :func:`tinit.experiments.train.run_specs` plus ``claims`` (one row per claim) and
+    :func:`tinit.experiments.training.train.run_specs` plus ``claims`` (one row per claim) and
     ``claim_runs`` (the runs' configuration names and scores)."""
     named = claim_specs(model, init, train, claims, init.seed)
     names = list(named)

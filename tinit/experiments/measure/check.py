@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..criteria import (  # noqa: F401 (ITEMS and the CHECK_ defaults: re-exported for callers)
+from ...criteria import (  # noqa: F401 (ITEMS and the CHECK_ defaults: re-exported for callers)
     CHECK_ALPHA,
     CHECK_DEEP_LAYERS,
     CHECK_HEAD_DIMS,
@@ -42,13 +42,11 @@ from ..criteria import (  # noqa: F401 (ITEMS and the CHECK_ defaults: re-export
     ITEMS,
     z_quantile,
 )
-from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
-from ..model.init import role_std
-from ..model.schemes import get_scheme
-from ..model.transformer import Transformer
-from .attention_scale import NOT_APPLICABLE as ATTENTION_NOT_APPLICABLE
-from .attention_scale import check_head_dims, run_attention_scale
-from .common import (
+from ...model.catalogue import get_scheme
+from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ...model.init import role_std
+from ...model.transformer import Transformer
+from ..common import (
     RUN_FAILURES,
     ExperimentResult,
     IncompleteRun,
@@ -65,6 +63,8 @@ from .common import (
     should_stream,
     stat_dtype,
 )
+from .attention_scale import NOT_APPLICABLE as ATTENTION_NOT_APPLICABLE
+from .attention_scale import check_head_dims, run_attention_scale
 from .grad_norms import STREAM_GRADS_NOT_APPLICABLE, require_gradients, run_grad_norms
 from .params import NOT_APPLICABLE as PARAMS_NOT_APPLICABLE
 from .params import run_params

@@ -3,7 +3,7 @@
 Three measurements of one model, as built:
 
 1. **Weights** (one row per parameter): its role (told by structure,
-   :mod:`tinit.adapters.roles`), measured mean and std, the std (or constant) an init
+   :mod:`tinit.experiments.audit.roles`), measured mean and std, the std (or constant) an init
    scheme expects, the z-score of the measured std against it, and a verdict.
    The z-score uses the sampling standard error of a Gaussian sample's std,
    SE = std * sqrt(1 / (2n)) (n elements); the mean's z uses std / sqrt(n).
@@ -17,7 +17,7 @@ Three measurements of one model, as built:
    A parameter whose role cannot be told gets ``unchecked`` unless one of the
    scheme-free verdicts (non-finite, zero, constant, pytorch-default) applies.
 2. **Stream**: the residual-stream variance at every one of the 2L additions through
-   the same :class:`~tinit.experiments.probes.VarianceProbe` and theory columns as
+   the same :class:`~tinit.experiments.measure.probes.VarianceProbe` and theory columns as
    ``tinit variance``. Hooks give the block input (the stream entering the block) and
    the branch outputs; stream_out = stream_in + branch, checked against the block's
    own output (a disagreement means the sites do not describe the residual: parallel
@@ -43,12 +43,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..adapters.roles import ParamRole
-from ..adapters.sites import Sites, block_input, first_tensor
-from ..model.config import ConfigError
-from ..model.init import fill_, generator
-from ..model.schemes import Draw, Scheme, get_scheme, resolve
-from .common import (
+from ...model.catalogue import get_scheme
+from ...model.config import ConfigError
+from ...model.init import fill_, generator
+from ...model.schemes import Draw, Scheme, resolve
+from ..common import (
     RUN_FAILURES,
     ExperimentResult,
     IncompleteRun,
@@ -58,11 +57,13 @@ from .common import (
     failure_reason,
     is_run_failure,
 )
-from .grad_norms import stream_frame
-from .grad_norms import summarize as grad_summarize
-from .probes import VarianceProbe
-from .variance import NOT_APPLICABLE as VARIANCE_NOT_APPLICABLE
-from .variance import SUMMARY_COLUMNS, VARIANCE_COLUMNS, add_theory, summarize
+from ..measure.grad_norms import stream_frame
+from ..measure.grad_norms import summarize as grad_summarize
+from ..measure.probes import VarianceProbe
+from ..measure.variance import NOT_APPLICABLE as VARIANCE_NOT_APPLICABLE
+from ..measure.variance import SUMMARY_COLUMNS, VARIANCE_COLUMNS, add_theory, summarize
+from .roles import ParamRole
+from .sites import Sites, block_input, first_tensor
 
 WEIGHT_COLUMNS = [
     "param", "role", "layer", "shape", "numel", "mean", "std", "max_abs", "expected", "expected_kind",
@@ -471,7 +472,7 @@ def _user_code(what: str, fn):
     except (Exception, SystemExit) as exc:
         if isinstance(exc, Exception) and is_run_failure(exc):
             raise
-        from ..adapters.loaders import one_line
+        from .loaders import one_line
 
         raise ModelError(f"{what} failed: {one_line(exc)}") from None
 

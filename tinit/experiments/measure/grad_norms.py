@@ -43,11 +43,11 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from .. import theory
-from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
-from ..model.init import draw_seed, role_of
-from ..model.transformer import Transformer, build_block
-from .common import (
+from ... import theory
+from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ...model.init import draw_seed, role_of
+from ...model.transformer import Transformer, build_block
+from ..common import (
     RUN_FAILURES,
     ExperimentResult,
     IncompleteRun,
@@ -67,7 +67,7 @@ from .common import (
     should_stream,
     stat_dtype,
 )
-from .memory import backward_bound
+from ..memory import backward_bound
 from .probes import VarianceProbe
 
 GRAD_COLUMNS = [

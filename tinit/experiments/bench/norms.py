@@ -36,10 +36,10 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from .. import theory
-from ..model.config import ConfigError, RunConfig
-from ..model.init import generator
-from .common import (
+from ... import theory
+from ...model.config import ConfigError, RunConfig
+from ...model.init import generator
+from ..common import (
     RUN_FAILURES,
     ExperimentResult,
     IncompleteRun,
