@@ -14,6 +14,8 @@ import math
 
 import numpy as np
 
+from .model.placements import Placement, get_placement
+
 
 def pred_cumulative_pre(v0: float, branch_vars: np.ndarray) -> np.ndarray:
     """Pre-norm: v_k = v0 + sum_{j<=k} s_j^2, from the measured branch variances."""
@@ -213,31 +215,36 @@ def pred_cumulative_scheme(
     v0: float,
     branch_vars: np.ndarray,
     mult: dict[str, np.ndarray],
-    placement: str,
+    placement: Placement | str,
     stream_in_vars: np.ndarray | None = None,
 ) -> np.ndarray:
     """Predicted v_k, k = 1..2L, from the *measured* branch variances s_k^2 (of F
     before g; after the branch's own norm in sandwich and reordered) and the scheme's
-    multipliers. Post-norm: the sum's variance a^2 var(x_in) + g^2 s^2 from the
-    measured (normalised, mixed) stream entering each addition; nothing accumulates."""
+    multipliers, by the placement's stream law (:class:`tinit.model.placements.Placement`):
+    ``sum``, the recursion v_k = a^2 v_{k-1} + g^2 s_k^2 from v0; ``reset`` (post-norm),
+    the sum's variance a^2 var(x_in) + g^2 s^2 from the measured (normalised, mixed)
+    stream entering each addition: nothing accumulates."""
     s2 = np.asarray(branch_vars, dtype=np.float64)
     a, g = mult["a"], mult["g"]
-    if placement == "post":
+    if get_placement(placement).resets:
         return a**2 * np.asarray(stream_in_vars, dtype=np.float64) + g**2 * s2
     return _recursion(v0, mult, lambda k, _v_in: s2[k])
 
 
 def reference_branch_vars(
-    branch_vars: np.ndarray, mult: dict[str, np.ndarray], placement: str, stream_in_vars: np.ndarray
-) -> tuple[float, float]:
+    branch_vars: np.ndarray, mult: dict[str, np.ndarray], placement: Placement | str,
+    stream_in_vars: np.ndarray,
+) -> tuple[float, float]:  # fmt: skip
     """The L-independent reference branch variance per sublayer (attention, FFN):
     mean of s_k^2 / r_k over the additions with r_k > 0, where r_k is the scheme's
-    depth factor (the normed branches of sandwich and reordered have r = 1 whenever
-    the branch is not exactly zero). With no norm before the branch (``none``) the
-    branch scales with its input, so the reference is s_k^2 / (r_k var(x_in))."""
+    depth factor (branch law ``unit``, a normed branch output as in sandwich and
+    reordered: r = 1 whenever the branch is not exactly zero). Branch law ``input``
+    (no norm before or after the branch, ``none``): the branch scales with its input,
+    so the reference is s_k^2 / (r_k var(x_in))."""
+    law = get_placement(placement).branch_law
     s2 = np.asarray(branch_vars, dtype=np.float64)
-    r = _placement_factor(mult["r"], placement)
-    scale = np.asarray(stream_in_vars, dtype=np.float64) if placement == "none" else np.ones_like(s2)
+    r = _depth_factor(mult["r"], law)
+    scale = np.asarray(stream_in_vars, dtype=np.float64) if law == "input" else np.ones_like(s2)
     refs = []
     for j in range(2):
         rj, sj, vj = r[j::2], s2[j::2], scale[j::2]
@@ -246,33 +253,36 @@ def reference_branch_vars(
     return refs[0], refs[1]
 
 
-def _placement_factor(r: np.ndarray, placement: str) -> np.ndarray:
+def _depth_factor(r: np.ndarray, branch_law: str) -> np.ndarray:
     r = np.asarray(r, dtype=np.float64)
-    if placement in ("sandwich", "reordered"):
+    if branch_law == "unit":
         return np.where(r > 0, 1.0, r)  # a normed branch has variance ~ its gain^2, whatever the init
     return r
 
 
 def pred_closed_scheme(
-    v0: float, refs: tuple[float, float], mult: dict[str, np.ndarray], placement: str, normed_var: float = 1.0
-) -> np.ndarray:
+    v0: float, refs: tuple[float, float], mult: dict[str, np.ndarray], placement: Placement | str,
+    normed_var: float = 1.0,
+) -> np.ndarray:  # fmt: skip
     """The scheme's closed form at every addition k = 1..2L: the recursion of
     :func:`pred_cumulative_scheme` with the *modelled* branch variances
-    s_k^2 = ref_sublayer * r_k (times the stream entering, for ``none``), so its last
-    value is v_2L(L): naive v0 + 2L s^2, gpt2 v0 + s^2, depth-init v0 + s_a^2 H_L / 2 +
-    s_f^2 H2_L / 4, completep v0 + 2 s^2 L0^2 / L, zero-out and rezero v0, reordered
-    v0 + 2L (unit normed branches), nanochat c_L^2 v0. Post-norm: the sum before the
-    norm, a^2 v_in + g^2 s_k^2 with v_in = v0 at k = 1 and ``normed_var`` after."""
-    r = _placement_factor(mult["r"], placement)
+    s_k^2 = ref_sublayer * r_k (times the stream entering, branch law ``input``; r_k = 1,
+    ``unit``), so its last value is v_2L(L): naive v0 + 2L s^2, gpt2 v0 + s^2,
+    depth-init v0 + s_a^2 H_L / 2 + s_f^2 H2_L / 4, completep v0 + 2 s^2 L0^2 / L,
+    zero-out and rezero v0, reordered v0 + 2L (unit normed branches), nanochat
+    c_L^2 v0. Stream law ``reset`` (post-norm): the sum before the norm,
+    a^2 v_in + g^2 s_k^2 with v_in = v0 at k = 1 and ``normed_var`` after."""
+    p = get_placement(placement)
+    r = _depth_factor(mult["r"], p.branch_law)
     n = len(r)
     ref = np.array([refs[k % 2] for k in range(n)], dtype=np.float64)
     modelled = np.where(r == 0, 0.0, ref * r)
     a, g = mult["a"], mult["g"]
-    if placement == "post":
+    if p.resets:
         v_in = np.full(n, normed_var)
         v_in[0] = mult["lam"][0] ** 2 * v0 if n else v0
-        return a**2 * v_in + g**2 * modelled
-    if placement == "none":  # no norm before the branch: it scales with the stream entering
+        return a**2 * v_in + g**2 * (modelled * v_in if p.branch_law == "input" else modelled)
+    if p.branch_law == "input":  # no norm before the branch: it scales with the stream entering
         return _recursion(v0, mult, lambda k, v_in: modelled[k] * v_in)
     return _recursion(v0, mult, lambda k, _v_in: modelled[k])
 

@@ -26,8 +26,8 @@ from ..model.config import (
     PositionsKind,
     RunConfig,
 )
+from ..model.placements import PLACEMENTS
 from ..model.presets import PRESETS, get_preset
-from ..model.schemes import PLACEMENTS
 from ..results.formats import FORMATS
 from .clickcompat import ParameterSource, get_current_context
 from .init_file import load_init_file

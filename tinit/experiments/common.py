@@ -19,7 +19,7 @@ import torch
 from ..model.catalogue import placements_for
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ..model.init import generator
-from ..model.schemes import PLACEMENTS
+from ..model.placements import PLACEMENTS
 from ..model.transformer import Block
 from .memory import peak_rss_own_mib, return_freed_memory, rss_mib
 

@@ -142,8 +142,8 @@ def _per_token_upper(cfg: ModelConfig, init: InitConfig, seq_len: int) -> int:
     every placement, FFN, positions, norm, QK-norm, GQA, gain, x0 mix and the
     architectures schemes bring): 6 d for the attention's q, k, v, their rotations and
     output and the FFN's input; per norm 2 d for RMSNorm (input and normalised) and 1 d
-    for LayerNorm (whose statistics are small), two norms per block, four in sandwich,
-    none without norms, two more for QK-norm and for torchscale's sub-LN (whose FFN norm
+    for LayerNorm (whose statistics are small), the placement's norms per block (two;
+    four in sandwich; none without norms), two more for QK-norm and for torchscale's sub-LN (whose FFN norm
     is d_ff wide); 2 d for a learned gain; the FFN's hidden tensors (gated 4 d_ff,
     relu^2 3, plain 2) of the scheme's own FFN where it has one (QK-norm followed by
     nanochat's q, k gain saves nothing more); the attention's softmax
@@ -153,7 +153,7 @@ def _per_token_upper(cfg: ModelConfig, init: InitConfig, seq_len: int) -> int:
     scheme = init.scheme
     # a (1 + w) gain (Gemma) is applied outside LayerNorm's kernel, which then saves its output
     per_norm = 2 if cfg.norm == "rmsnorm" or scheme.norm_offset else 1
-    norms = {"none": 0, "sandwich": 4}.get(cfg.norm_position, 2)
+    norms = cfg.placement.block_norms
     # (nanochat scales q and k after its QK-norm: attention saves the scaled ones, the norms
     # nothing more)
     qk = (scheme.qk_norm if cfg.qk_norm is None else cfg.qk_norm) and scheme.qk_gain is None
@@ -190,7 +190,8 @@ def _retained_and_head(cfg: ModelConfig, tokens: int, dtype: torch.dtype) -> tup
     itemsize = torch.empty((), dtype=dtype).element_size()
     stats = 8 if dtype == torch.float64 else 4
     L = cfg.n_layers
-    retained = (2 * L + 1) * (2 if cfg.norm_position == "post" else 1) * tokens * cfg.d_model * itemsize
+    # a norm after each sum (post-norm): the tap keeps the sum and the normalised stream
+    retained = (2 * L + 1) * (2 if cfg.placement.resets else 1) * tokens * cfg.d_model * itemsize
     head = 3 * tokens * cfg.vocab_size * stats + 2 * cfg.vocab_size * cfg.d_model * itemsize
     return retained, head
 

@@ -1,8 +1,10 @@
 """Frozen, validated configuration of the canonical model (docs/design.md §10).
 
-Every string choice is a ``Literal`` so a config stays JSON-serialisable and the
-choices are visible in one place. Derived sizes are resolved in ``__post_init__``,
-so a config that exists is a config that can be built.
+Every string choice is a ``Literal`` (the norm placement: a name of the registry
+:data:`tinit.model.placements.PLACEMENTS`, resolved by :attr:`ModelConfig.placement`)
+so a config stays JSON-serialisable and the choices are visible in one place. Derived
+sizes are resolved in ``__post_init__``, so a config that exists is a config that can
+be built.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, get_args
 
 from .catalogue import get_scheme, known, names
+from .placements import PLACEMENTS, Placement
 from .schemes import Scheme
 
 NormKind = Literal["rmsnorm", "layernorm"]
-NormPosition = Literal["pre", "post", "sandwich", "reordered", "none"]
+NormPosition = str  # a name of tinit.model.placements.PLACEMENTS (validated against the registry)
 FfnKind = Literal["swiglu", "gelu", "geglu", "relu2"]
 PositionsKind = Literal["rope", "none", "learned"]
 AttentionKind = Literal["causal", "bidirectional"]
@@ -36,7 +39,8 @@ class ConfigError(ValueError):
 
 
 def _check_choice(name: str, value: Any, literal: Any) -> None:
-    allowed = get_args(literal)
+    """``value`` is one of a ``Literal``'s arguments (or of a registry's names)."""
+    allowed = tuple(literal) if isinstance(literal, dict) else get_args(literal)
     if value not in allowed:
         raise ConfigError(name, f"{value!r} is not one of {', '.join(map(repr, allowed))}")
 
@@ -110,7 +114,7 @@ class ModelConfig:
                 msg = f"{self.n_kv_heads} K/V heads do not divide {self.n_heads} heads"
                 raise ConfigError("n_kv_heads", msg)
         _check_choice("norm", self.norm, NormKind)
-        _check_choice("norm_position", self.norm_position, NormPosition)
+        _check_choice("norm_position", self.norm_position, PLACEMENTS)
         _check_choice("ffn", self.ffn, FfnKind)
         _check_choice("positions", self.positions, PositionsKind)
         _check_choice("attention", self.attention, AttentionKind)
@@ -127,6 +131,11 @@ class ModelConfig:
         _check_real("rope_base", self.rope_base, 0, strict=True)
         for name in ("attn_scale", "tie_embeddings", "bias"):
             _check_bool(name, getattr(self, name))
+
+    @property
+    def placement(self) -> Placement:
+        """Where the norms sit (:mod:`tinit.model.placements`): ``norm_position``'s value."""
+        return PLACEMENTS[self.norm_position]
 
     @property
     def head_dim(self) -> int:

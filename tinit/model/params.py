@@ -10,15 +10,17 @@ positions       T_max * d for ``learned``, else 0       (RoPE has no parameters)
 attention       4 * d^2 (+ 4d biases)                   per block: W_Q, W_K, W_V, W_O
 FFN             swiglu 3 * d * d_ff (+ 2 d_ff + d)      per block: gate, up, down
                 gelu   2 * d * d_ff (+ d_ff + d)        per block: W_1, W_2
-norms           2 * (d rmsnorm | 2d layernorm)          per block: norm1, norm2
+norms           2 * (d rmsnorm | 2d layernorm)          per block: norm1, norm2 (pre-norm)
 final norm      d or 2d for pre-norm, 0 for post-norm   (post-norm's stream is normalised)
 head            0 tied, V * d (+ V bias) untied
 ==============  ===============================================================
 
 Gaussian-branch models (``branch="gaussian"``) have no attention or FFN weights.
 Grouped-query attention (``n_kv_heads``) shrinks W_K and W_V to d x (kv_heads d_h);
-QK-norm adds two d_h norms per block; sandwich has four norms per block, ``none``
-none (and no final norm); ReZero adds one learned gain per block.
+QK-norm adds two d_h norms per block; the placement says how many norms a block has
+(two for pre, post and reordered, four for sandwich, none for ``none``) and whether
+there is a final norm (:mod:`tinit.model.placements`); ReZero adds one learned gain
+per block.
 :func:`gqa_attention_saving` says how many parameters a GQA variant would drop
 from the multi-head count.
 """
@@ -111,7 +113,7 @@ def count_params(cfg: ModelConfig, scheme="naive") -> ParamCount:
     gaussian = cfg.branch == "gaussian"
     qk = sch.qk_norm if cfg.qk_norm is None else cfg.qk_norm
     ffn, d_ff = ffn_of(cfg, sch)
-    per_block_norms = {"none": 0, "sandwich": 4}.get(cfg.norm_position, 2) * norm_params(cfg)
+    per_block_norms = cfg.placement.block_norms * norm_params(cfg)
     if sch.subln and not gaussian:  # a norm over d before o, one over d_ff before down
         per_block_norms += norm_params(cfg) + norm_params(cfg, d_ff)
     return ParamCount(
@@ -120,7 +122,7 @@ def count_params(cfg: ModelConfig, scheme="naive") -> ParamCount:
         attention=0 if gaussian else attention_params(cfg, qk),
         ffn=0 if gaussian else ffn_params(d, d_ff, ffn, cfg.bias),
         norms=per_block_norms + (1 if sch.branch_learned else 0),
-        final_norm=norm_params(cfg) if cfg.norm_position in ("pre", "sandwich", "reordered") else 0,
+        final_norm=norm_params(cfg) if cfg.placement.final_norm else 0,
         head=0 if cfg.tie_embeddings else linear_params(d, V, cfg.bias),
         n_layers=cfg.n_layers,
         tied=cfg.tie_embeddings,

@@ -34,13 +34,11 @@ def _block_params(cfg: ModelConfig, init: InitConfig) -> tuple[tuple[str, tuple[
 
 def _outer_params(cfg: ModelConfig) -> Iterator[tuple[str, int, tuple[int, ...]]]:
     """(role, layer, shape) of the parameters outside the blocks (see Transformer)."""
-    from .transformer import FINAL_NORM_PLACEMENTS
-
     d, L, V = cfg.d_model, cfg.n_layers, cfg.vocab_size
     yield "embed", -1, (V, d)
     if cfg.positions == "learned":
         yield "pos", -1, (cfg.max_seq_len, d)
-    if cfg.norm_position in FINAL_NORM_PLACEMENTS:
+    if cfg.placement.final_norm:
         yield "norm", L, (d,)
         if cfg.norm == "layernorm":
             yield "bias", L, (d,)

@@ -33,7 +33,8 @@ import tomllib
 
 from .catalogue import check_user_scheme
 from .formula import VARIABLES, Formula, FormulaError
-from .schemes import DISTRIBUTIONS, PLACEMENTS, ROLES, Rule, Scheme, resolve, scheme
+from .placements import PLACEMENTS
+from .schemes import DISTRIBUTIONS, ROLES, Rule, Scheme, resolve, scheme
 
 _TOP = {"name", "description", "placement", "qk_norm", "stream_mult", "branch_mult", "embed_mult", "roles",
         "sources"}  # fmt: skip
@@ -98,7 +99,7 @@ def parse_scheme(data: dict, path: str | Path = "<toml>") -> Scheme:
     if not isinstance(qk_norm, bool):  # bool("false") is True: only a TOML boolean is a boolean
         raise _bad(path, "qk_norm", f"{qk_norm!r} is not true or false (a TOML boolean, unquoted)")
     placement = data.get("placement")
-    if placement is not None and placement not in PLACEMENTS:
+    if placement is not None and (not isinstance(placement, str) or placement not in PLACEMENTS):
         raise _bad(path, "placement", f"{placement!r} is not one of {', '.join(PLACEMENTS)}")
     roles = data.get("roles", {})
     if not isinstance(roles, dict):

@@ -33,15 +33,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from .formula import VARIABLES, Formula, FormulaError
+from .placements import PLACEMENTS
 
 #: Distributions a rule may draw from. ``trunc``: normal truncated at +-bound (an
 #: absolute value, a formula that may use ``std``), resampled until inside;
 #: ``uniform``: U(-sqrt(3) std, sqrt(3) std); ``zero``: exactly 0; ``const``: the
 #: value of the formula (norm gains, biases, learned gains).
 DISTRIBUTIONS = ("normal", "trunc", "uniform", "zero", "const")
-#: Norm placements: pre x + F(N(x)); post N(x + F(x)); sandwich x + N_out(F(N_in(x)));
-#: reordered x + N(F(x)); none x + F(x).
-PLACEMENTS = ("pre", "post", "sandwich", "reordered", "none")
 MATRIX_ROLES = ("embed", "pos", "q", "k", "v", "o", "gate", "up", "down", "head")
 ROLES = MATRIX_ROLES + ("norm", "bias", "gain")
 #: FFNs a scheme's codebase may run (its own, built whatever --ffn says): GeGLU
@@ -174,7 +172,7 @@ class Scheme:
     d_ff: Formula | None = None  # that FFN's width; None: the model's d_ff
     norm_offset: float = 0.0  # norms scale by (offset + w); the gains' rule is w's (Gemma: 1, w = 0)
     subln: bool = False  # a norm inside each branch, before its output matrix (torchscale's sub-LN)
-    placement: str | None = None  # presumed norm placement; None: the command's default
+    placement: str | None = None  # presumed placement (a name of PLACEMENTS); None: the command's default
     qk_norm: bool = False  # presumed QK-norm
     # theory: each branch's variance relative to an L-independent reference s^2 (the
     # depth dependence of its writing matrices' variances); None: no closed form
@@ -366,6 +364,8 @@ def scheme(name: str, description: str, sources, rules=None, **kw) -> Scheme:
         kw["depth_factor"] = tuple(Formula(f) for f in kw["depth_factor"])
     if kw.get("ffn") is not None and kw["ffn"] not in SCHEME_FFNS:
         raise FormulaError(f"{name}: ffn {kw['ffn']!r} is not one of {', '.join(SCHEME_FFNS)}")
+    if kw.get("placement") is not None and kw["placement"] not in tuple(PLACEMENTS):
+        raise FormulaError(f"{name}: placement {kw['placement']!r} is not one of {', '.join(PLACEMENTS)}")
     if kw.get("norm_offset") and "norm" not in rules:
         merged["norm"] = rule(1 - kw["norm_offset"], "const")
     touched = tuple(r for r in ROLES if r in rules and r != "gain")
@@ -380,6 +380,6 @@ def with_overrides(s: Scheme, **kw) -> Scheme:
 
 
 __all__ = [
-    "DISTRIBUTIONS", "Draw", "PLACEMENTS", "ROLES", "Rule", "RuleTable", "Scheme", "effective_std",
+    "DISTRIBUTIONS", "Draw", "ROLES", "Rule", "RuleTable", "Scheme", "effective_std",
     "environment", "ffn_of", "resolve", "role_shape", "rule", "scheme",
 ]  # fmt: skip

@@ -1,13 +1,23 @@
 """Blocks with explicit residual additions, and the stack, built whole or streamed.
 
-Placements (``cfg.norm_position``), each addition x <- a x + g F with the init
-scheme's stream multiplier a and branch multiplier g (1 and 1 for most schemes):
+Each addition, attention then FFN, is one literal residual sum (nanoGPT's shape):
 
-pre (GPT-2 onwards):      x <- a x + g Attn(Norm1(x));          x <- a x + g FFN(Norm2(x))
-post (Vaswani 2017):      x <- Norm1(a x + g Attn(x));          x <- Norm2(a x + g FFN(x))
-sandwich (Gemma 2, Peri-LN): x <- a x + g Norm1o(Attn(Norm1(x))); likewise for the FFN
-reordered (OLMo 2):       x <- a x + g Norm1(Attn(x));          x <- a x + g Norm2(FFN(x))
-none (ReZero, T-Fixup):   x <- a x + g Attn(x);                 x <- a x + g FFN(x)
+    s = a x + g Out(F(In(x)));   x <- Stream(s)
+
+with the init scheme's stream multiplier a and branch multiplier g (1 and 1 for most
+schemes), and In, Out, Stream each a norm or the identity as the placement
+(``cfg.norm_position``, :mod:`tinit.model.placements`) says:
+
+pre (GPT-2 onwards):         In = Norm                  x <- a x + g F(N(x))
+post (Vaswani 2017):         Stream = Norm              x <- N(a x + g F(x))
+sandwich (Gemma 2, Peri-LN): In = Norm, Out = Norm      x <- a x + g N_out(F(N_in(x)))
+reordered (OLMo 2):          Out = Norm                 x <- a x + g N(F(x))
+none (ReZero, T-Fixup):      all identity               x <- a x + g F(x)
+
+A block's norms keep the names they had when each placement was written out (state
+dicts, init draw keys and grad-norms' tensor names depend on them): the first norm of
+the attention sublayer is ``norm1``, a second ``norm1o`` (``norm2``, ``norm2o`` for the
+FFN), in the order In, Out, Stream.
 
 A scheme with an x0 mix (nanochat) first sets x <- lambda_l x + mu_l x0 before block l;
 one with a backout (nanochat) subtracts beta x_mid (the stream after block L // 2) on
@@ -19,10 +29,10 @@ attention scale, nanochat's q/k gain and relu^2 MLP, torchscale's sub-LN.
 An L-layer stack performs 2L additions, k = 1..2L (attention k = 2l+1, FFN
 k = 2l+2); k = 0 is the embedding output. Each addition, in every placement, calls
 the optional probe with (k, layer, sublayer, stream_in, branch, stream_out) and,
-for post-norm, the normalised stream as ``normed``; ``branch`` is F's output before
-the multiplier g (after the branch's own output norm in sandwich and reordered), and
-``stream_in`` the stream entering the addition (after the x0 mix). With no probe
-the model is a plain model.
+when a norm follows the sum (post), the normalised stream as ``normed``; ``branch`` is
+Out(F(In(x))) before the multiplier g, ``stream_out`` the sum s, and ``stream_in`` the
+stream entering the addition (after the x0 mix). With no probe the model is a plain
+model.
 
 A block's weights depend only on (seed, layer, role), so a model can be
 *streamed*: each block is built on the device just before it runs and dropped
@@ -42,6 +52,7 @@ from torch import nn
 from .config import InitConfig, ModelConfig
 from .init import init_weights_
 from .layers import Attention, GaussianBranch, make_ffn, make_norm, rope_cache
+from .placements import SLOTS
 from .schemes import Scheme, environment, evaluate, ffn_of
 
 
@@ -58,10 +69,6 @@ class Probe(Protocol):
         stream_out: torch.Tensor,
         normed: torch.Tensor | None = None,
     ) -> None: ...
-
-
-#: Placements with a final norm before the head (post-norm's stream is already normed).
-FINAL_NORM_PLACEMENTS = ("pre", "sandwich", "reordered")
 
 
 def _optional(formula, env, what: str) -> float | None:
@@ -106,7 +113,8 @@ def _times(m: float | torch.Tensor, t: torch.Tensor) -> torch.Tensor:
 
 
 class Block(nn.Module):
-    """One layer: an attention addition and an FFN addition, in one of five placements."""
+    """One layer: an attention addition and an FFN addition, their norms where the
+    placement puts them (identities elsewhere)."""
 
     def __init__(self, cfg: ModelConfig, layer: int, seed: int = 0, device=None, dtype=None,
                  init: InitConfig | None = None):  # fmt: skip
@@ -115,8 +123,7 @@ class Block(nn.Module):
         init = init if init is not None else InitConfig()
         scheme = init.scheme
         m = block_multipliers(cfg, scheme, init, layer)
-        self.placement = cfg.norm_position
-        self.post_norm = self.placement == "post"
+        self.placement = cfg.placement
         self.a, self.mix = m["a"], m["mix"]
         back = backout_of(cfg, init)
         # the last block carries the backout onto its final addition's identity path
@@ -125,70 +132,86 @@ class Block(nn.Module):
         learned = scheme.branch_learned
         self.gain = nn.Parameter(torch.empty((), device=device, dtype=dtype)) if learned else None
         self.g = m["g"]
-        off = scheme.norm_offset
-        has_norms = self.placement != "none"
-        self.norm1 = make_norm(cfg, device, dtype, offset=off) if has_norms else None
-        self.norm2 = make_norm(cfg, device, dtype, offset=off) if has_norms else None
-        sandwich = self.placement == "sandwich"
-        self.norm1o = make_norm(cfg, device, dtype, offset=off) if sandwich else None
-        self.norm2o = make_norm(cfg, device, dtype, offset=off) if sandwich else None
+        self._place_norms(cfg, device, dtype, scheme.norm_offset)
         qk_norm = scheme.qk_norm if cfg.qk_norm is None else cfg.qk_norm
         if cfg.branch == "gaussian":
             self.attn = GaussianBranch(cfg.branch_var, seed, layer, "attn")
             self.ffn = GaussianBranch(cfg.branch_var, seed, layer, "ffn")
         else:
+            off = scheme.norm_offset
             self.attn = Attention(cfg, device=device, dtype=dtype, scale=m["attn_scale"], qk_norm=qk_norm,
                                   qk_gain=m["qk_gain"], softcap=m["attn_softcap"], norm_offset=off,
                                   subln=scheme.subln)  # fmt: skip
             kind, d_ff = ffn_of(cfg, scheme)
             self.ffn = make_ffn(cfg, device, dtype, kind, d_ff, subln=scheme.subln, norm_offset=off)
 
-    def _add(self, k, sublayer, x, branch_fn, norm, norm_out, rope, probe, x_mid=None):
-        """One residual addition; each placement's sum written out. ``x_mid`` (the last
-        addition of a scheme with a backout): the identity path carries x - beta x_mid
-        (x_mid None: the middle block is this one, and its output is scaled by 1 - beta)."""
-        a, g = self.a, (self.gain if self.gain is not None else self.g)
-        inner = x  # what the branch reads
-        scale = 1.0
-        if self.backout is not None and sublayer == "ffn":
-            beta = self.backout[0]
-            if x_mid is not None:
-                x = x - beta * x_mid
-            else:
-                scale = 1.0 - beta
-                x = scale * x
-        if self.placement == "post":
-            f = _times(scale, branch_fn(inner, rope))
-            s = _times(a, x) + _times(g, f)
-            y = norm(s)
-            if probe is not None:
-                probe(k, self.layer, sublayer, x, f, s, normed=y)
-            return y
-        if self.placement == "pre":
-            f = branch_fn(norm(inner), rope)
-        elif self.placement == "sandwich":
-            f = norm_out(branch_fn(norm(inner), rope))
-        elif self.placement == "reordered":
-            f = norm(branch_fn(inner, rope))
-        else:  # none
-            f = branch_fn(inner, rope)
-        f = _times(scale, f)
-        y = _times(a, x) + _times(g, f)
-        if probe is not None:
-            probe(k, self.layer, sublayer, x, f, y)
-        return y
+    def _place_norms(self, cfg: ModelConfig, device, dtype, offset: float) -> None:
+        """The six slots attn_in, attn_out, attn_stream, ffn_in, ffn_out, ffn_stream: a
+        norm where the placement has one, registered under its kept name (per sublayer,
+        ``norm1`` then ``norm1o``; ``norm2``, ``norm2o``), else an identity. The slots are
+        plain attributes, not submodules (``object.__setattr__`` skips nn.Module's
+        registration), so each norm's parameters appear once, under that name."""
+        names: dict[str, str] = {}
+        for i, slot in enumerate(self.placement.slots):
+            for n, sub in ((1, "attn"), (2, "ffn")):
+                name = f"norm{n}" + ("", "o", "s")[i]
+                self.add_module(name, make_norm(cfg, device, dtype, offset=offset))
+                names[f"{sub}_{slot}"] = name
+        identity = nn.Identity()
+        for sub in ("attn", "ffn"):
+            for slot in SLOTS:
+                key = f"{sub}_{slot}"
+                object.__setattr__(self, key, getattr(self, names[key]) if key in names else identity)
+        self.norm_names = names  # slot -> the norm's name in the block (the audit's sites read it)
 
     def forward(
         self, x: torch.Tensor, rope=None, probe: Probe | None = None, x0: torch.Tensor | None = None,
         x_mid: torch.Tensor | None = None,
     ) -> torch.Tensor:  # fmt: skip
-        k = 2 * self.layer + 1
+        """The block's two residual sums. ``x0``: the embedding output (a scheme with an
+        x0 mix); ``x_mid``: the stream after the middle block (a scheme with a backout,
+        at the last block; None when the middle block is this one)."""
+        a, g, k = self.a, (self.gain if self.gain is not None else self.g), 2 * self.layer + 1
         if self.mix is not None:
             if x0 is None:
                 raise ValueError("this scheme mixes the embedding x0 into every block: pass x0")
             x = self.mix[0] * x + self.mix[1] * x0
-        x = self._add(k, "attn", x, self.attn, self.norm1, self.norm1o, rope, probe)
-        return self._add(k + 1, "ffn", x, self.ffn, self.norm2, self.norm2o, rope, probe, x_mid)
+
+        # attention: x <- Stream(a x + g Out(Attn(In(x))))
+        f = self.attn_out(self.attn(self.attn_in(x), rope))
+        s = _times(a, x) + _times(g, f)
+        y = self.attn_stream(s)
+        self._report(probe, k, "attn", x, f, s, y)
+        x = y
+
+        # FFN: x <- Stream(a x + g Out(FFN(In(x)))); the identity path x - beta x_mid at a backout
+        x_id, c = self._backout_path(x, x_mid)
+        f = _times(c, self.ffn_out(self.ffn(self.ffn_in(x), rope)))
+        s = _times(a, x_id) + _times(g, f)
+        y = self.ffn_stream(s)
+        self._report(probe, k + 1, "ffn", x_id, f, s, y)
+        return y
+
+    def _backout_path(self, x: torch.Tensor, x_mid: torch.Tensor | None) -> tuple[torch.Tensor, float]:
+        """The FFN addition's identity path and the scale of the whole addition: (x, 1),
+        or at the last block of a scheme with a backout (x - beta x_mid, 1), or, when
+        x_mid is this block's own output (L <= 2), ((1 - beta) x, 1 - beta)."""
+        if self.backout is None:
+            return x, 1.0
+        beta = self.backout[0]
+        if x_mid is not None:
+            return x - beta * x_mid, 1.0
+        return (1.0 - beta) * x, 1.0 - beta
+
+    def _report(self, probe: Probe | None, k: int, sublayer: str, x, f, s, y) -> None:
+        """The probe at addition k: stream in, branch (before g), the sum, and the
+        normalised stream when a norm follows the sum."""
+        if probe is None:
+            return
+        if self.placement.norm_stream:
+            probe(k, self.layer, sublayer, x, f, s, normed=y)
+        else:
+            probe(k, self.layer, sublayer, x, f, s)
 
 
 def to_empty(module: nn.Module, device) -> nn.Module:
@@ -265,7 +288,7 @@ class Transformer(nn.Module):
         with torch.device("meta"):
             self.embed = _embedding(cfg.vocab_size, d, dtype)
             self.pos = _embedding(cfg.max_seq_len, d, dtype) if cfg.positions == "learned" else None
-            final = cfg.norm_position in FINAL_NORM_PLACEMENTS
+            final = cfg.placement.final_norm
             self.final_norm = make_norm(cfg, dtype=dtype, offset=scheme.norm_offset) if final else None
             self.head = (
                 None if cfg.tie_embeddings else nn.Linear(d, cfg.vocab_size, bias=cfg.bias, dtype=dtype)

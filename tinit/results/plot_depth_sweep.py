@@ -15,10 +15,10 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from rich.table import Table
 
 from ..criteria import SPREAD_K
+from ..model.placements import PLACEMENTS
 from .style import (
     MEASURED_UNDER,
     NEUTRAL,
-    PLACEMENTS,
     THEORY,
     THEORY_ALT,
     coincidence_note,
@@ -85,10 +85,6 @@ def _panels(fig: Figure, n: int, key_h: float = 1.2) -> tuple[list, object]:
     return axes, key
 
 
-#: Placements whose stream is not reset by a norm: their panel shows v_2L - v0.
-_RESET = ("post",)
-
-
 def _law_depth_panel(ax, pos, groups, order, depths, logx, theory, notes) -> str:
     """One placement's final variance against L: measured (mean ± s.e., thick), the
     scheme's closed form with each depth's own measured s^2 (dashed, x), and with
@@ -96,7 +92,8 @@ def _law_depth_panel(ax, pos, groups, order, depths, logx, theory, notes) -> str
     placements: v_2L - v0 (what the 2L additions added; depth-init's N(0, 1) embedding
     would hide its ln L growth in v_2L / v0); post-norm: v_2L, the sum before the last
     norm. Returns the law's legend words."""
-    grow = pos not in _RESET
+    placement = PLACEMENTS.get(pos)
+    grow = placement is None or not placement.resets  # the stream accumulates: show v_2L - v0
     y = "v_growth" if grow else "v_final"
     measured, preds, off, flat = {}, [], [], []
     for (init, p), d in groups:
@@ -153,7 +150,7 @@ def _law_depth_panel(ax, pos, groups, order, depths, logx, theory, notes) -> str
             n += mark_clipped(ax, curve[0], curve[1], lim, c)
         if n and f"{init}/{p}" not in flat:
             clipped.append(f"{init}/{p}")
-    name = "no-norm" if pos == "none" else f"{pos}-norm"
+    name = placement.tag if placement is not None else f"{pos}-norm"
     if clipped:
         notes.append(f"{name}: the theory of " + ", ".join(clipped)
                      + " leaves the measured range (triangles)")  # fmt: skip
@@ -166,8 +163,7 @@ def _law_depth_panel(ax, pos, groups, order, depths, logx, theory, notes) -> str
     notes.append(coincidence_note(coincidences(measured, ax), name))
     integer_axis(ax, depths, "x", log=logx)
     ax.set_xlabel("layers L (2L residual additions)")
-    label = {"pre": "Pre-norm", "post": "Post-norm", "sandwich": "Sandwich norm",
-             "reordered": "Reordered norm", "none": "No norm"}.get(pos, name)  # fmt: skip
+    label = placement.heading if placement is not None else name
     # short titles: two panels a row, long ones ran into each other
     if grow:
         ax.set_ylabel(r"$v_{2L} - v_0$ (added by the 2L branches)")
@@ -175,7 +171,7 @@ def _law_depth_panel(ax, pos, groups, order, depths, logx, theory, notes) -> str
     else:
         ax.set_ylabel(r"$v_{2L}$ (the sum before the last norm)")
         ax.set_title(f"{label}: $v_{{2L}}$")  # (the y label says: the last sum)
-    return "post-norm" if not grow else name
+    return name
 
 
 @styled

@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from rich.table import Table
 
+from ..model.placements import PLACEMENTS, normed_stream_names
 from .style import (
     MEASURED,
     MEASURED_UNDER,
@@ -143,8 +144,9 @@ def plot_stream_grads(stream_grads: pd.DataFrame, title: str = "") -> Figure:
     integer_axis(ax, stream_grads["k"].unique(), "x")
     ax.set_xlabel("residual addition k (0 = embedding output)")
     ax.set_ylabel(r"RMS of $\partial\,\mathrm{loss} / \partial\,\mathrm{stream}_k$")
-    post = (stream_grads["norm_position"] == "post").any()
-    ax.set_title("Stream gradient" + (" (post-norm: at the normalised stream)" if post else ""))
+    present = set(stream_grads["norm_position"])
+    normed = [PLACEMENTS[name].label for name in normed_stream_names() if name in present]
+    ax.set_title("Stream gradient" + "".join(f" ({label}: at the normalised stream)" for label in normed))
     handles, _ = ax.get_legend_handles_labels()
     style = [
         Line2D([], [], color=NEUTRAL, **{**MEASURED_UNDER, "zorder": None}, label="measured"),

@@ -13,6 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from ..model.placements import PLACEMENTS
 from . import mathtext_cache
 from .rundir import atomic_write
 from .style import (
@@ -21,7 +22,6 @@ from .style import (
     FULL_WIDTH,
     MEASURED_UNDER,
     NEUTRAL,
-    PLACEMENTS,
     THEORY,
     THEORY_ALT,
     coincidence_note,
@@ -75,23 +75,14 @@ def _short(init: str, pos: str) -> str:
 #: is drawn but does not set its panel's range; it is named in the legend and the notes.
 OFF_SCALE = 1e8
 
-_TITLES = {
-    "pre": "Pre-norm: residual-stream variance",
-    "post": "Post-norm: variance of each sum",
-    "sandwich": "Sandwich norm: residual-stream variance",
-    "reordered": "Reordered norm (x + Norm(F(x))): stream variance",
-    "none": "No norm: residual-stream variance",
-}
-
-
-_SHORT_TITLES = {"pre": "Pre-norm", "post": "Post-norm (each sum)", "sandwich": "Sandwich norm",
-                 "reordered": "Reordered norm", "none": "No norm"}  # fmt: skip
-_NAMES = {"none": "no-norm"}
+def _resets(pos: str) -> bool:
+    """A norm follows each sum (post-norm): v_k is the sum before it, nothing accumulates."""
+    return pos in PLACEMENTS and PLACEMENTS[pos].resets
 
 
 def _kmin(pos: str) -> int:
     # post-norm: k = 0, 1 precede the first norm (v ~ v0, a different scale)
-    return 2 if pos == "post" else 0
+    return 2 if _resets(pos) else 0
 
 
 def off_scale(df: pd.DataFrame, pos: str) -> str:
@@ -112,9 +103,10 @@ def _law_panel(ax, groups, pos: str, off: dict, narrow: bool = False) -> list[st
     (dotted, not post-norm) on top. Configurations in ``off`` are drawn but left out of
     the range. Returns notes."""
     rows = [(init, p, df) for (init, p), df in groups if p == pos]
-    name = _NAMES.get(pos, f"{pos}-norm")
+    placement = PLACEMENTS.get(pos)
+    name = placement.tag if placement is not None else f"{pos}-norm"
     kmin = _kmin(pos)
-    closed = pos != "post"
+    closed = not _resets(pos)
     measured, notes, errs = {}, [], []
     for i, (init, p, df) in enumerate(rows):
         d = df[df["k"] >= kmin]
@@ -158,8 +150,11 @@ def _law_panel(ax, groups, pos: str, off: dict, narrow: bool = False) -> list[st
     after = (" (0 = embedding)" if kmin == 0 else f" (>= {kmin}: normed)" if narrow
              else f" (k >= {kmin}: after a norm)")  # fmt: skip
     ax.set_xlabel(("addition k" if narrow else "residual addition k") + after)
-    ax.set_ylabel("$v_k$ (the sum before the norm)" if pos == "post" else "stream variance $v_k$")
-    ax.set_title((_SHORT_TITLES if narrow else _TITLES).get(pos, f"{pos}-norm: stream variance"))
+    ax.set_ylabel("$v_k$ (the sum before the norm)" if _resets(pos) else "stream variance $v_k$")
+    if placement is None:
+        ax.set_title(f"{pos}-norm: stream variance")
+    else:
+        ax.set_title(placement.short_title if narrow else placement.title)
     return notes
 
 
@@ -331,9 +326,9 @@ def plot_variance(variance: pd.DataFrame, title: str = "") -> Figure:
         notes += _law_panel(ax, groups, pos, off, narrow=max(law_rows) > 1)
     style = [Line2D([], [], color=NEUTRAL, **{**MEASURED_UNDER, "zorder": None}, label="measured")]
     law = r"law $a^2 v_{k-1} + g^2 s_k^2$"
-    law += r" (post-norm: $v_{k-1} + s_k^2$)" if "post" in positions else ""
+    law += "".join(rf" ({PLACEMENTS[p].label}: $v_{{k-1}} + s_k^2$)" for p in positions if _resets(p))
     style.append(Line2D([], [], color=NEUTRAL, **{**THEORY, "zorder": None}, label=law))
-    if any(p != "post" for p in positions):
+    if any(not _resets(p) for p in positions):
         style.append(Line2D([], [], color=NEUTRAL, **{**THEORY_ALT, "zorder": None},
                             label="the scheme's closed form"))  # fmt: skip
     for ax, sub in zip(bots, ("attn", "ffn"), strict=False):

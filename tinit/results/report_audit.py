@@ -11,6 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from rich.table import Table
 
+from ..model.placements import normed_stream_names
 from .plots import wants_log
 from .style import (
     ROLE_STYLES,
@@ -230,9 +231,9 @@ def write_audit_md(frames: dict[str, pd.DataFrame], meta: dict, run_dir: Path, f
     if summ is not None and len(summ):
         for r in summ.itertuples(index=False):
             why = (
-                "the gap is the stream-branch cross terms 2 cov(x, F)"
-                if r.norm_position == "pre"
-                else "post-norm: the law uses each addition's measured input variance"
+                "post-norm: the law uses each addition's measured input variance"
+                if r.norm_position in normed_stream_names()
+                else "the gap is the stream-branch cross terms 2 cov(x, F)"
             )
             lines.append(
                 f"- **stream ({r.init})**: v_0 = {fmt(r.v0)}, v_2L = {fmt(r.v_final)}"

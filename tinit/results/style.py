@@ -29,6 +29,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from ..model.placements import PLACEMENTS
+
 #: Width of a full-width figure (inches): one column of a paper, or a page at 7 in.
 FULL_WIDTH = 7.0
 #: Fonts (pt) at FULL_WIDTH; never below 8 pt.
@@ -49,7 +51,7 @@ RC = {
 
 #: One colour and one marker per configuration (init recipe, norm position), everywhere.
 #: The four classic configurations keep these; every other one takes its scheme's colour
-#: (:data:`SCHEME_COLORS`) shaded by its placement (:data:`PLACEMENT_SHADE`).
+#: (:data:`SCHEME_COLORS`) shaded by its placement (its ``shade``, :mod:`tinit.model.placements`).
 CONFIG_COLORS = {
     ("naive", "pre"): "#d62728",
     ("scaled", "pre"): "#1f77b4",
@@ -63,8 +65,6 @@ CONFIG_MARKERS = {
     ("scaled", "post"): "v",
 }
 _FALLBACK_MARKERS = ("D", "P", "X", "*")
-#: The norm placements, in the order their panels appear.
-PLACEMENTS = ("pre", "post", "sandwich", "reordered", "none")
 #: One colour per scheme of the catalogue, in its order; naive red and gpt2 blue as the
 #: classic configurations (their post-norm orange and green come from CONFIG_COLORS). The
 #: others avoid red, blue, orange and green, so those four still mean the classic ones.
@@ -74,11 +74,7 @@ SCHEME_COLORS = (
     # the schemes added from their upstream code (deepnet-torchscale ... gemma3)
     "#6b6ecf", "#cedb9c", "#a55194", "#c49c94", "#dbdb8d", "#9edae5", "#756bb1", "#636363", "#bd9e39",
 )  # fmt: skip
-#: Placement as a shade of the scheme's colour: < 1 darker (mixed with black), > 1 lighter
-#: (mixed with white by the excess); pre-norm is the colour itself.
-PLACEMENT_SHADE = {"pre": 1.0, "post": 0.6, "sandwich": 1.3, "reordered": 0.8, "none": 0.45}
-#: Markers of the placements beyond pre/post (pre and post schemes cycle SCHEME_MARKERS).
-PLACEMENT_MARKERS = {"sandwich": "D", "reordered": "P", "none": "X"}
+#: Markers of the schemes of a placement without a marker of its own (pre, post).
 SCHEME_MARKERS = ("o", "s", "^", "v", "<", ">", "p", "h", "*", "d")
 
 
@@ -148,8 +144,15 @@ NEUTRAL = "0.3"
 CLIP_MARKERS = {"low": "v", "high": "^"}
 
 
+def placement_label(norm_position: str) -> str:
+    """The placement as the figures name it ("pre-norm", "no norm"); a name outside the
+    registry (a CSV from elsewhere) as "<name>-norm"."""
+    p = PLACEMENTS.get(norm_position)
+    return p.label if p is not None else f"{norm_position}-norm"
+
+
 def config_label(init: str, norm_position: str) -> str:
-    return f"{init} init, " + ("no norm" if norm_position == "none" else f"{norm_position}-norm")
+    return f"{init} init, {placement_label(norm_position)}"
 
 
 def key_rows_height(n: int, ncol: int, row: float = 0.17, pad: float = 0.15) -> float:
@@ -160,8 +163,10 @@ def key_rows_height(n: int, ncol: int, row: float = 0.17, pad: float = 0.15) -> 
 def config_style(init: str, norm_position: str, i: int = 0) -> dict:
     """Colour and marker of a configuration, the same in every figure: the classic four
     their own (:data:`CONFIG_COLORS`); any other catalogue scheme its colour, shaded by
-    the placement, with its own marker (sandwich, reordered, none: the placement's); a
-    scheme outside the catalogue (``i``: its index) a tab10 colour."""
+    the placement (its ``shade``: < 1 darker, mixed with black; > 1 lighter, mixed with
+    white by the excess; pre-norm is the colour itself), with its own marker (the
+    placement's where it has one: sandwich, reordered, none); a scheme outside the
+    catalogue (``i``: its index) a tab10 colour."""
     classic = _classic(init)
     key = (classic or init, norm_position)
     if key in CONFIG_COLORS:
@@ -169,8 +174,10 @@ def config_style(init: str, norm_position: str, i: int = 0) -> dict:
     j = scheme_index(init)
     if j is None:
         return {"color": f"C{(i + 4) % 10}", "marker": _FALLBACK_MARKERS[i % len(_FALLBACK_MARKERS)]}
-    color = _shade(SCHEME_COLORS[j % len(SCHEME_COLORS)], PLACEMENT_SHADE.get(norm_position, 1.0))
-    marker = PLACEMENT_MARKERS.get(norm_position, SCHEME_MARKERS[j % len(SCHEME_MARKERS)])
+    placement = PLACEMENTS.get(norm_position)
+    shade = placement.shade if placement is not None else 1.0
+    color = _shade(SCHEME_COLORS[j % len(SCHEME_COLORS)], shade)
+    marker = (placement and placement.marker) or SCHEME_MARKERS[j % len(SCHEME_MARKERS)]
     return {"color": mpl.colors.to_hex(color), "marker": marker}
 
 

@@ -138,7 +138,7 @@ def audit_not_applicable(sites: Sites) -> dict:
     """:data:`AUDIT_NOT_APPLICABLE`, and where the stream is not a plain sum of its
     branches (post-norm: the gradient at the sum before each norm is not tapped;
     parallel residual: the MLP's stream_in is a sum the model never forms) no full path."""
-    if sites.norm_position == "pre" and not sites.parallel:
+    if sites.plain_sum:
         return AUDIT_NOT_APPLICABLE
     out = {k: dict(v) for k, v in AUDIT_NOT_APPLICABLE.items()}
     for stem, cols in FULL_PATH.items():
@@ -559,8 +559,7 @@ def measure_grads(model: nn.Module, sites: Sites, tokens: torch.Tensor, roles: l
                      "param_norm": float(torch.linalg.vector_norm(p.detach(), dtype=stats))})  # fmt: skip
     sq = np.array([math.nan if s is None else float(s) for s in hooks.sq])
     model.zero_grad(set_to_none=True)
-    plain = sites.norm_position == "pre" and not sites.parallel
-    return pd.DataFrame(rows), sq, float(loss.detach()), hooks.width, hooks.paths if plain else None
+    return pd.DataFrame(rows), sq, float(loss.detach()), hooks.width, hooks.paths if sites.plain_sum else None
 
 
 @torch.no_grad()

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from ...model.config import ConfigError
+from ...model.placements import Placement, get_placement
 
 
 class SiteError(ConfigError):
@@ -63,7 +64,7 @@ class Sites:
     family: str  # which adapter found them (an HF model_type, "tinit", "generic", "--sites")
     blocks: list[BlockSites]
     parallel: bool = False  # both branches read the block input (GPT-NeoX)
-    norm_position: str = "pre"  # "post": the stream is renormalised after each addition
+    norm_position: str = "pre"  # a placement's name: "post" when the stream is renormalised after each sum
     norm_offset: float = 0.0  # norms compute (offset + w) * x_hat; Gemma: 1, so w = 0 is gain 1
     declared_recipe: str | None = None  # the family's own init rule, in tinit's terms
     notes: list[str] = field(default_factory=list)
@@ -71,6 +72,16 @@ class Sites:
     @property
     def n_layers(self) -> int:
         return len(self.blocks)
+
+    @property
+    def placement(self) -> Placement:
+        return get_placement(self.norm_position)
+
+    @property
+    def plain_sum(self) -> bool:
+        """The stream is a plain sum of its branches: no norm after each sum, and each
+        branch reads the stream the previous one wrote (not parallel)."""
+        return not self.placement.resets and not self.parallel
 
     def describe(self) -> list[str]:
         """What was found, for the terminal and audit.md."""
@@ -87,8 +98,8 @@ class Sites:
             "  residual: "
             + ("parallel (both branches read the block input)" if self.parallel else "sequential")
             + (
-                ", post-norm (stream renormalised after each addition)"
-                if self.norm_position == "post"
+                f", {self.placement.label} (stream renormalised after each addition)"
+                if self.placement.resets
                 else ""
             ),
         ]
@@ -298,11 +309,12 @@ def find_sites(model: nn.Module, tokens: torch.Tensor, spec: str | None = None) 
         family = "tinit"
         layout = {"blocks": "blocks", "attn": "attn", "ffn": "ffn"}
         layout["norm_offset"] = model.init.scheme.norm_offset  # Gemma's (1 + w) norms
-        if model.cfg.norm_position == "post":
-            layout.update(attn_stream="norm1", ffn_stream="norm2")
-        elif model.cfg.norm_position in ("sandwich", "reordered"):  # the branch's own norm is what is added
-            out = "o" if model.cfg.norm_position == "sandwich" else ""
-            layout.update(attn_added=f"norm1{out}", ffn_added=f"norm2{out}")
+        # the block's norms by slot: the branch's output norm is what is added (sandwich,
+        # reordered); a norm after the sum continues as the stream (post)
+        names = model.blocks[0].norm_names
+        for sub in ("attn", "ffn"):
+            layout[f"{sub}_added"] = names.get(f"{sub}_out")
+            layout[f"{sub}_stream"] = names.get(f"{sub}_stream")
     else:
         model_type = getattr(getattr(model, "config", None), "model_type", None)
         if model_type in FAMILIES:

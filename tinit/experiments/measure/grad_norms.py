@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from ... import theory
 from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ...model.init import draw_seed, role_of
+from ...model.placements import Placement, get_placement, normed_stream_names
 from ...model.transformer import Transformer, build_block
 from ..common import (
     RUN_FAILURES,
@@ -344,15 +345,15 @@ def _layerwise(net, cfg, ini, device, dtype, toks, stats, sq, losses, probes, re
 
 
 def stream_frame(
-    sq: np.ndarray, count: int, stream_var: np.ndarray, norm_position: str, eps: float,
+    sq: np.ndarray, count: int, stream_var: np.ndarray, norm_position: Placement | str, eps: float,
     stream_mult: np.ndarray | None = None, paths: np.ndarray | None = None,
 ):  # fmt: skip
     """stream_grads rows of one configuration, with the identity-path prediction and,
     with ``paths`` (from :func:`branch_paths`), the full-path one.
 
-    Identity path: only post-norm has a norm on it, modelled as the scalar
-    1/sqrt(var(s_j) + eps) from the forward variance of the sum; the others (pre,
-    sandwich, reordered, none) pass the gradient unchanged, times the scheme's stream
+    Identity path: a placement with a norm after each sum (post-norm) has one on it,
+    modelled as the scalar 1/sqrt(var(s_j) + eps) from the forward variance of the sum;
+    the others (pre, sandwich, reordered, none) pass the gradient unchanged, times the scheme's stream
     multipliers a_j (and x0-mix lambdas) above k. Full path: the gradient entering
     addition j from above is split into the identity part c_j w_j and the branch part
     r_j; with b_j = |r_j|^2 / |w_j|^2 the branch's backward gain (squared) and the two
@@ -370,7 +371,7 @@ def stream_frame(
     with np.errstate(all="ignore"):  # a vanished or overflowing gradient: nan / inf, flagged
         rel = rms / rms[-1]
     a = np.ones(n_add) if stream_mult is None else np.asarray(stream_mult, dtype=np.float64)
-    post = norm_position == "post"
+    post = get_placement(norm_position).resets  # a norm on the identity path
     if not post:
         gain = theory.identity_gain_pre(n_add)
     else:
@@ -493,7 +494,7 @@ def _embedding(df: pd.DataFrame):
 
 
 def _no_norm_on_path(df: pd.DataFrame):  # only post-norm has a norm between additions
-    return _embedding(df) | (df["norm_position"] != "post")
+    return _embedding(df) | ~df["norm_position"].isin(normed_stream_names())
 
 
 #: stream_grads.csv's cells with no value by design, wherever the frame is written

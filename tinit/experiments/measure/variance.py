@@ -16,6 +16,7 @@ import torch
 from ... import theory
 from ...model.catalogue import get_scheme, known
 from ...model.config import InitConfig, ModelConfig, RunConfig
+from ...model.placements import Placement, get_placement, normed_stream_names
 from ...model.transformer import Transformer
 from ..common import (
     RUN_FAILURES,
@@ -56,8 +57,9 @@ def _is_embedding(df: pd.DataFrame):
     return df["k"] == 0
 
 
-def _not_post_norm(df: pd.DataFrame):
-    return df["norm_position"] != "post"
+def _stream_not_normed(df: pd.DataFrame):
+    """Rows of placements whose stream is the sum itself (no norm after it): all but post-norm."""
+    return ~df["norm_position"].isin(normed_stream_names())
 
 
 def _zero_branch(df: pd.DataFrame):
@@ -75,22 +77,22 @@ def _no_closed_form(df: pd.DataFrame):
 
 
 #: Cells with no value by design (written empty; any other NaN is written ``nan``):
-#: the embedding (k = 0) has no branch; only post-norm has a normalised stream (the
-#: other placements' stream is the sum itself); a branch that is exactly zero (a
-#: zero-initialised output: zero-out, nanochat) has no correlation with the stream and
-#: no reference variance; a configuration whose stream stayed finite has no first
-#: non-finite addition.
+#: the embedding (k = 0) has no branch; only a placement with a norm after the sum
+#: (post) has a normalised stream (the other placements' stream is the sum itself); a
+#: branch that is exactly zero (a zero-initialised output: zero-out, nanochat) has no
+#: correlation with the stream and no reference variance; a configuration whose stream
+#: stayed finite has no first non-finite addition.
 NOT_APPLICABLE = {
     "variance": {
         "branch_var": _is_embedding,
         "cross_corr": lambda df: _is_embedding(df) | _zero_branch(df),
         "pred_closed": lambda df: _no_closed_form(df) & ~_is_embedding(df),
-        "stream_var_normed": lambda df: _not_post_norm(df) | _is_embedding(df),
+        "stream_var_normed": lambda df: _stream_not_normed(df) | _is_embedding(df),
     },
     "summary": {
         # empty when no addition overflowed (a CSV read back has NaN there, not None)
         "first_nonfinite_k": lambda df: df["first_nonfinite_k"].isna(),
-        "v_final_normed": _not_post_norm,
+        "v_final_normed": _stream_not_normed,
         "max_abs_cross_corr": _zero_branches,
         **dict.fromkeys(("s2_ref_attn", "s2_ref_ffn"), lambda df: _zero_branches(df) | _no_closed_form(df)),
         **dict.fromkeys(("pred_closed_final", "rel_err_closed", "closed_form"), _no_closed_form),
@@ -109,8 +111,9 @@ def measure_stream(
 
 
 def add_theory(
-    raw: pd.DataFrame, norm_position: str, cfg: ModelConfig | None = None, init: InitConfig | None = None
-) -> pd.DataFrame:
+    raw: pd.DataFrame, norm_position: Placement | str, cfg: ModelConfig | None = None,
+    init: InitConfig | None = None,
+) -> pd.DataFrame:  # fmt: skip
     """Add stream_var_rel, pred_cumulative and pred_closed to one configuration's rows.
 
     With ``cfg`` and ``init``, the init scheme's theory (:mod:`tinit.theory`): the
@@ -118,7 +121,9 @@ def add_theory(
     multipliers, and its closed form from the reference branch variances (attrs
     ``s2_ref``). Without them, the plain variance law (a = g = 1, no depth factor: the
     naive scheme's theory), so a model tinit did not build gets the same columns as
-    tinit's own naive model."""
+    tinit's own naive model. ``norm_position``: the placement (or its name), whose
+    stream law and branch law the predictions follow."""
+    placement = get_placement(norm_position)
     df = raw.sort_values("k").reset_index(drop=True)
     v0 = float(df.loc[0, "stream_var"])
     adds = df["k"] > 0
@@ -132,11 +137,11 @@ def add_theory(
         mult = theory.plain_multipliers(len(s2))
     if mult is not None:
         v_in = df.loc[adds, "stream_in_var"].to_numpy()
-        cumulative = theory.pred_cumulative_scheme(v0, s2, mult, norm_position, v_in)
-        refs = theory.reference_branch_vars(s2, mult, norm_position, v_in)
-        closed = theory.pred_closed_scheme(v0, refs, mult, norm_position)
+        cumulative = theory.pred_cumulative_scheme(v0, s2, mult, placement, v_in)
+        refs = theory.reference_branch_vars(s2, mult, placement, v_in)
+        closed = theory.pred_closed_scheme(v0, refs, mult, placement)
         df.attrs["s2_ref"] = refs
-    elif norm_position == "pre":
+    elif not placement.resets:
         cumulative = theory.pred_cumulative_pre(v0, s2)
         closed = theory.pred_closed_pre(v0, k, mean_s2)
     else:
