@@ -96,3 +96,19 @@ def z_quantile(alpha: float, m: int = 1, two_sided: bool = True) -> float:
     """Normal quantile of a test at level alpha, Bonferroni-corrected over m tests."""
     tail = alpha / m / (2 if two_sided else 1)
     return NormalDist().inv_cdf(1.0 - tail)
+
+#: Coordinate check (``tinit coord-check``): a quantity is width-stable (depth-stable) when
+#: the log-log slope of its RMS against width (depth) is within COORD_SLOPE_TOL of 0 at
+#: every recorded step. The anchors: muP claims Theta(1) coordinates (slope 0); the
+#: smallest growth the standard parametrization shows is width^(1/2) (a sum of d
+#: independent terms, e.g. tied logits at init; a step of Adam at a fixed lr gives width^1
+#: in the logits and attention), and along depth L^(1/2) (L uncorrelated branch writes).
+#: 0.25 is halfway between 0 and that smallest anomalous exponent: over the default
+#: widths 64..512 (3 octaves) it allows a change of 2^0.75 = 1.7x. The point estimate is
+#: compared (its standard error over seeds is printed beside it).
+COORD_SLOPE_TOL = 0.25
+#: Quantities held to Theta(1) (|slope| <= tol) and those held to O(1) (slope <= tol): the
+#: logits may vanish with width (Tensor Programs V's desiderata: "every (pre)activation
+#: Theta(1)", "the output O(1)"; muP's readout starts at or near zero).
+COORD_THETA1 = ("embed", "attn", "ffn", "stream")
+COORD_O1 = ("logits",)

@@ -195,7 +195,7 @@ def _root(
 def _register() -> None:
     # commands register themselves on import; this order is the order in `tinit --help`
     from . import variance, grad_norms, depth_sweep, attention_scale, norms, params, check  # noqa: F401, I001
-    from . import train, inits, audit, sweep  # noqa: F401, I001
+    from . import train, coord_check, inits, audit, sweep  # noqa: F401, I001
 
     for info in app.registered_commands:
         if info.cls in (None, TyperCommand):

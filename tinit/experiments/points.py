@@ -37,6 +37,7 @@ from .measure.grad_norms import not_applicable as grad_norms_not_applicable
 from .measure.grad_norms import require_gradients, run_grad_norms
 from .measure.variance import NOT_APPLICABLE as VARIANCE_NOT_APPLICABLE
 from .measure.variance import run_variance
+from .training import coord_check
 
 #: Frames of one point, by file stem.
 Frames = dict[str, pd.DataFrame]
@@ -103,6 +104,7 @@ RUNNERS: dict[str, Callable[..., ExperimentResult]] = {
     "depth-sweep": _depth_sweep_runner,
     "variance": run_variance,
     "grad-norms": run_grad_norms,
+    "coord-check": coord_check.coord_point,
 }
 
 
@@ -201,3 +203,28 @@ def grad_norms_plan(model, init, run, inits, norm_positions, batches: int = 1) -
     # the single run's rules, from the gathered frames (which configurations pass no gradient)
     plan.not_applicable = lambda frames: grad_norms_not_applicable(model, frames["grad_norms"])
     return plan
+
+
+def coord_check_plan(
+    model: ModelConfig, init: InitConfig, run: RunConfig, coord: coord_check.CoordConfig,
+    inits: Sequence[str], norm_positions: Sequence[str] | None, widths: Sequence[int],
+    depths: Sequence[int], seeds: int, d_ff: int | None = None,
+) -> Plan:  # fmt: skip
+    """``coord-check`` as one point per training run (scheme, norm position, depth,
+    width, seed), in the single run's order; gathering is the single run's
+    (:func:`tinit.experiments.training.coord_check.gather`: concatenate, then fit)."""
+    g = coord_check.make_grid(model, init, run, inits, norm_positions, widths, depths, seeds)
+    points = [
+        Point("coord-check",
+              {"d": p["d_model"], "n_layers": p["n_layers"], "seed": p["seed"], "init": p["recipe"],
+               "norm_position": p["norm_position"]},
+              {"model": model, "init": init, "run": run, "coord": coord, "d_ff": d_ff, **p})  # fmt: skip
+        for p in g.points()
+    ]
+
+    def gather(frames: dict[str, Frames]) -> Frames:
+        return coord_check.gather([frames[p.name]["coord_check"] for p in points if p.name in frames])
+
+    meta = _grid_meta(dataclasses.replace(model, d_model=max(widths), n_layers=max(depths)), init, run,
+                      configurations=list(g.configs), **coord_check.grid_meta(g, coord, d_ff))  # fmt: skip
+    return Plan("coord-check", points, gather, meta, coord_check.NOT_APPLICABLE)

@@ -1,0 +1,135 @@
+"""``tinit coord-check``: every layer's activation scale against width and depth over
+the first steps of training, per scheme, with a verdict (microsoft/mup's coord check,
+both axes)."""
+
+import math
+from typing import Annotated, Literal
+
+import typer
+
+from . import app
+from .common import describe
+from .options import MODEL, SharedOptions, shared_options
+
+CHECK = "Coordinate check"
+#: CPU defaults: d = 64..512 and L = 2, 8 at 3 seeds in a few minutes on 2 cores (one
+#: fixed batch of 4 x 32 tokens; the RMS of a layer averages 128 x d coordinates).
+CPU_DEFAULTS = {"init": "gpt2,mup", "heads": 4, "vocab": 256, "seq_len": 32, "batch": 4}
+#: Set by the check itself: float32 weights, held blocks, model branches, one grid of widths.
+NOT_FOR_CHECK = ("layers", "d_model", "preset", "dtype", "stream", "branch", "branch_var")
+
+
+def _opt(*decls, help, panel=CHECK, **kw):
+    return typer.Option(*decls, help=help, rich_help_panel=panel, show_default=True, **kw)
+
+
+def _positive(value: float) -> float:
+    if not (math.isfinite(value) and value > 0):
+        raise typer.BadParameter(f"{value} is not a positive number")
+    return value
+
+
+@app.command("coord-check", short_help="Activation RMS per layer against width and depth over the first "
+             "training steps: which schemes keep their coordinates Theta(1)?")  # fmt: skip
+@shared_options(exclude=NOT_FOR_CHECK, defaults=CPU_DEFAULTS)
+def coord_check(
+    *,
+    opts: SharedOptions,
+    d_model: Annotated[
+        str, _opt("--d-model", help="Widths, a comma list.", panel=MODEL, metavar="64,128,...")
+    ] = "64,128,256,512",
+    layers: Annotated[
+        str, _opt("--layers", "-L", help="Depths: a comma list or range (as depth-sweep).", panel=MODEL)
+    ] = "2,8",
+    seeds: Annotated[
+        int, _opt("--seeds", help="Seeds per (scheme, width, depth): --seed, --seed+1, ...", min=1)
+    ] = 3,  # fmt: skip
+    steps: Annotated[
+        int, _opt("--steps", help="Optimizer steps; the RMS is recorded at steps 0..N.", min=1)
+    ] = 4,
+    lr: Annotated[
+        float,
+        _opt(
+            "--lr",
+            help="Constant Adam learning rate (the scheme's rules scale it per group).",
+            callback=_positive,
+        ),
+    ] = 1e-2,  # fmt: skip
+    param_rules: Annotated[
+        Literal["on", "off"],
+        _opt(
+            "--param-rules",
+            help="on: each scheme's optimizer rules (muP's lr / m on hidden matrices); "
+            "off: one lr for every parameter, to show what the rules do.",
+        ),  # fmt: skip
+    ] = "on",
+) -> None:
+    """Train each scheme for --steps Adam steps on one fixed batch of the Markov language
+    at every width x depth x seed, and record the RMS of every layer's output in each
+    step's forward pass (the embedding, each block's attention and FFN branch, the stream
+    after each block, the logits): microsoft/mup's coord check, which records the mean
+    |x| after 1, 2, 3 steps, with the depth axis added. A scheme is width-stable
+    (depth-stable) when the log-log slope of every quantity's RMS against width (depth)
+    is within 0.25 of 0 at every step (the logits: at most 0.25, they may vanish).
+
+    Writes coord_check.csv (one row per scheme, width, depth, seed, step, layer,
+    quantity), coord_check_fit.csv (slopes against width and depth per scheme, step and
+    quantity, with their SE over seeds, and the verdicts), coord_check.png (against
+    width), coord_check_depth.png (against depth), coord_check_layers_*.png (one line
+    per layer, mup's view) and config.json.
+    """
+    from ..experiments.measure.depth_sweep import parse_layers
+    from ..experiments.points import coord_check_plan
+    from ..experiments.training.coord_check import CoordConfig, make_grid, parse_widths, run_coord_check
+    from ..experiments.training.coord_fit import summary
+    from .runner import Outputs, configs_or_exit, execute
+
+    widths = configs_or_exit(lambda: parse_widths(d_model))
+    depths = configs_or_exit(lambda: parse_layers(layers))
+    model, init, run, coord = configs_or_exit(
+        lambda: (
+            opts.model_config(n_layers=depths[-1], d_model=widths[-1]),
+            opts.init_config(),
+            opts.run_config(widths=widths, depths=depths, seeds=seeds),
+            CoordConfig(steps=steps, lr=lr, param_rules=param_rules == "on"),
+        )
+    )
+    positions = opts.placements
+    configs_or_exit(lambda: make_grid(model, init, run, opts.inits, positions, widths, depths, seeds))
+    title = describe(opts, model).replace(f"L={model.n_layers}", f"L={','.join(map(str, depths))}")
+    title = title.replace(f"d={model.d_model}", f"d={','.join(map(str, widths))}").split(", d_ff=")[0]
+    title += f", {seeds} seed{'s' if seeds > 1 else ''}, Adam lr {lr:g} (rules {param_rules}), {steps} steps"
+    title += f", batch {opts.batch} x seq {opts.seq_len}, V={opts.vocab}"
+
+    def figures(r):
+        from ..results.plot_coord_check import coord_figures
+
+        return coord_figures(r["coord_check"], r["coord_check_fit"], title)
+
+    def tables(r):
+        from ..results.plot_coord_check import coord_table
+
+        return [coord_table(summary(r["coord_check_fit"]), f"tinit coord-check ({title})")]
+
+    execute(
+        "coord-check",
+        opts,
+        lambda progress, on_partial=None: run_coord_check(
+            model,
+            init,
+            run,
+            coord,
+            opts.inits,
+            positions,
+            widths,
+            depths,
+            seeds,
+            opts.d_ff,
+            progress,
+            on_partial,
+        ),
+        Outputs(figures=figures, tables=tables),
+        plan=lambda: coord_check_plan(
+            model, init, run, coord, opts.inits, positions, widths, depths, seeds, opts.d_ff
+        ),  # fmt: skip
+    )

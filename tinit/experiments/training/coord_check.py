@@ -1,0 +1,286 @@
+"""The coordinate check: does every layer's activation scale stay put as the model gets
+wider (muP) or deeper (CompleteP, depth-muP) during the first steps of training?
+
+After microsoft/mup@1981497 ``mup/coord_check.py`` (``_get_coord_data``): for each
+width, seed and scheme, build the model, train it for a few steps of Adam on one fixed
+batch (mup's ``fix_data=True``), and record a statistic of every module's output during
+the forward pass of each step, i.e. after 0, 1, 2, ... updates (mup's ``t = 1, 2, ...``
+is tinit's step 0, 1, ...). mup records the mean absolute coordinate, ``l1 =
+mean(|x|)`` ("coord size"); tinit records the RMS, ``sqrt(mean(x^2))``, the scale whose
+square is the variance every other tinit command measures. For a fixed coordinate
+distribution the two differ by a constant factor (sqrt(2/pi) for a Gaussian), so their
+slopes against width agree; RMS weighs the large coordinates more, and a blow-up starts
+there. tinit adds the depth axis (CompleteP, Dey et al. 2025, arXiv 2505.01618) and a
+fitted slope with a verdict (:mod:`.coord_fit`).
+
+Quantities, from tinit's probe (``Transformer`` calls it at every residual addition):
+``embed`` (the stream entering block 0, layer -1), ``attn`` and ``ffn`` (each block's
+branch output Out(F(In(x))), before the scheme's branch multiplier g: the module's
+output, what mup's forward hook on the module sees), ``stream`` (the stream leaving
+each block, after post-norm's norm) and ``logits`` (after the scheme's logit multiplier,
+layer L). Each over every element of the batch (tokens x features).
+
+The optimizer: Adam(W), no weight decay, no warmup, no clipping, a constant lr (mup's
+coord check: plain ``Adam(lr)`` or ``MuAdam(lr)``), with the scheme's parameter rules
+(:func:`coord_optimizer`). One point is one training run: (scheme, norm position, width,
+depth, seed); its numbers depend on that point alone, so a sweep gathers the same frame.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from ...model.catalogue import placements_for
+from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ...model.transformer import Transformer
+from ..common import (
+    RUN_FAILURES,
+    ExperimentResult,
+    IncompleteRun,
+    Partial,
+    Progress,
+    ProgressCounter,
+    check_configs,
+    failure_reason,
+    grid,
+    matmul_precision,
+    resolve_device,
+    run_meta,
+)
+from ..memory import return_freed_memory, rss_mib
+from .coord_fit import fit_coord_check, fit_not_applicable
+from .data import load_data
+
+#: coord_check.csv's columns.
+COLUMNS = ["init", "norm_position", "d_model", "n_layers", "seed", "step", "layer", "quantity", "rms"]
+#: The placement of a scheme that presumes none, when the user chose none.
+DEFAULT_PLACEMENT = ("pre",)
+#: The quantities, in the order of the stack.
+QUANTITIES = ("embed", "attn", "ffn", "stream", "logits")
+
+
+@dataclass(frozen=True)
+class CoordConfig:
+    """The training of a coordinate check and its data (the Markov language)."""
+
+    steps: int = 4  # optimizer steps; the RMS is recorded at steps 0..steps
+    lr: float = 1e-2  # constant Adam lr (mup's Transformer example checks Adam at 0.01)
+    param_rules: bool = True  # the scheme's optimizer rules (per-group lr); off: one lr
+    markov_k: int = 4  # successors per token of the Markov language
+
+    def __post_init__(self) -> None:
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
+            raise ConfigError("steps", f"must be a whole number >= 1, got {self.steps!r}")
+        if not (isinstance(self.lr, int | float) and math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError("lr", f"must be a positive number, got {self.lr!r}")
+
+
+def parse_widths(spec: str | int | Sequence[int]) -> list[int]:
+    """The widths of a check, ascending, from a comma list (``64,128,256``) or ints;
+    each a whole number >= 1, once. A ConfigError naming ``d_model`` otherwise."""
+    items = [spec] if isinstance(spec, int) and not isinstance(spec, bool) else spec
+    parts = [p.strip() for p in items.split(",")] if isinstance(items, str) else list(items)
+    how = "give a comma list of whole numbers >= 1 (64,128,256,512)"
+    out = []
+    for p in parts:
+        try:
+            v = int(p) if not isinstance(p, bool) else -1
+        except (TypeError, ValueError):
+            v = -1
+        if v < 1 or (isinstance(p, float) and p != v):
+            raise ConfigError("d_model", f"{p!r} is not a width; {how}")
+        out.append(v)
+    if not out:
+        raise ConfigError("d_model", f"no widths given; {how}")
+    repeated = sorted({v for v in out if out.count(v) > 1})
+    if repeated:
+        raise ConfigError("d_model", f"{', '.join(map(str, repeated))} is given twice; give each width once")
+    return sorted(out)
+
+
+def coord_optimizer(model: Transformer, init: InitConfig, coord: CoordConfig) -> torch.optim.Optimizer:
+    """Adam with the scheme's parameter rules. PLACEHOLDER until the rules land (issue
+    24 item 1): one group at ``coord.lr``, no weight decay (mup's coord check decays
+    nothing)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=coord.lr, weight_decay=0.0)
+
+
+class RMSProbe:
+    """Records the RMS of the embedding, each branch output, each block's output stream
+    and (:meth:`logits`) the logits, on the device; one host transfer per forward."""
+
+    def __init__(self) -> None:
+        self.keys: list[tuple[int, str]] = []
+        self.values: list[torch.Tensor] = []
+
+    def _add(self, layer: int, quantity: str, t: torch.Tensor) -> None:
+        with torch.no_grad():
+            x = t.detach().float()
+            self.keys.append((layer, quantity))
+            self.values.append(torch.sqrt(torch.linalg.vecdot(x, x).sum() / x.numel()))
+
+    def __call__(self, k, layer, sublayer, stream_in, branch, stream_out, normed=None) -> None:
+        if k == 0:
+            self._add(-1, "embed", stream_out)
+            return
+        self._add(layer, sublayer, branch)
+        if sublayer == "ffn":  # the block's output: after the norm that follows the sum (post)
+            self._add(layer, "stream", stream_out if normed is None else normed)
+
+    def rows(self) -> list[tuple[int, str, float]]:
+        values = torch.stack(self.values).cpu().tolist() if self.values else []
+        out = [(layer, q, v) for (layer, q), v in zip(self.keys, values, strict=True)]
+        self.keys, self.values = [], []
+        return out
+
+
+def coord_point(
+    model: ModelConfig, init: InitConfig, run: RunConfig, coord: CoordConfig, recipe: str,
+    norm_position: str, d_model: int, n_layers: int, seed: int, d_ff: int | None = None,
+    progress: Progress | None = None,
+) -> ExperimentResult:  # fmt: skip
+    """One training run of the check: ``coord.steps`` Adam steps of the scheme at
+    (width, depth, seed) on one fixed batch of the Markov language (drawn from the
+    seed), the RMS of every quantity recorded in each step's forward pass. ``d_ff``
+    None: the FFN width follows d (8d/3 or 4d). Frame ``coord_check``."""
+    device = resolve_device(run.device)
+    cfg = dataclasses.replace(model, d_model=d_model, n_layers=n_layers, d_ff=d_ff,
+                              norm_position=norm_position,
+                              max_seq_len=max(model.max_seq_len, run.seq_len))  # fmt: skip
+    ini = dataclasses.replace(init, recipe=recipe, seed=seed)
+    data = load_data("markov", vocab=cfg.vocab_size, seq_len=run.seq_len, batch=run.batch,
+                     seed=init.seed, eval_batches=1, markov_k=coord.markov_k)  # fmt: skip
+    data.reset(seed)  # the data language is --seed's; the batch is the run seed's
+    batch = data.next_batch().to(device)
+    tick = ProgressCounter(progress, coord.steps + 1)
+    labels = {"init": recipe, "norm_position": norm_position, "d_model": d_model, "n_layers": n_layers,
+              "seed": seed}  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    net = Transformer(cfg, ini, device)
+    opt = coord_optimizer(net, ini, coord)
+    probe = RMSProbe()
+    with matmul_precision(run):
+        for step in range(coord.steps + 1):
+            last = step == coord.steps
+            with torch.set_grad_enabled(not last):  # the last record needs no update after it
+                logits = net(batch[:, :-1], probe)
+                probe._add(n_layers, "logits", logits)
+                rows += [{**labels, "step": step, "layer": layer, "quantity": q, "rms": v}
+                         for layer, q, v in probe.rows()]  # fmt: skip
+                if not last:
+                    loss = F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+                del logits
+            tick()
+    del net, opt
+    return ExperimentResult({"coord_check": pd.DataFrame(rows, columns=COLUMNS)}, {})
+
+
+@dataclass(frozen=True)
+class CoordGrid:
+    """The points of a check: (scheme, norm position) x depth x width x seed."""
+
+    configs: tuple[tuple[str, str], ...]
+    widths: tuple[int, ...]
+    depths: tuple[int, ...]
+    seeds: tuple[int, ...]
+
+    def points(self) -> list[dict[str, Any]]:
+        return [
+            {"recipe": r, "norm_position": p, "n_layers": L, "d_model": d, "seed": s}
+            for r, p in self.configs for L in self.depths for d in self.widths for s in self.seeds
+        ]  # fmt: skip
+
+
+def make_grid(
+    model: ModelConfig, init: InitConfig, run: RunConfig, inits: Sequence[str],
+    norm_positions: Sequence[str] | None, widths: Sequence[int], depths: Sequence[int], seeds: int,
+) -> CoordGrid:  # fmt: skip
+    """The grid, checked before anything runs: every width a valid model (heads divide
+    it, RoPE's head size even), every scheme defined at every depth and width.
+    ``norm_positions`` None: each scheme in its presumed placement, else pre-norm (the
+    placement of mup's and CompleteP's models)."""
+    configs = (
+        tuple(grid(inits, norm_positions, init.schemes))
+        if norm_positions
+        else tuple((r, placements_for(r, DEFAULT_PLACEMENT, init.schemes)[0]) for r in inits)
+    )
+    for d in widths:
+        cfg = dataclasses.replace(model, d_model=d, d_ff=None)  # raises ConfigError (n_heads, d_model)
+        check_configs(cfg, init, run, configs, depths)
+    if seeds < 1:
+        raise ConfigError("seeds", f"must be a whole number >= 1, got {seeds}")
+    return CoordGrid(configs, tuple(widths), tuple(depths), tuple(init.seed + i for i in range(seeds)))
+
+
+def gather(frames: Sequence[pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """The check's frames from its points' ``coord_check`` frames, in grid order."""
+    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
+    return {"coord_check": rows, "coord_check_fit": fit_coord_check(rows)}
+
+
+NOT_APPLICABLE = {"coord_check_fit": fit_not_applicable()}
+
+
+def grid_meta(g: CoordGrid, coord: CoordConfig, d_ff: int | None) -> dict[str, Any]:
+    return {
+        "coord": dataclasses.asdict(coord),
+        "grid": {"configurations": [list(c) for c in g.configs], "widths": list(g.widths),
+                 "depths": list(g.depths), "seeds": list(g.seeds)},
+        "d_ff": d_ff if d_ff is not None else "per width (8d/3 rounded up to 64, or 4d)",
+        "statistic": "rms = sqrt(mean(x^2)) over batch, tokens and features",
+        "optimizer": "AdamW, weight decay 0, constant lr, no clipping, one fixed batch per seed",
+    }  # fmt: skip
+
+
+def run_coord_check(
+    model: ModelConfig, init: InitConfig, run: RunConfig, coord: CoordConfig, inits: Sequence[str],
+    norm_positions: Sequence[str] | None, widths: Sequence[int], depths: Sequence[int], seeds: int = 3,
+    d_ff: int | None = None, progress: Progress | None = None, on_partial: Partial | None = None,
+) -> ExperimentResult:  # fmt: skip
+    """Every point of the grid in order (:func:`coord_point`), then the fit. After
+    each point ``on_partial`` gets the frames so far."""
+    g = make_grid(model, init, run, inits, norm_positions, widths, depths, seeds)
+    device = resolve_device(run.device)
+    points = g.points()
+    tick = ProgressCounter(progress, len(points) * (coord.steps + 1))
+    meta = run_meta(dataclasses.replace(model, d_model=max(widths), n_layers=max(depths)), init, run, device,
+                    configurations=list(g.configs), **grid_meta(g, coord, d_ff))  # fmt: skip
+    meta["seconds"], meta["rss_mib"] = {}, {}
+    frames: list[pd.DataFrame] = []
+
+    def result(complete: bool, error: str | None = None) -> ExperimentResult:
+        return ExperimentResult(gather(frames), {**meta, "complete_points": len(frames)}, complete, error,
+                                NOT_APPLICABLE)  # fmt: skip
+
+    for i, p in enumerate(points):
+        t0 = time.perf_counter()
+        name = point_name(p)
+        try:
+            r = coord_point(model, init, run, coord, d_ff=d_ff, progress=lambda done, total: tick(), **p)
+        except RUN_FAILURES as exc:
+            what = failure_reason(exc)
+            raise IncompleteRun(f"point {i + 1}/{len(points)} ({name}): {what}", result(False, what)) from exc
+        frames.append(r["coord_check"])
+        meta["seconds"][name] = time.perf_counter() - t0
+        return_freed_memory()
+        meta["rss_mib"][name] = rss_mib()
+        if on_partial is not None and i + 1 < len(points):
+            on_partial(result(False))
+    return result(True)
+
+
+def point_name(p: dict[str, Any]) -> str:
+    return f"{p['recipe']}/{p['norm_position']}, d={p['d_model']}, L={p['n_layers']}, seed {p['seed']}"
