@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .formula import FormulaError
-from .schemes import Rule, Scheme, rule, scheme
+from .schemes import ParamRules, Rule, Scheme, param_rules, rule, scheme
 
 HF = "huggingface/transformers@v5.24.0"
 TORCHSCALE = "microsoft/torchscale@4d1e0e8"
@@ -32,6 +32,58 @@ _TRUNC3 = "3 * std"
 
 def _all(r: Rule, roles) -> dict[str, Rule]:
     return dict.fromkeys(roles, r)
+
+
+# --- optimizer rules of the parametrizations (tinit.model.param_rules applies them) ---
+# Multipliers of the base lr, weight decay and Adam eps per parameter group. Output and
+# branch multipliers are not here: the forward applies them (logit_mult, branch_mult).
+
+#: microsoft/mup MuAdam (used as MuAdamW: tinit's AdamW): matrix-like parameters (two
+#: infinite dimensions: the hidden matrices) lr / width_mult and, since MuAdamW leaves
+#: decoupled_wd=False, weight_decay x width_mult (lr x wd held); vector-like ones
+#: (embeddings, the MuReadout readout, norms, biases) keep the base values.
+MUP_RULES = param_rules(
+    "microsoft/mup@1981497 mup/optim.py (MuAdam, MuAdamW, decoupled_wd=False)",
+    "width_mult taken as m = d/d0 for every hidden matrix (mup's is each matrix's fan-in multiplier: "
+    "d_ff/d_ff0 for W_down, the same m when d_ff grows with d). decoupled_wd=True (wd unchanged) is "
+    "mup's option for optimizers that decouple decay; tinit follows the default.",
+    hidden_matrix={"lr": "d0 / d", "weight_decay": "d / d0"},
+)
+
+
+def _depth_rules(alpha: str, depth_lr: str, eps: str) -> ParamRules:
+    """nanoGPT-mup's CompleteP groups (``depth_alpha_enabled``) at exponent ``alpha``:
+    hidden weights lr x m^-1 (L/L0)^(alpha-1) with weight decay / m^-1 (so lr x wd holds
+    in width), hidden norms and biases lr x (L/L0)^(alpha-1), embeddings and the final
+    norm lr 1; Adam eps x m^-1 (L/L0)^-alpha for every group (the code scales the
+    optimizer's one eps)."""
+    every = {"eps": eps}
+    return param_rules(
+        f"EleutherAI/nanoGPT-mup@6f8bc3b model.py (branch completep: GPT.configure_optimizers, "
+        f"depth_alpha_exp {alpha})",
+        "Follows the code: its eps scaling reaches every group (embeddings and final norm too), and its "
+        "hidden weight decay is x m (lr x wd held in width, not in depth). nanoGPT-mup ties the readout "
+        "to the embedding (lr 1); tinit's untied readout takes the embedding's rule.",
+        embedding=every,
+        hidden_matrix={"lr": f"d0 / d * {depth_lr}" if depth_lr != "1" else "d0 / d",
+                       "weight_decay": "d / d0", **every},
+        hidden_vector={"lr": depth_lr, **every},
+        readout=every,
+        final_vector=every,
+    )  # fmt: skip
+
+
+COMPLETEP_RULES = _depth_rules("1", "1", "d0 / d * L0 / L")
+DEPTH_MUP_RULES = _depth_rules("0.5", "(L / L0)^(-1/2)", "d0 / d * (L / L0)^(-1/2)")
+#: Megatron-LM get_mup_config_overrides (Adam): hidden matrix-like parameters lr / m and
+#: eps / m; embeddings, the output layer (marked is_embedding_parameter under use_mup)
+#: and every vector keep the base lr and eps; weight decay is not scaled.
+MEGATRON_MUP_RULES = param_rules(
+    "NVIDIA/Megatron-LM@d98e8a64dd megatron/core/optimizer/__init__.py (get_mup_config_overrides); "
+    "megatron/core/models/common/language_module/language_module.py (is_embedding_parameter)",
+    "",
+    hidden_matrix={"lr": "d0 / d", "eps": "d0 / d"},
+)
 
 
 _BASE = [
@@ -323,8 +375,8 @@ _WIDTH = [
         "mup",
         "muP relative to base width d0 (m = d/d0): hidden matrices sigma/sqrt(m), embeddings unchanged, "
         "q zero, untied readout zero (the Transformer example zero-initialises MuReadout), logits x 1/m, "
-        "attention q.k/d_h. (Adam lr / m is training, not init.) With a tied head the readout is the "
-        "embedding.",
+        "attention q.k/d_h; optimizer rules (MuAdamW): hidden matrices lr / m, weight decay x m. With a tied "
+        "head the readout is the embedding.",
         ["Yang et al. 2022 (Tensor Programs V)"],
         {
             **_all(rule(_MUP_HIDDEN), ("k", "v", "o", "gate", "up", "down")),
@@ -339,6 +391,7 @@ _WIDTH = [
         logit_mult="d0 / d",
         attn_scale="1 / d_h",
         closed_form="v0 + 2L s^2",
+        param_rules=MUP_RULES,
     ),
     scheme(
         "completep",
@@ -351,6 +404,7 @@ _WIDTH = [
         logit_mult="d0 / d",
         attn_scale="1 / d_h",
         closed_form="v0 + 2 s^2 L0^2 / L",
+        param_rules=COMPLETEP_RULES,
     ),
     scheme(
         "depth-mup",
@@ -362,6 +416,7 @@ _WIDTH = [
         logit_mult="d0 / d",
         attn_scale="1 / d_h",
         closed_form="v0 + 2 s^2 L0",
+        param_rules=DEPTH_MUP_RULES,
     ),
     scheme(
         "megatron-mup",
@@ -383,6 +438,7 @@ _WIDTH = [
         attn_scale="1 / d_h",
         depth_factor=("1 / (2 * L)", "1 / (2 * L)"),
         closed_form="v0 + s^2",
+        param_rules=MEGATRON_MUP_RULES,
     ),
     scheme(
         "scaled-embed",

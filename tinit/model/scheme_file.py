@@ -15,6 +15,11 @@
     down = { std = "sigma / sqrt(2 * L)", dist = "trunc", bound = "3 * std" }
     up = { dist = "zero" }
 
+    [optimizer.hidden_matrix]              # optional optimizer rules per parameter group
+    lr = "d0 / d"                          # multipliers of the base lr, weight decay, eps
+    weight_decay = "d / d0"                # (groups: embedding, hidden_matrix, hidden_vector,
+                                           #  readout, final_vector; see tinit.model.param_rules)
+
 Formulas use numbers, + - * / ^, sqrt, log, exp, min, max and the variables of
 :data:`tinit.model.formula.VARIABLES`; they are parsed with a whitelist, never
 evaluated as Python. Every error is a :class:`~tinit.model.formula.FormulaError` (the
@@ -34,10 +39,20 @@ import tomllib
 from .catalogue import check_user_scheme
 from .formula import VARIABLES, Formula, FormulaError
 from .placements import PLACEMENTS
-from .schemes import DISTRIBUTIONS, ROLES, Rule, Scheme, resolve, scheme
+from .schemes import (
+    DISTRIBUTIONS,
+    PARAM_GROUPS,
+    ROLES,
+    ParamRules,
+    Rule,
+    Scheme,
+    param_rules,
+    resolve,
+    scheme,
+)
 
 _TOP = {"name", "description", "placement", "qk_norm", "stream_mult", "branch_mult", "embed_mult", "roles",
-        "sources"}  # fmt: skip
+        "sources", "optimizer"}  # fmt: skip
 _RULE_VARS = tuple(v for v in VARIABLES if v != "std")
 #: A scheme's name: it becomes part of folder names (tinit sweep's points) and CSV cells.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
@@ -85,6 +100,32 @@ def _probe_values(path, s: Scheme, role: str) -> None:
                 raise FormulaError(f"{path}: {exc}") from None
 
 
+def _param_rules(path, table) -> ParamRules:
+    """The ``[optimizer.<group>]`` tables: lr, weight_decay, eps multipliers (formulas)."""
+    if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
+        raise _bad(path, "optimizer", "give [optimizer.<group>] tables of lr, weight_decay, eps formulas")
+    unknown = set(table) - set(PARAM_GROUPS)
+    if unknown:
+        raise _bad(path, "optimizer", f"unknown group(s) {', '.join(sorted(unknown))} "
+                   f"(choose from {', '.join(PARAM_GROUPS)})")  # fmt: skip
+    try:
+        rules = param_rules(str(path), "", **{g: {k: str(v) for k, v in t.items()} for g, t in table.items()})
+    except FormulaError as exc:
+        raise _bad(path, "optimizer", str(exc)) from None
+    for L, d in ((1, 64), (12, 256), (80, 8192)):  # undefined or non-positive now, not mid-run
+        env = {"L": L, "d": d, "d_ff": 4 * d, "d_h": 64, "V": 32000, "d0": 256, "L0": 1, "tied": 1}
+        for group, r in rules.groups:
+            for key in ("lr", "weight_decay", "eps"):
+                try:
+                    v = getattr(r, key)(**{k: float(x) for k, x in env.items()})
+                except FormulaError as exc:
+                    raise _bad(path, f"optimizer.{group}.{key}", str(exc)) from None
+                if not v > 0 and not (key == "weight_decay" and v == 0):
+                    raise _bad(path, f"optimizer.{group}.{key}", f"{getattr(r, key)} = {v:g} at L={L}, d={d} "
+                               "(a multiplier must be positive)")  # fmt: skip
+    return rules
+
+
 def parse_scheme(data: dict, path: str | Path = "<toml>") -> Scheme:
     """The scheme a parsed TOML document declares (``path`` names it in errors)."""
     unknown = set(data) - _TOP
@@ -117,6 +158,8 @@ def parse_scheme(data: dict, path: str | Path = "<toml>") -> Scheme:
                 kw[key] = Formula(data[key], allowed=_RULE_VARS)
             except FormulaError as exc:
                 raise _bad(path, key, str(exc)) from None
+    if "optimizer" in data:
+        kw["param_rules"] = _param_rules(path, data["optimizer"])
     try:
         s = scheme(name.strip(), str(data.get("description", f"user scheme from {Path(path).name}")),
                    [str(path)], rules, placement=placement, qk_norm=qk_norm,

@@ -145,6 +145,66 @@ class Draw:
         return math.nan
 
 
+#: The parameter groups an optimizer rule addresses (:mod:`tinit.model.param_rules`
+#: sorts every parameter into one): the hidden matrices of the blocks (q, k, v, o,
+#: gate, up, down), the blocks' vectors (norm gains, biases, learned branch gains), the
+#: input embeddings (token and learned positions; a tied head is the token embedding),
+#: the untied readout matrix, and the vectors outside the blocks (final norm, head bias).
+PARAM_GROUPS = ("embedding", "hidden_matrix", "hidden_vector", "readout", "final_vector")
+#: What an optimizer rule may use: the model's sizes and the bases, never a layer or a fan.
+RULE_VARS = ("L", "d", "d_ff", "d_h", "V", "d0", "L0", "tied")
+
+
+@dataclass(frozen=True)
+class GroupRule:
+    """Multipliers of the base learning rate, weight decay and Adam eps for one group
+    (formulas over :data:`RULE_VARS`; the decay multiplies the base decay, which tinit
+    applies to matrices only)."""
+
+    lr: Formula = Formula("1", RULE_VARS)
+    weight_decay: Formula = Formula("1", RULE_VARS)
+    eps: Formula = Formula("1", RULE_VARS)
+
+    def describe(self) -> str:
+        keys = ("lr", "weight_decay", "eps")
+        parts = [f"{k} x ({getattr(self, k)})" for k in keys if getattr(self, k).text != "1"]
+        return ", ".join(parts) or "base"
+
+
+@dataclass(frozen=True)
+class ParamRules:
+    """A parametrization's optimizer rules: a :class:`GroupRule` per parameter group
+    (groups left out take the base values), the code it follows, and what tinit chose
+    where the code and its paper differ. Applied by :func:`tinit.model.param_rules.optimizer_groups`."""
+
+    groups: tuple[tuple[str, GroupRule], ...]
+    upstream: str = ""
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        for name, _ in self.groups:
+            if name not in PARAM_GROUPS:
+                raise FormulaError(f"parameter group {name!r} is not one of {', '.join(PARAM_GROUPS)}")
+
+    def rule(self, group: str) -> GroupRule:
+        return dict(self.groups).get(group, GroupRule())
+
+    def describe(self) -> str:
+        return "; ".join(f"{g}: {r.describe()}" for g, r in self.groups if r.describe() != "base") or "none"
+
+
+def param_rules(upstream: str = "", note: str = "", **groups: Mapping[str, str]) -> ParamRules:
+    """Rules from ``group={"lr": formula, "weight_decay": ..., "eps": ...}`` keywords."""
+    made = []
+    for name, spec in groups.items():
+        unknown = set(spec) - {"lr", "weight_decay", "eps"}
+        if unknown:
+            raise FormulaError(f"parameter group {name}: unknown key(s) {', '.join(sorted(unknown))} "
+                               "(lr, weight_decay, eps)")  # fmt: skip
+        made.append((name, GroupRule(**{k: Formula(v, RULE_VARS) for k, v in spec.items()})))
+    return ParamRules(tuple(made), upstream, note)
+
+
 @dataclass(frozen=True)
 class Scheme:
     """One init scheme, with its multipliers, its codebase's architecture and theory."""
@@ -179,6 +239,9 @@ class Scheme:
     depth_factor: tuple[Formula, Formula] | None = (Formula("1"), Formula("1"))
     closed_form: str = ""  # v_2L against L, as text (pre-norm style additions)
     aliases: tuple[str, ...] = ()
+    # the parametrization's optimizer rules (per-group lr, weight decay, Adam eps);
+    # None: one learning rate for every parameter (an init, not a parametrization)
+    param_rules: ParamRules | None = None
 
     def rule(self, role: str) -> Rule:
         return self.rules[role]
@@ -380,6 +443,7 @@ def with_overrides(s: Scheme, **kw) -> Scheme:
 
 
 __all__ = [
-    "DISTRIBUTIONS", "Draw", "ROLES", "Rule", "RuleTable", "Scheme", "effective_std",
-    "environment", "ffn_of", "resolve", "role_shape", "rule", "scheme",
+    "DISTRIBUTIONS", "Draw", "GroupRule", "PARAM_GROUPS", "ParamRules", "ROLES", "RULE_VARS",
+    "Rule", "RuleTable", "Scheme", "effective_std",
+    "environment", "ffn_of", "param_rules", "resolve", "role_shape", "rule", "scheme",
 ]  # fmt: skip

@@ -1,0 +1,113 @@
+"""A parametrization's optimizer rules, applied: per-group learning rate, weight decay
+and Adam eps.
+
+muP, CompleteP, depth-muP and Megatron's muP are not inits alone: each codebase also
+scales the optimizer per parameter group (its rules are declared with the scheme, as
+:class:`~tinit.model.schemes.ParamRules` in :mod:`tinit.model.catalogue`, each naming the
+upstream file it follows). :func:`optimizer_groups` is the one place they are applied:
+``tinit train``, ``lr-sweep`` and ``coord-check`` build their AdamW from it. Output and
+branch multipliers (muP's readout 1/m, CompleteP's (L/L0)^-alpha) are not optimizer
+rules: the model's forward applies them, so they are never applied here too.
+
+Every parameter falls into one group of :data:`~tinit.model.schemes.PARAM_GROUPS` by
+where it sits and its shape: inside a block a matrix is ``hidden_matrix`` and anything
+else (norm gains, biases, ReZero's gain) ``hidden_vector``; outside the blocks the
+token and position embeddings are ``embedding`` (a tied head is the token embedding),
+the untied head's matrix ``readout``, the rest (final norm, head bias) ``final_vector``.
+Weight decay reaches matrices only, as in tinit's trainer before the rules existed; a
+rule multiplies it.
+
+>>> from tinit.model import InitConfig, ModelConfig, Transformer
+>>> cfg = ModelConfig(n_layers=2, d_model=128, n_heads=2, vocab_size=64)
+>>> m = Transformer(cfg, InitConfig("mup", base_width=32))
+>>> [(g["name"], g["lr"]) for g in optimizer_groups(m, lr=1e-2)][:2]
+[('embedding', 0.01), ('hidden_matrix', 0.0025)]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config import InitConfig
+from .schemes import PARAM_GROUPS, GroupRule, ParamRules, environment, evaluate
+
+
+def group_of(name: str, ndim: int) -> str:
+    """The parameter group of the model's parameter ``name`` with ``ndim`` dimensions."""
+    if name.startswith("blocks."):
+        return "hidden_matrix" if ndim >= 2 else "hidden_vector"
+    owner = name.split(".")[0]
+    if owner in ("embed", "pos"):
+        return "embedding"
+    if owner == "head" and ndim >= 2:
+        return "readout"
+    return "final_vector"
+
+
+def multipliers(rules: ParamRules | None, cfg, init: InitConfig) -> dict[str, tuple[float, float, float]]:
+    """(lr, weight decay, eps) multipliers of every group for a model ``cfg`` under
+    ``rules`` (all 1 without rules)."""
+    env = environment(cfg, init, -1)
+    out = {}
+    for group in PARAM_GROUPS:
+        r = rules.rule(group) if rules is not None else GroupRule()
+        what = f"{init.recipe}: optimizer rule of {group}"
+        keys = ("lr", "weight_decay", "eps")
+        out[group] = tuple(evaluate(getattr(r, k), env, f"{what} ({k})") for k in keys)
+    return out
+
+
+def optimizer_groups(
+    model,
+    init: InitConfig | None = None,
+    *,
+    lr: float,
+    weight_decay: float = 0.0,
+    eps: float = 1e-8,
+    rules: bool = True,
+) -> list[dict[str, Any]]:
+    """Torch param-group dicts for ``model`` (a :class:`~tinit.model.transformer.Transformer`)
+    under its scheme's optimizer rules (``init`` defaults to the model's own): one dict per
+    non-empty group, in :data:`PARAM_GROUPS` order, each with ``params``, ``name``, ``lr``,
+    ``weight_decay`` (0 for vectors) and ``eps``. ``rules=False`` or a scheme without rules:
+    the base values for every group (one learning rate)."""
+    init = init if init is not None else model.init
+    scheme_rules = init.scheme.param_rules if rules else None
+    mult = multipliers(scheme_rules, model.cfg, init)
+    params: dict[str, list] = {g: [] for g in PARAM_GROUPS}
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            params[group_of(name, p.dim())].append(p)
+    out = []
+    for group in PARAM_GROUPS:
+        if not params[group]:
+            continue
+        m_lr, m_wd, m_eps = mult[group]
+        matrices = group in ("embedding", "hidden_matrix", "readout")
+        decay = weight_decay * m_wd if matrices else 0.0
+        out.append({"params": params[group], "name": group, "lr": lr * m_lr, "weight_decay": decay,
+                    "eps": eps * m_eps})  # fmt: skip
+    return out
+
+
+def describe_groups(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What config.json records of :func:`optimizer_groups`' answer: each group's name,
+    learning rate, weight decay, eps and number of tensors and parameters."""
+    return [
+        {"name": g["name"], "lr": g["lr"], "weight_decay": g["weight_decay"], "eps": g["eps"],
+         "tensors": len(g["params"]), "params": sum(p.numel() for p in g["params"])}
+        for g in groups
+    ]  # fmt: skip
+
+
+def rules_summary(init: InitConfig, rules: bool = True) -> str:
+    """One line for the terminal: which optimizer rules a run of ``init`` applies."""
+    r = init.scheme.param_rules
+    if r is None:
+        return f"{init.recipe}: no optimizer rules (one learning rate)"
+    if not rules:
+        return f"{init.recipe}: optimizer rules off (--param-rules off: one learning rate)"
+    return f"{init.recipe}: {r.describe()} ({r.upstream.split(' ')[0]})"
+
+
+__all__ = ["describe_groups", "group_of", "multipliers", "optimizer_groups", "rules_summary"]
