@@ -225,6 +225,7 @@ def coord_check_plan(
     def gather(frames: dict[str, Frames]) -> Frames:
         return coord_check.gather([frames[p.name]["coord_check"] for p in points if p.name in frames])
 
-    meta = _grid_meta(dataclasses.replace(model, d_model=max(widths), n_layers=max(depths)), init, run,
-                      configurations=list(g.configs), **coord_check.grid_meta(g, coord, d_ff))  # fmt: skip
+    big = dataclasses.replace(model, d_model=max(widths), n_layers=max(depths))
+    extra = coord_check.grid_meta(g, coord, d_ff, init)
+    meta = _grid_meta(big, init, run, configurations=list(g.configs), **extra)
     return Plan("coord-check", points, gather, meta, coord_check.NOT_APPLICABLE)

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 
 from ...model.catalogue import placements_for
 from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ...model.param_rules import optimizer_groups, rules_summary
 from ...model.transformer import Transformer
 from ..common import (
     RUN_FAILURES,
@@ -108,11 +109,12 @@ def parse_widths(spec: str | int | Sequence[int]) -> list[int]:
 
 
 def coord_optimizer(model: Transformer, init: InitConfig, coord: CoordConfig) -> torch.optim.Optimizer:
-    """Adam with the scheme's parameter rules. PLACEHOLDER until the rules land (issue
-    24 item 1): one group at ``coord.lr``, no weight decay (mup's coord check decays
-    nothing)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    return torch.optim.AdamW(params, lr=coord.lr, weight_decay=0.0)
+    """AdamW with the scheme's optimizer rules (:func:`tinit.model.param_rules.optimizer_groups`:
+    muP's lr / m on hidden matrices as mup's MuAdam, CompleteP's depth rules, ...), or one
+    lr for every parameter when ``coord.param_rules`` is off. No weight decay (mup's
+    coord check decays nothing), torch's default betas and eps (mup's ``Adam(lr)``)."""
+    groups = optimizer_groups(model, init, lr=coord.lr, weight_decay=0.0, rules=coord.param_rules)
+    return torch.optim.AdamW(groups, lr=coord.lr, weight_decay=0.0)
 
 
 class RMSProbe:
@@ -234,8 +236,10 @@ def gather(frames: Sequence[pd.DataFrame]) -> dict[str, pd.DataFrame]:
 NOT_APPLICABLE = {"coord_check_fit": fit_not_applicable()}
 
 
-def grid_meta(g: CoordGrid, coord: CoordConfig, d_ff: int | None) -> dict[str, Any]:
+def grid_meta(g: CoordGrid, coord: CoordConfig, d_ff: int | None, init: InitConfig) -> dict[str, Any]:
+    rules = {r: rules_summary(dataclasses.replace(init, recipe=r), coord.param_rules) for r, _ in g.configs}
     return {
+        "param_rules": rules,
         "coord": dataclasses.asdict(coord),
         "grid": {"configurations": [list(c) for c in g.configs], "widths": list(g.widths),
                  "depths": list(g.depths), "seeds": list(g.seeds)},
@@ -257,7 +261,7 @@ def run_coord_check(
     points = g.points()
     tick = ProgressCounter(progress, len(points) * (coord.steps + 1))
     meta = run_meta(dataclasses.replace(model, d_model=max(widths), n_layers=max(depths)), init, run, device,
-                    configurations=list(g.configs), **grid_meta(g, coord, d_ff))  # fmt: skip
+                    configurations=list(g.configs), **grid_meta(g, coord, d_ff, init))  # fmt: skip
     meta["seconds"], meta["rss_mib"] = {}, {}
     frames: list[pd.DataFrame] = []
 
