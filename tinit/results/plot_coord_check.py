@@ -201,18 +201,16 @@ def layer_figure_stem(init: str, pos: str, n_layers: int) -> str:
 
 
 def coord_figures(rows: pd.DataFrame, fit: pd.DataFrame, title: str = "") -> dict[str, Figure]:
-    """Every figure of a check: width (always), depth (two depths or more) and the
-    per-layer view of each scheme at each depth (two widths or more)."""
+    """Every figure of a check: width (always), depth (two depths or more) and, with two
+    widths or more, the per-layer view of each scheme at its deepest depth (the one with
+    the most layers to tell apart; coord_check.csv has every depth's)."""
     figs = {"coord_check": plot_coord_width(rows, fit, title)}
     if rows["n_layers"].nunique() > 1:
         figs["coord_check_depth"] = plot_coord_depth(rows, fit, title)
     if rows["d_model"].nunique() > 1:
-        for init, pos, L in (
-            rows[["init", "norm_position", "n_layers"]].drop_duplicates().itertuples(index=False)
-        ):
-            figs[layer_figure_stem(init, pos, int(L))] = plot_coord_layers(
-                rows, fit, init, pos, int(L), title
-            )
+        deepest = rows.groupby(["init", "norm_position"], sort=False)["n_layers"].max()
+        for (init, pos), L in deepest.items():
+            figs[layer_figure_stem(init, pos, int(L))] = plot_coord_layers(rows, fit, init, pos, int(L), title)
     return figs
 
 
