@@ -35,6 +35,7 @@ COMMANDS = {
     "claims": {**TINY_MODEL, "--shallow": "1", "--deep": "2", "--seeds": "2", "--steps": "2",
                "--eval-batches": "1"},
     "inits": {"--layers": "2", "--d-model": "16", "--heads": "2"},
+    "coord-check": {**TINY_MODEL, "--d-model": "16,32", "--layers": "1", "--steps": "1", "--seeds": "1"},
 }
 OPTIONS = {
     "--layers": st.sampled_from(["0", "1", "2", "-1", "x", "1,2", "1:4:x2", ""]),
@@ -113,7 +114,7 @@ VALID = {
 }
 RUNS = {
     "grad-norms": 2, "depth-sweep": 2, "attention-scale": 2, "params": 2, "norms": 1, "check": 1, "train": 1,
-    "lr-sweep": 1, "claims": 1, "inits": 2,
+    "lr-sweep": 1, "claims": 1, "inits": 2, "coord-check": 1,
 }  # fmt: skip
 
 

@@ -236,3 +236,16 @@ def test_memory_flat_over_points():
     held = params * 16 / 2**20  # weights, gradients, Adam's two moments
     assert held > 8
     assert rss[-1] - rss[1] < held / 2, (rss, held)
+
+
+def test_cli_defaults_are_the_library_defaults():
+    import inspect
+
+    import typer
+
+    params = {p.name: p.default for p in typer.main.get_command(app).commands["coord-check"].params}
+    lib = CoordConfig()
+    assert params["steps"] == lib.steps and float(params["lr"]) == lib.lr
+    assert (params["param_rules"] == "on") == lib.param_rules
+    assert params["seeds"] == inspect.signature(run_coord_check).parameters["seeds"].default
+    assert params["d_model"] == "64,128,256,512" and params["layers"] == "2,8"

@@ -57,6 +57,8 @@ RUNS = {
                             "--warmup", "0", "--diverge-margin", "0.5", *T],
     "lr_sweep": ["lr-sweep", "--layers", "2,3", "--lr", "1e-2,3e-2", *T],
     "claims": ["claims", "--seeds", "2", "--deep", "3", "--shallow", "2", *T],
+    "coord_check": ["coord-check", "--d-model", "32,64", "--layers", "1,2", "--steps", "2", "--seeds", "2",
+                    *S[2:]],
     "audit": ["audit", "--module", f"{MODELS}:tinit_model", "--init", "naive", "--seq-len", "8",
               "--batch", "2"],
 }  # fmt: skip
@@ -254,6 +256,8 @@ _STEMS = {
     "lr_sweep": ("lr_sweep", "loss_curves", "variance_during_training"),
     "claims": ("claims", "claims_deep_curves", "claims_shallow_curves", "variance_during_training"),
     "audit": ("weights", "variance", "grad_norms", "stream_grads"),
+    "coord_check": ("coord_check", "coord_check_depth", "coord_check_layers_gpt2-pre-L2",
+                    "coord_check_layers_mup-pre-L2"),
 }  # fmt: skip
 
 

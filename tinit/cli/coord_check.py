@@ -8,7 +8,6 @@ from typing import Annotated, Literal
 import typer
 
 from . import app
-from .common import describe
 from .options import MODEL, SharedOptions, shared_options
 
 CHECK = "Coordinate check"
@@ -71,6 +70,8 @@ def coord_check(
     |x| after 1, 2, 3 steps, with the depth axis added. A scheme is width-stable
     (depth-stable) when the log-log slope of every quantity's RMS against width (depth)
     is within 0.25 of 0 at every step (the logits: at most 0.25, they may vanish).
+    Placement: --norm-position (or --pre-norm/--post-norm) when given, else each scheme's
+    own, pre-norm for those that presume none (mup's and CompleteP's models are pre-norm).
 
     Writes coord_check.csv (one row per scheme, width, depth, seed, step, layer,
     quantity), coord_check_fit.csv (slopes against width and depth per scheme, step and
@@ -96,10 +97,7 @@ def coord_check(
     )
     positions = opts.placements
     configs_or_exit(lambda: make_grid(model, init, run, opts.inits, positions, widths, depths, seeds))
-    title = describe(opts, model).replace(f"L={model.n_layers}", f"L={','.join(map(str, depths))}")
-    title = title.replace(f"d={model.d_model}", f"d={','.join(map(str, widths))}").split(", d_ff=")[0]
-    title += f", {seeds} seed{'s' if seeds > 1 else ''}, Adam lr {lr:g} (rules {param_rules}), {steps} steps"
-    title += f", batch {opts.batch} x seq {opts.seq_len}, V={opts.vocab}"
+    title = coord_title(opts, model, widths, depths, seeds, lr, param_rules, steps)
 
     def figures(r):
         from ..results.plot_coord_check import coord_figures
@@ -133,3 +131,17 @@ def coord_check(
             model, init, run, coord, opts.inits, positions, widths, depths, seeds, opts.d_ff
         ),  # fmt: skip
     )
+
+
+def coord_title(opts: SharedOptions, model, widths, depths, seeds: int, lr: float, rules: str,
+                steps: int) -> str:  # fmt: skip
+    """What every figure and the table say the run was."""
+    parts = [
+        f"L={','.join(map(str, depths))}", f"d={','.join(map(str, widths))}", f"heads={model.n_heads}",
+        model.norm, model.ffn, f"sigma={opts.sigma}",
+        *([] if opts.embed_std is None else [f"embed std {opts.embed_std:g}"]),
+        f"{'tied' if model.tie_embeddings else 'untied'} head", f"{seeds} seed{'s' if seeds > 1 else ''}",
+        f"Adam lr {lr:g} (rules {rules})", f"{steps} step{'s' if steps > 1 else ''}",
+        f"batch {opts.batch} x seq {opts.seq_len}", f"V={model.vocab_size}",
+    ]  # fmt: skip
+    return ", ".join(parts)

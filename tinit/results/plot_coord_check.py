@@ -32,9 +32,10 @@ from ..criteria import COORD_SLOPE_TOL
 from .style import FONT, FULL_WIDTH, footnote, styled, suptitle
 from .tables import summary_table
 
-#: Quantities in stack order, with a colour each (tab10, colour-blind-safe order).
-QUANTITY_COLORS = {"embed": "#7f7f7f", "attn": "#1f77b4", "ffn": "#ff7f0e", "stream": "#2ca02c",
-                   "logits": "#d62728"}  # fmt: skip
+#: Quantities in stack order, with a colour each (tab10's, none of the four reserved for the
+#: classic configurations, style.CONFIG_COLORS).
+QUANTITY_COLORS = {"embed": "#7f7f7f", "attn": "#9467bd", "ffn": "#8c564b", "stream": "#17becf",
+                   "logits": "#e377c2"}  # fmt: skip
 QUANTITY_LABELS = {"embed": "embedding", "attn": "attention branch", "ffn": "FFN branch",
                    "stream": "stream after block", "logits": "logits"}  # fmt: skip
 AXIS = {"width": ("d_model", "n_layers", "width d", "L"), "depth": ("n_layers", "d_model", "depth L", "d")}
@@ -69,7 +70,7 @@ def _log2_axes(ax, xs: list[int]) -> None:
     ax.set_yscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(xs))
     ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xticklabels([str(x) for x in xs], fontsize=FONT - 1)
+    ax.set_xticklabels([str(x) for x in xs], fontsize=FONT)
     ax.grid(True, which="major", alpha=0.3)
 
 
@@ -87,7 +88,7 @@ def _rows_figure(
     for i, sub in enumerate(subs[1:]):
         axes[i] = sub.subplots(1, ncols, sharey=True)
         for ax in axes[i]:
-            ax.tick_params(labelsize=FONT - 1)
+            ax.tick_params(labelsize=FONT)
     return fig, list(subs[1:]), axes
 
 
@@ -132,7 +133,7 @@ def _rows_panels(rows: pd.DataFrame, fit: pd.DataFrame, axis: str, title: str) -
     footnote(fig, [f"RMS: geometric mean over the layers carrying a quantity and over seeds; log2 axes. "
                    f"{axis}-stable: every slope of log RMS against log {x_label.split()[-1]} within "
                    f"{COORD_SLOPE_TOL:g} of 0 (logits: at most {COORD_SLOPE_TOL:g}) at every step "
-                   "(coord_check_fit.csv)."])  # fmt: skip
+                   "(coord_check_fit.csv)."] + _zero_note(rows))  # fmt: skip
     return fig
 
 
@@ -180,13 +181,25 @@ def plot_coord_layers(rows: pd.DataFrame, fit: pd.DataFrame, init: str, pos: str
     cax = bar.add_axes((0.25, 0.35, 0.5, 0.3))
     cb = bar.colorbar(_mappable(cmap, norm), cax=cax, orientation="horizontal")
     cb.set_label("layer (-1: embedding, 0..L-1: blocks, L: logits)", fontsize=FONT)
-    cb.ax.tick_params(labelsize=FONT - 1)
+    cb.ax.tick_params(labelsize=FONT)
     suptitle(fig, f"{init}/{pos}, L={n_layers}: {_verdict_text(fit, init, pos, 'width')}" +
              (f"; {title}" if title else ""))  # fmt: skip
     footnote(
         fig, ["One line per layer (geometric mean over seeds), coloured by depth in the stack; log2 axes."]
     )
     return fig
+
+
+def _zero_note(rows: pd.DataFrame) -> list[str]:
+    """A quantity exactly zero (a zero-initialised readout's logits at step 0) has no
+    place on a log axis: say so rather than leave a silent gap."""
+    zero = rows[rows["rms"] == 0]
+    if not len(zero):
+        return []
+    what = sorted({f"{q} at step {s}" for q, s in zip(zero["quantity"], zero["step"], strict=True)})
+    return [
+        f"Exactly zero, not drawn (nothing to fit): {', '.join(what[:6])}{' ...' if len(what) > 6 else ''}."
+    ]
 
 
 def _mappable(cmap, norm):
@@ -210,7 +223,9 @@ def coord_figures(rows: pd.DataFrame, fit: pd.DataFrame, title: str = "") -> dic
     if rows["d_model"].nunique() > 1:
         deepest = rows.groupby(["init", "norm_position"], sort=False)["n_layers"].max()
         for (init, pos), L in deepest.items():
-            figs[layer_figure_stem(init, pos, int(L))] = plot_coord_layers(rows, fit, init, pos, int(L), title)
+            figs[layer_figure_stem(init, pos, int(L))] = plot_coord_layers(
+                rows, fit, init, pos, int(L), title
+            )
     return figs
 
 
