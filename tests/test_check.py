@@ -12,7 +12,8 @@ import torch
 from typer.testing import CliRunner
 
 from tinit.cli import app
-from tinit.experiments.common import configure, make_tokens
+from tinit.experiments.configs import configure
+from tinit.experiments.device import make_tokens
 from tinit.experiments.measure.check import (
     CHECK_COLUMNS,
     ITEMS,

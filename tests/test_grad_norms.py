@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 from tinit import theory
 from tinit.cli import app
-from tinit.experiments import common
-from tinit.experiments.common import IncompleteRun, make_tokens
+from tinit.experiments import memory
+from tinit.experiments.device import make_tokens
 from tinit.experiments.measure import grad_norms as gn
 from tinit.experiments.measure.grad_norms import (
     GRAD_COLUMNS,
@@ -28,6 +28,7 @@ from tinit.experiments.measure.grad_norms import (
     param_key,
     run_grad_norms,
 )
+from tinit.experiments.result import IncompleteRun
 from tinit.model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from tinit.model.transformer import Transformer
 
@@ -250,7 +251,7 @@ def test_layerwise_holds_one_block_at_a_time(monkeypatch):
 
 
 def test_streams_automatically_when_built_model_would_not_fit(monkeypatch):
-    monkeypatch.setattr(common, "available_memory", lambda device: 1024)
+    monkeypatch.setattr(memory, "available_memory", lambda device: 1024)
     res = run_grad_norms(TINY, run=RunConfig(batch=2, seq_len=16, device="cpu"), inits=("naive",),
                          norm_positions=("pre",))  # fmt: skip
     assert res.meta["streamed"] is True

@@ -47,21 +47,13 @@ from ...model.catalogue import get_scheme
 from ...model.config import ConfigError
 from ...model.init import fill_, generator
 from ...model.schemes import Draw, Scheme, resolve
-from ..common import (
-    RUN_FAILURES,
-    ExperimentResult,
-    IncompleteRun,
-    Meter,
-    Progress,
-    ProgressCounter,
-    failure_reason,
-    is_run_failure,
-)
+from ..driver import Meter, Run
 from ..measure.grad_norms import stream_frame
 from ..measure.grad_norms import summarize as grad_summarize
 from ..measure.probes import VarianceProbe
 from ..measure.variance import NOT_APPLICABLE as VARIANCE_NOT_APPLICABLE
 from ..measure.variance import SUMMARY_COLUMNS, VARIANCE_COLUMNS, add_theory, summarize
+from ..result import ExperimentResult, Progress, is_run_failure
 from .roles import ParamRole
 from .sites import Sites, block_input, first_tensor
 
@@ -608,10 +600,26 @@ def run_audit(
     L = sites.n_layers
     device = tokens.device
     configs = [(AS_BUILT, model)]
-    tick = ProgressCounter(progress, 1 + (2 if recipe else 1) * (2 if grads else 1))
     weights = audit_weights(model, roles, expect, sites)
     groups = group_weights(weights, sites)
-    tick()
+    var_frames, summaries, grad_frames, stream_frames, grad_summaries = [], [], [], [], []
+
+    def frames() -> dict[str, pd.DataFrame]:
+        def cat(fs, cols):
+            return pd.concat(fs, ignore_index=True)[cols] if fs else pd.DataFrame(columns=cols)
+
+        out = {"weights": weights, "weight_groups": groups}
+        out["variance"] = cat(var_frames, VARIANCE_COLUMNS)
+        out["summary"] = pd.DataFrame(summaries, columns=SUMMARY_COLUMNS)
+        if grads:
+            out["grad_norms"] = cat(grad_frames, GRAD_COLUMNS)
+            out["stream_grads"] = cat(stream_frames, STREAM_COLUMNS)
+            out["grad_summary"] = pd.DataFrame(grad_summaries, columns=GRAD_SUMMARY_COLUMNS)
+        return out
+
+    driver = Run(meta, frames, audit_not_applicable(sites), meter=Meter(device), progress=progress,
+                 total=1 + (2 if recipe else 1) * (2 if grads else 1))  # fmt: skip
+    driver.tick()
     meta.update(
         sites=sites.describe(), family=sites.family, n_layers=L, expect=expect.name,
         expect_source=expect.source,
@@ -631,37 +639,20 @@ def run_audit(
         meta["recipe_weights_deviating"] = int(check.isin(DEVIATING).sum())
         configs.append((recipe.name, twin))
     tol = check_tolerance(model)
-    frames = {"weights": weights, "weight_groups": groups}
-    var_frames, summaries, grad_frames, stream_frames, grad_summaries = [], [], [], [], []
-    meter = Meter(device)
 
-    def result(complete: bool, error: str | None = None) -> ExperimentResult:
-        def cat(fs, cols):
-            return pd.concat(fs, ignore_index=True)[cols] if fs else pd.DataFrame(columns=cols)
-
-        out = dict(frames)
-        out["variance"] = cat(var_frames, VARIANCE_COLUMNS)
-        out["summary"] = pd.DataFrame(summaries, columns=SUMMARY_COLUMNS)
+    def measure(config: tuple[str, nn.Module]):
+        net = config[1]
+        raw, rel = measure_stream(net, sites, tokens)
+        driver.tick()
+        measured = None
         if grads:
-            out["grad_norms"] = cat(grad_frames, GRAD_COLUMNS)
-            out["stream_grads"] = cat(stream_frames, STREAM_COLUMNS)
-            out["grad_summary"] = pd.DataFrame(grad_summaries, columns=GRAD_SUMMARY_COLUMNS)
-        meter.record(meta)
-        return ExperimentResult(out, meta, complete, error, audit_not_applicable(sites))
+            measured = measure_grads(net, sites, tokens, roles)
+            driver.tick()
+        return raw, rel, measured
 
-    for label, net in configs:
+    def collect(config: tuple[str, nn.Module], measured) -> None:
+        (label, net), (raw, rel, grad) = config, measured
         labels = {"init": label, "norm_position": sites.norm_position, "n_layers": L, "seed": seed}
-        meter.start()
-        try:
-            raw, rel = measure_stream(net, sites, tokens)
-            tick()
-            if grads:
-                gdf, sq, loss, width, paths = measure_grads(net, sites, tokens, roles)
-                tick()
-        except RUN_FAILURES as exc:
-            what = failure_reason(exc)
-            raise IncompleteRun(f"{label}: {what}", result(False, what)) from exc
-        meter.stop(label)
         worst = int(np.nanargmax(rel)) if not np.all(np.isnan(rel)) else -1
         meta["stream_check"][label] = {
             "max_rel_err": float(np.nanmax(rel)) if worst >= 0 else None, "worst_layer": worst,
@@ -671,6 +662,7 @@ def run_audit(
         var_frames.append(df.assign(**labels))
         summaries.append({**labels, **summarize(df)})
         if grads:
+            gdf, sq, loss, width, paths = grad
             count = int(tokens.shape[0]) * int(tokens.shape[1]) * width
             eps = getattr(getattr(net, "cfg", None), "norm_eps", 0.0)
             streams = stream_frame(sq, count, df["stream_var"].to_numpy(), sites.norm_position, eps,
@@ -678,4 +670,6 @@ def run_audit(
             grad_frames.append(gdf.assign(**labels))
             stream_frames.append(streams.assign(**labels))
             grad_summaries.append({**labels, "loss": loss, **grad_summarize(gdf, streams)})
-    return result(True)
+
+    driver.each(configs, measure, collect, label=lambda c: c[0], span=lambda c: c[0])
+    return driver.result()

@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -46,23 +45,12 @@ from ...model.catalogue import get_scheme
 from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ...model.init import role_std
 from ...model.transformer import Transformer
-from ..common import (
-    RUN_FAILURES,
-    ExperimentResult,
-    IncompleteRun,
-    Meter,
-    Partial,
-    Progress,
-    ProgressCounter,
-    configure,
-    failure_reason,
-    make_tokens,
-    resolve_device,
-    resolve_dtype,
-    run_meta,
-    should_stream,
-    stat_dtype,
-)
+from ..configs import configure
+from ..device import cpu_threads, make_tokens, resolve_device, resolve_dtype, stat_dtype
+from ..driver import Meter, Run
+from ..memory import should_stream
+from ..meta import run_meta
+from ..result import ExperimentResult, Partial, Progress
 from .attention_scale import NOT_APPLICABLE as ATTENTION_NOT_APPLICABLE
 from .attention_scale import check_head_dims, run_attention_scale
 from .grad_norms import STREAM_GRADS_NOT_APPLICABLE, require_gradients, run_grad_norms
@@ -515,20 +503,6 @@ def attention_rows(frame: pd.DataFrame, alpha: float, n_units: int) -> list[dict
 SMALL_WORK = 1 << 22
 
 
-@contextmanager
-def cpu_threads(n: int | None) -> Iterator[None]:
-    """Run with ``n`` torch CPU threads (None: unchanged), restored afterwards."""
-    old = torch.get_num_threads()
-    if n is not None:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
-
-
 def check_check_args(deep_layers: Any, head_dims: Any, alpha: Any, model: ModelConfig) -> None:
     """ConfigError unless ``deep_layers`` is a whole number >= 1, ``head_dims`` valid
     head sizes and ``alpha`` a level strictly between 0 and 1."""
@@ -594,40 +568,31 @@ def _run_check(model, init, run, deep_layers, head_dims, alpha, progress, on_par
     tokens = make_tokens(model, run, init.seed if run.data_seed is None else run.data_seed, device)
     plan = [("model", "naive", short), ("gaussian", "naive", short), ("model", "scaled", short),
             ("model", "naive", long), ("model", "scaled", long)]  # fmt: skip
-    tick = ProgressCounter(progress, sum(L for _, _, L in plan) + 2 * 2 * short + len(head_dims) + 1)
     # (variance: naive and scaled pre-norm; gradients: naive pre- and post-norm)
     grid = [("naive", "pre"), ("scaled", "pre"), ("naive", "post")]
     meta = run_meta(model, init, run, device, streamed=stream, deep_layers=long, head_dims=list(head_dims),
                     alpha=alpha, items={k: v[0] for k, v in ITEMS.items()}, configurations=grid)  # fmt: skip
-    meter = Meter(device)
     frames: dict[str, pd.DataFrame] = {}
     rows: list[dict] = []
+    # the gradient and attention runs stop with their own IncompleteRun: the reason is theirs
+    driver = Run(meta, lambda: {"check": pd.DataFrame(rows, columns=CHECK_COLUMNS), **frames}, NOT_APPLICABLE,
+                 meter=Meter(device), on_partial=on_partial, progress=progress,
+                 total=sum(L for _, _, L in plan) + 2 * 2 * short + len(head_dims) + 1,
+                 nested=lambda exc: exc.result.error or str(exc))  # fmt: skip
+    tick = driver.tick
 
-    def result(complete: bool, error: str | None = None) -> ExperimentResult:
-        meter.record(meta)
-        out = {"check": pd.DataFrame(rows, columns=CHECK_COLUMNS), **frames}
-        return ExperimentResult(out, meta, complete, error, NOT_APPLICABLE)
-
-    def partial() -> None:
-        if on_partial is not None:
-            on_partial(result(False))
-
-    def failed(what: str, why: str) -> IncompleteRun:
-        return IncompleteRun(f"{what}: {why}", result(False, why))
-
+    # (a), (b): the forward passes of the plan, timed together
     runs: dict[tuple[str, int], pd.DataFrame] = {}
     var_frames = []
     gauss, s2 = None, math.nan
-    meter.start()
+    driver.meter.start()
     for branch, recipe, L in plan:
         cfg, ini = configure(dataclasses.replace(model, n_layers=L), init, run, recipe, "pre")
         if branch == "gaussian":
             mean_s2 = float(runs[("naive", short)].query("k > 0")["branch_var"].mean())
             cfg = dataclasses.replace(cfg, branch="gaussian", branch_var=mean_s2)
-        try:
+        with driver.guard(f"{branch} branches, {recipe} init, {L} layers"):
             df = measure_additions(cfg, ini, tokens, device, dtype, stream, on_block=tick)
-        except RUN_FAILURES as exc:
-            raise failed(f"{branch} branches, {recipe} init, {L} layers", failure_reason(exc)) from exc
         df = df.assign(init=recipe, norm_position="pre", n_layers=L, seed=init.seed, branch=branch)
         var_frames.append(df[CHECK_VARIANCE_COLUMNS])
         if branch == "gaussian":
@@ -635,41 +600,42 @@ def _run_check(model, init, run, deep_layers, head_dims, alpha, progress, on_par
         else:
             runs[(recipe, L)] = df
     frames["variance"] = pd.concat(var_frames, ignore_index=True)
-    meter.stop("variance")
+    driver.meter.stop("variance")
     rows += law_rows(runs[("naive", short)], gauss, s2, tokens.numel() * model.d_model, alpha,
                      runs[("naive", long)])  # fmt: skip
     rows += depth_rows(runs, short, long, alpha)
-    partial()
+    driver.partial()
 
-    meter.start()
-    start, steps = tick.done, 2 * 2 * short  # the gradient run's forward and backward steps move our bar
-    try:
-        grads = run_grad_norms(model, init, run, inits=("naive",), norm_positions=("pre", "post"),
-                               progress=lambda d, t: tick(start + d - tick.done))  # fmt: skip
-    except IncompleteRun as exc:
-        raise failed("gradient norms", exc.result.error or str(exc)) from exc
+    # (c): the gradient run's forward and backward steps move our bar
+    start, steps = tick.done, 2 * 2 * short
+    grads = driver.step(
+        "gradient norms",
+        lambda: run_grad_norms(model, init, run, inits=("naive",), norm_positions=("pre", "post"),
+                               progress=lambda d, t: tick(start + d - tick.done)),
+        span="grad_norms", inner=lambda g: [g.meta],
+    )  # fmt: skip
     if tick.done < start + steps:
         tick(start + steps - tick.done)
-    meter.stop("grad_norms", [grads.meta])
     frames["stream_grads"] = grads["stream_grads"]
     frames["grad_summary"] = grads["summary"]
     rows += gradient_rows(grads["summary"], grads["stream_grads"], run.batch * run.seq_len, alpha,
                           model.d_model)  # fmt: skip
-    partial()
+    driver.partial()
 
+    # (d): counted, not measured
     p_rows, p_frames = params_rows(model)
     rows += p_rows
     frames.update(p_frames)
     tick()
-    partial()
+    driver.partial()
 
-    meter.start()
-    try:
-        att = run_attention_scale(model, init, run, head_dims=head_dims, inputs=("unit",),
-                                  progress=lambda d, t: tick())  # fmt: skip
-    except IncompleteRun as exc:
-        raise failed("attention scale", exc.result.error or str(exc)) from exc
-    meter.stop("attention_scale", [att.meta])
+    # (e)
+    att = driver.step(
+        "attention scale",
+        lambda: run_attention_scale(model, init, run, head_dims=head_dims, inputs=("unit",),
+                                    progress=lambda d, t: tick()),
+        span="attention_scale", inner=lambda a: [a.meta],
+    )  # fmt: skip
     frames["attention_scale"] = att["attention_scale"]
     rows += attention_rows(att["attention_scale"], alpha, run.batch * model.n_heads)
-    return result(True)
+    return driver.result()

@@ -32,18 +32,11 @@ from ...model.catalogue import get_scheme, known
 from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ...model.init import role_shape_of
 from ...model.schemes import environment, evaluate, resolve
-from ..common import (
-    ExperimentResult,
-    IncompleteRun,
-    Meter,
-    Partial,
-    Progress,
-    check_configs,
-    failure_reason,
-    grid,
-    resolve_device,
-    run_meta,
-)
+from ..configs import check_configs, grid
+from ..device import resolve_device
+from ..driver import Meter, Run
+from ..meta import run_meta
+from ..result import ExperimentResult, Partial, Progress
 from .grad_norms import require_gradients, run_grad_norms
 from .variance import run_variance
 
@@ -460,9 +453,7 @@ def run_depth_sweep(
     # progress in block passes: a forward per layer and configuration, and for the
     # gradients a forward and a backward (grad_norms counts 2 per layer)
     per_layer = len(configs) * (3 if grads else 1)
-    total, done = per_layer * seeds * sum(depths), 0
     records: list[dict] = []
-    meter = Meter(device)
     streamed: dict[int, bool] = {}
     criterion = f"|v(L_max) - v(L_min)| <= {SPREAD_K:g} * sqrt(se_max^2 + se_min^2)"
     meta = run_meta(base, init, run, device, configurations=configs, layers=depths, seeds=seeds,
@@ -470,35 +461,32 @@ def run_depth_sweep(
                     spread_criterion=criterion, transfer_from=ref, transfer_tol=TRANSFER_TOL,
                     law_tol=LAW_TOL)  # fmt: skip
 
-    def result(complete: bool, error: str | None = None) -> ExperimentResult:
-        meter.record(meta)
+    def frames() -> dict[str, pd.DataFrame]:
         meta["streamed"] = streamed
-        na = not_applicable(grads and model.branch == "model", init.schemes)
-        return ExperimentResult(assemble(records, configs, model, init, ref), meta, complete, error, na)
+        return assemble(records, configs, model, init, ref)
 
-    for L in depths:
-        for i in range(seeds):
-            ini = seed_configs(init, run, i)[0]
-            meter.start()
-            try:
-                rows, metas = depth_sweep_point(
-                    model, init, run, L, i, inits, norm_positions, grads,
-                    progress=_span(progress, done, len(configs) * L * (3 if grads else 1), total),
-                )  # fmt: skip
-                done += len(configs) * L * (3 if grads else 1)
-            except IncompleteRun as exc:
-                raise IncompleteRun(f"L={L}, seed {ini.seed}: {exc}", result(False, str(exc))) from exc
-            except KeyboardInterrupt as exc:  # between two measurements
-                what = failure_reason(exc)
-                raise IncompleteRun(f"L={L}, seed {ini.seed}: {what}", result(False, what)) from exc
-            meter.stop(f"L={L}/seed={ini.seed}", metas)
-            streamed[L] = bool(metas[0].get("streamed"))
-            records.extend(rows)
-            if progress is not None:
-                progress(done, total)
-            if on_partial is not None:
-                on_partial(result(False))
-    return result(True)
+    na = not_applicable(grads and model.branch == "model", init.schemes)
+    driver = Run(meta, frames, na, meter=Meter(device), on_partial=on_partial,
+                 progress=progress, total=per_layer * seeds * sum(depths))  # fmt: skip
+
+    def measure(point: tuple[int, int]) -> tuple[list[dict], list[dict]]:
+        L, i = point
+        span = _span(progress, driver.tick.done, per_layer * L, driver.tick.total)
+        return depth_sweep_point(model, init, run, L, i, inits, norm_positions, grads, progress=span)
+
+    def collect(point: tuple[int, int], measured: tuple[list[dict], list[dict]]) -> None:
+        (L, _), (rows, metas) = point, measured
+        streamed[L] = bool(metas[0].get("streamed"))
+        records.extend(rows)
+        driver.tick(per_layer * L)
+
+    def name(point: tuple[int, int]) -> str:
+        return f"L={point[0]}/seed={init.seed + point[1]}"
+
+    driver.each([(L, i) for L in depths for i in range(seeds)], measure, collect,
+                label=lambda p: f"L={p[0]}, seed {init.seed + p[1]}", span=name,
+                inner=lambda measured: measured[1])  # fmt: skip
+    return driver.result()
 
 
 def not_applicable(grad_ratio: bool, custom=()) -> dict:

@@ -47,27 +47,12 @@ from ... import theory
 from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ...model.init import draw_seed, role_of
 from ...model.transformer import Transformer, build_block
-from ..common import (
-    RUN_FAILURES,
-    ExperimentResult,
-    IncompleteRun,
-    Meter,
-    Partial,
-    Progress,
-    ProgressCounter,
-    check_configs,
-    configure,
-    failure_reason,
-    grid,
-    make_tokens,
-    matmul_precision,
-    resolve_device,
-    resolve_dtype,
-    run_meta,
-    should_stream,
-    stat_dtype,
-)
-from ..memory import backward_bound
+from ..configs import check_configs, config_label, config_name, configure, grid
+from ..device import make_tokens, matmul_precision, resolve_device, resolve_dtype, stat_dtype
+from ..driver import Meter, Run
+from ..memory import backward_bound, should_stream
+from ..meta import run_meta
+from ..result import ExperimentResult, Partial, Progress
 from .probes import VarianceProbe
 
 GRAD_COLUMNS = [
@@ -548,52 +533,52 @@ def run_grad_norms(
     seeds = batch_seeds(init.seed if run.data_seed is None else run.data_seed, batches)
     toks = [make_tokens(model, run, s, device) for s in seeds]
     L = model.n_layers
-    tick = ProgressCounter(progress, len(configs) * 2 * batches * L)
-    grad_frames, stream_frames, summaries, meter = [], [], [], Meter(device)
+    grad_frames, stream_frames, summaries = [], [], []
     meta = run_meta(model, init, run, device, streamed=stream, configurations=configs,
                     batches=batches, data_seeds=seeds,
                     built_backward_gib=None if need is None else need / 2**30)  # fmt: skip
 
-    def result(complete: bool, error: str | None = None) -> ExperimentResult:
+    def assemble() -> dict[str, pd.DataFrame]:
         def cat(frames, columns):
             return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
 
-        meter.record(meta)
-        frames = {
+        return {
             "grad_norms": cat(grad_frames, GRAD_COLUMNS),
             "stream_grads": cat(stream_frames, STREAM_COLUMNS),
             "summary": pd.DataFrame(summaries, columns=SUMMARY_COLUMNS),
         }
-        return ExperimentResult(frames, meta, complete, error, not_applicable(model, frames["grad_norms"]))
 
-    for recipe, norm_position in configs:
-        cfg, ini = configure(model, init, run, recipe, norm_position)
-        meter.start()
-        try:
-            net = Transformer(cfg, ini, device, dtype, stream=stream)
-            rec = _Recorder(L, batches, stats)
-            sq = torch.zeros(2 * L + 1, dtype=stats, device=device)
-            mult = theory.addition_multipliers(ini.scheme, cfg, ini)
-            coef = mult["a"] * mult["lam"]
-            acc = torch.zeros(PATH_ROWS, 2 * L + 1, dtype=stats, device=device)
-            losses: list[torch.Tensor] = []
-            probes = [VarianceProbe(stats) for _ in toks]
-            with matmul_precision(run):
-                if stream:
-                    _layerwise(net, cfg, ini, device, dtype, toks, stats, sq, losses, probes, rec, tick,
-                               coef, acc)  # fmt: skip
-                else:
-                    _autograd(net, toks, stats, sq, losses, probes, tick, coef, acc)
-            rec.record(net.named_parameters())
-            grads = rec.frame()
-            sq_host = sq.cpu().to(torch.float64).numpy()
-            acc_host = acc.cpu().to(torch.float64).numpy()
-            loss = float(torch.stack(losses).mean())
-            del net, rec, sq, losses
-        except RUN_FAILURES as exc:
-            what = failure_reason(exc)
-            raise IncompleteRun(f"{recipe}/{norm_position}-norm: {what}", result(False, what)) from exc
-        meter.stop(f"{recipe}/{norm_position}")
+    driver = Run(meta, assemble, lambda frames: not_applicable(model, frames["grad_norms"]),
+                 meter=Meter(device), on_partial=on_partial, progress=progress,
+                 total=len(configs) * 2 * batches * L)  # fmt: skip
+    tick = driver.tick
+
+    def measure(config: tuple[str, str]):
+        cfg, ini = configure(model, init, run, *config)
+        net = Transformer(cfg, ini, device, dtype, stream=stream)
+        rec = _Recorder(L, batches, stats)
+        sq = torch.zeros(2 * L + 1, dtype=stats, device=device)
+        mult = theory.addition_multipliers(ini.scheme, cfg, ini)
+        coef = mult["a"] * mult["lam"]
+        acc = torch.zeros(PATH_ROWS, 2 * L + 1, dtype=stats, device=device)
+        losses: list[torch.Tensor] = []
+        probes = [VarianceProbe(stats) for _ in toks]
+        with matmul_precision(run):
+            if stream:
+                _layerwise(net, cfg, ini, device, dtype, toks, stats, sq, losses, probes, rec, tick,
+                           coef, acc)  # fmt: skip
+            else:
+                _autograd(net, toks, stats, sq, losses, probes, tick, coef, acc)
+        rec.record(net.named_parameters())
+        grads = rec.frame()
+        sq_host = sq.cpu().to(torch.float64).numpy()
+        acc_host = acc.cpu().to(torch.float64).numpy()
+        loss = float(torch.stack(losses).mean())
+        del net, rec, sq, losses
+        return cfg, coef, grads, sq_host, acc_host, loss, probes
+
+    def collect(config: tuple[str, str], measured) -> None:
+        (recipe, norm_position), (cfg, coef, grads, sq_host, acc_host, loss, probes) = config, measured
         # forward variances, averaged over the batches (each batch has equal size)
         stream_var = np.mean([p.frame()["stream_var"].to_numpy() for p in probes], axis=0)
         count = batches * run.batch * run.seq_len * cfg.d_model
@@ -602,6 +587,6 @@ def run_grad_norms(
         grad_frames.append(grads.assign(**labels))
         stream_frames.append(streams.assign(**labels))
         summaries.append({**labels, "batches": batches, "loss": loss, **summarize(grads, streams)})
-        if on_partial is not None:
-            on_partial(result(False))
-    return result(True)
+
+    driver.each(configs, measure, collect, label=config_label, span=config_name)
+    return driver.result()
