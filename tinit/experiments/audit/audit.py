@@ -347,7 +347,7 @@ class StreamHooks:
         self._cur = self._x_in = None
         self.width = 0
         self._pending: dict[int, tuple] = {}
-        # |r_k|^2, |w_k|^2, <w_k, r_k> per addition (grad_norms.branch_paths' layout): in a plain
+        # |r_k|^2, |w_k|^2, <w_k, r_k> per addition (backward.branch_paths' layout): in a plain
         # sum x_k = x_{k-1} + F_k the gradient of F_k is w_k, that of F_{k-1} (or of the
         # embedding, k = 1) is u_{k-1}, and the branch part is r_k = u_{k-1} - w_k
         self.paths = np.full((3, 2 * L + 1), np.nan)
