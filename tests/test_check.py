@@ -18,15 +18,12 @@ from tinit.experiments.measure.check import (
     CHECK_COLUMNS,
     ITEMS,
     CovarianceProbe,
-    depth_prediction,
-    gradient_rows,
     measure_additions,
-    params_rows,
     run_check,
-    t_quantile,
     z_quantile,
 )
 from tinit.experiments.measure.variance import run_variance
+from tinit.experiments.measure.verdicts import depth_prediction, gradient_rows, params_rows, t_quantile
 from tinit.model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 
 runner = CliRunner()
