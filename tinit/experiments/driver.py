@@ -10,16 +10,34 @@ measured before it and naming the unit, hands the result so far to ``on_partial`
 after each unit (so the CLI writes rows as they are measured), counts progress, and
 attaches the cells that are empty by design (``not_applicable``) to every result.
 
-A new measuring experiment::
+A new measuring experiment (``measure/attention_scale.py`` is a short real one)::
 
-    def run_thing(model=None, init=None, run=None, ..., progress=None, on_partial=None):
-        rows = []
-        driver = Run(run_meta(...), lambda: {"thing": pd.DataFrame(rows, columns=COLUMNS)},
-                     NOT_APPLICABLE, meter=Meter(device), on_partial=on_partial,
-                     progress=progress, total=len(units))
-        driver.each(units, measure, lambda unit, row: (rows.append(row), driver.tick()),
-                    label=lambda u: f"{u}", span=lambda u: f"{u}")
+    def run_thing(model=None, init=None, run=None, sizes=(8, 16), progress=None, on_partial=None):
+        model, init, run = model or ModelConfig(), init or InitConfig(), run or RunConfig()
+        device = resolve_device(run.device)  # bad input: raise ConfigError before the driver
+        rows: list[dict] = []
+        meta = run_meta(model, init, run, device, sizes=list(sizes))  # config.json
+        driver = Run(meta, lambda: {"thing": pd.DataFrame(rows, columns=COLUMNS)}, NOT_APPLICABLE,
+                     meter=Meter(device), on_partial=on_partial, progress=progress, total=len(sizes))
+
+        def measure(size: int) -> dict:  # may raise out of memory / be interrupted
+            return {"size": size, "value": ...}
+
+        def collect(size: int, row: dict) -> None:  # keep what was measured, advance the bar
+            rows.append(row)
+            driver.tick()
+
+        driver.each(sizes, measure, collect, label=lambda s: f"size {s}", span=lambda s: f"size={s}")
         return driver.result()
+
+``label`` names the unit in the error (``IncompleteRun("size 16: out of memory")``,
+holding the rows of the units before it); ``span`` names it in config.json's
+``seconds``. Units that run a whole experiment inside (depth-sweep's points, check's
+gradient run) give ``inner`` (the metas inside, for the memory peak) and, where the
+inner IncompleteRun's message is not the reason to report, ``nested``. Frames derived
+from the whole run (lr-sweep's optima, claims' verdicts) wrap it in :func:`extended`.
+Measurements outside one loop (check's items) use :meth:`Run.step` or
+:meth:`Run.guard` and call :meth:`Run.partial` themselves.
 """
 
 from __future__ import annotations
