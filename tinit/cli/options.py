@@ -6,7 +6,12 @@ values by field name (:mod:`tinit.cli.configs`); an option that sets no field as
 (``--untie``, ``--init``) keeps its own name. Defaults are the command's: they stand in
 its signature.
 
-Options only one command takes are declared in that command's signature."""
+Options only one command takes are declared in that command's signature.
+
+Adding an option that sets a config field: the field (its check raises
+``ConfigError(field, ...)``), an alias here named after it, and ``field: opt.Alias =
+default`` in each command that takes it; the config gets it by name, a ConfigError about
+it names the option, and a preset may set it by the field's name."""
 
 import math
 from collections.abc import Iterable
