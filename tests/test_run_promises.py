@@ -1,4 +1,4 @@
-"""What a run promises (README, "What a run promises"), each numbered case of issue 10
+"""What a run promises (docs/run-folders.md, "What a run promises"), each numbered case of issue 10
 reproduced: exclusive run folders, rows on disk as they are measured, every stop
 (SIGINT, SIGTERM, SIGHUP, a second SIGINT while writing, out of memory, a full disk)
 keeping the rows and marking the run incomplete, and non-finite numbers flagged."""

@@ -1,4 +1,4 @@
-"""What a run folder records matches what ran and what the README promises: the PNG
+"""What a run folder records matches what ran and what docs/run-folders.md promises: the PNG
 beside any --format, config.json = result.meta plus the invocation, the grid of
 configurations (not one misleading value), and --threads."""
 
@@ -17,7 +17,7 @@ TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--seq-len", "8", "-
 ONE = [*TINY, "--pre-norm", "--init", "naive"]  # one configuration
 
 #: config.json's keys that describe the invocation or the outcome, not the run's settings
-#: (the README's "Library use" names them); everything else is result.meta.
+#: (docs/library.md names them); everything else is result.meta.
 INVOCATION = {
     "command", "argv", "created", "git_commit", "host", "pid", "complete", "error", "non_finite",
     "non_finite_total",
