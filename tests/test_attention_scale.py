@@ -10,12 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import assert_one_line_error, readme_section
+from helpers import assert_one_line_error, reference_page
 from typer.testing import CliRunner
 
 from tinit import theory
 from tinit.cli import app
-from tinit.experiments.common import make_tokens
+from tinit.experiments.device import make_tokens
 from tinit.experiments.measure.attention_scale import (
     COLUMNS,
     attention_weights,
@@ -222,6 +222,6 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, option):
 
 
 def test_readme_documents_every_column():
-    section = readme_section("`tinit attention-scale`")
+    section = reference_page("attention-scale")
     for col in COLUMNS:
         assert f"`{col}`" in section, col

@@ -18,7 +18,7 @@ from tinit.experiments.audit.audit import Expectation, audit_weights, measure_st
 from tinit.experiments.audit.loaders import load_hf  # noqa: E402
 from tinit.experiments.audit.roles import classify_roles  # noqa: E402
 from tinit.experiments.audit.sites import find_sites  # noqa: E402
-from tinit.experiments.common import make_tokens  # noqa: E402
+from tinit.experiments.device import make_tokens  # noqa: E402
 from tinit.experiments.measure.variance import add_theory, run_variance  # noqa: E402
 from tinit.model.config import InitConfig, ModelConfig, RunConfig  # noqa: E402
 from tinit.model.transformer import Transformer  # noqa: E402
@@ -209,12 +209,12 @@ def test_readme_gpt2_example_through_the_cli(tmp_path):
     import json
     import re
 
-    from helpers import readme_section
+    from helpers import reference_page
     from typer.testing import CliRunner
 
     from tinit.cli import app
 
-    section = readme_section("`tinit audit`")
+    section = reference_page("audit")
     doc = json.loads(re.search(r"```json\n(.*?)```", section, flags=re.S).group(1))
     config = tmp_path / "gpt2-tiny.json"
     config.write_text(json.dumps(doc))

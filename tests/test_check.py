@@ -12,20 +12,18 @@ import torch
 from typer.testing import CliRunner
 
 from tinit.cli import app
-from tinit.experiments.common import configure, make_tokens
+from tinit.experiments.configs import configure
+from tinit.experiments.device import make_tokens
 from tinit.experiments.measure.check import (
     CHECK_COLUMNS,
     ITEMS,
     CovarianceProbe,
-    depth_prediction,
-    gradient_rows,
     measure_additions,
-    params_rows,
     run_check,
-    t_quantile,
     z_quantile,
 )
 from tinit.experiments.measure.variance import run_variance
+from tinit.experiments.measure.verdicts import depth_prediction, gradient_rows, params_rows, t_quantile
 from tinit.model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 
 runner = CliRunner()
@@ -274,7 +272,7 @@ def test_cli_and_library_check_the_same_defaults(monkeypatch):
 
 def test_every_claim_passes_at_the_shipped_defaults():
     """run_check() at its defaults (seed 0): every claim passes. The naive row of (b)
-    is the known drift (README): its error is positive, the attention branch growing with
+    is the known drift (docs/reference/check.md): its error is positive, the attention branch growing with
     depth, but within tolerance at this seed."""
     from tinit.experiments.measure.check import CHECK_RUN
 

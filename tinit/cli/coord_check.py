@@ -2,47 +2,35 @@
 the first steps of training, per scheme, with a verdict (microsoft/mup's coord check,
 both axes)."""
 
-import math
 from typing import Annotated, Literal
 
 import typer
 
-from . import app
-from .options import MODEL, SharedOptions, shared_options
+from . import options as opt
+from .configs import Options, configs_or_exit
 
 CHECK = "Coordinate check"
-#: CPU defaults: d = 64..512 and L = 2, 8 at 3 seeds in a few minutes on 2 cores (one
-#: fixed batch of 4 x 32 tokens; the RMS of a layer averages 128 x d coordinates).
-CPU_DEFAULTS = {"init": "gpt2,mup", "heads": 4, "vocab": 256, "seq_len": 32, "batch": 4}
-#: Set by the check itself: float32 weights, held blocks, model branches, one grid of widths.
-NOT_FOR_CHECK = ("layers", "d_model", "preset", "dtype", "stream", "branch", "branch_var")
 
 
 def _opt(*decls, help, panel=CHECK, **kw):
     return typer.Option(*decls, help=help, rich_help_panel=panel, show_default=True, **kw)
 
 
-def _positive(value: float) -> float:
-    if not (math.isfinite(value) and value > 0):
-        raise typer.BadParameter(f"{value} is not a positive number")
-    return value
-
-
-@app.command("coord-check", short_help="Activation RMS per layer against width and depth over the first "
-             "training steps: which schemes keep their coordinates Theta(1)?")  # fmt: skip
-@shared_options(exclude=NOT_FOR_CHECK, defaults=CPU_DEFAULTS)
 def coord_check(
-    *,
-    opts: SharedOptions,
     d_model: Annotated[
-        str, _opt("--d-model", help="Widths, a comma list.", panel=MODEL, metavar="64,128,...")
+        str,
+        typer.Option(
+            "--d-model",
+            help="Widths, a comma list.",
+            metavar="64,128,...",
+            rich_help_panel=opt.MODEL,
+            show_default=True,
+        ),
     ] = "64,128,256,512",
-    layers: Annotated[
-        str, _opt("--layers", "-L", help="Depths: a comma list or range (as depth-sweep).", panel=MODEL)
-    ] = "2,8",
+    layers: opt.Depths = "2,8",
     seeds: Annotated[
         int, _opt("--seeds", help="Seeds per (scheme, width, depth): --seed, --seed+1, ...", min=1)
-    ] = 3,  # fmt: skip
+    ] = 3,
     steps: Annotated[
         int, _opt("--steps", help="Optimizer steps; the RMS is recorded at steps 0..N.", min=1)
     ] = 4,
@@ -51,17 +39,50 @@ def coord_check(
         _opt(
             "--lr",
             help="Constant Adam learning rate (the scheme's rules scale it per group).",
-            callback=_positive,
+            callback=opt.positive,
         ),
-    ] = 1e-2,  # fmt: skip
+    ] = 1e-2,
     param_rules: Annotated[
         Literal["on", "off"],
         _opt(
             "--param-rules",
             help="on: each scheme's optimizer rules (muP's lr / m on hidden matrices); "
             "off: one lr for every parameter, to show what the rules do.",
-        ),  # fmt: skip
+        ),
     ] = "on",
+    # CPU defaults: d = 64..512 and L = 2, 8 at 3 seeds in about a minute of CPU on 2 cores
+    # (one fixed batch of 4 x 32 tokens; a layer's RMS averages 128 x d coordinates); float32
+    # weights, held blocks and model branches are the training's own
+    n_heads: opt.Heads = 4,
+    d_ff: opt.DFF = None,
+    vocab_size: opt.Vocab = 256,
+    norm: opt.Norm = "rmsnorm",
+    ffn: opt.Ffn = "swiglu",
+    positions: opt.Positions = "rope",
+    attention: opt.Attention = "causal",
+    untie: opt.Untie = False,
+    bias: opt.Bias = False,
+    no_attn_scale: opt.NoAttnScale = False,
+    pre_norm: opt.PreNorm = False,
+    post_norm: opt.PostNorm = False,
+    norm_positions: opt.NormPositions = None,
+    qk_norm: opt.QKNorm = None,
+    n_kv_heads: opt.KVHeads = None,
+    init: opt.Init = "gpt2,mup",
+    init_file: opt.InitFile = None,
+    base_width: opt.BaseWidth = 256,
+    base_depth: opt.BaseDepth = 1,
+    sigma: opt.Sigma = "0.02",
+    embed_std: opt.EmbedStd = None,
+    seed: opt.Seed = 0,
+    seq_len: opt.SeqLen = 32,
+    batch: opt.Batch = 4,
+    device: opt.Device = "auto",
+    tf32: opt.TF32 = False,
+    threads: opt.Threads = None,
+    out: opt.Out = None,
+    format: opt.Format = "png",
+    quiet: opt.Quiet = False,
 ) -> None:
     """Train each scheme for --steps Adam steps on one fixed batch of the Markov language
     at every width x depth x seed, and record the RMS of every layer's output in each
@@ -79,15 +100,16 @@ def coord_check(
     width), coord_check_depth.png (against depth), coord_check_layers_*.png (one line
     per layer, mup's view) and config.json.
     """
+    opts = Options(locals())
     from ..experiments.measure.depth_sweep import parse_layers
     from ..experiments.points import coord_check_plan
     from ..experiments.training.coord_check import CoordConfig, make_grid, parse_widths, run_coord_check
     from ..experiments.training.coord_fit import summary
-    from .runner import Outputs, configs_or_exit, execute
+    from .runner import Outputs, execute
 
     widths = configs_or_exit(lambda: parse_widths(d_model))
     depths = configs_or_exit(lambda: parse_layers(layers))
-    model, init, run, coord = configs_or_exit(
+    model, init_cfg, run, coord = configs_or_exit(
         lambda: (
             opts.model_config(n_layers=depths[-1], d_model=widths[-1]),
             opts.init_config(),
@@ -96,7 +118,7 @@ def coord_check(
         )
     )
     positions = opts.placements
-    configs_or_exit(lambda: make_grid(model, init, run, opts.inits, positions, widths, depths, seeds))
+    configs_or_exit(lambda: make_grid(model, init_cfg, run, opts.inits, positions, widths, depths, seeds))
     title = coord_title(opts, model, widths, depths, seeds, lr, param_rules, steps)
 
     def figures(r):
@@ -114,7 +136,7 @@ def coord_check(
         opts,
         lambda progress, on_partial=None: run_coord_check(
             model,
-            init,
+            init_cfg,
             run,
             coord,
             opts.inits,
@@ -128,12 +150,12 @@ def coord_check(
         ),
         Outputs(figures=figures, tables=tables),
         plan=lambda: coord_check_plan(
-            model, init, run, coord, opts.inits, positions, widths, depths, seeds, opts.d_ff
+            model, init_cfg, run, coord, opts.inits, positions, widths, depths, seeds, opts.d_ff
         ),  # fmt: skip
     )
 
 
-def coord_title(opts: SharedOptions, model, widths, depths, seeds: int, lr: float, rules: str,
+def coord_title(opts: Options, model, widths, depths, seeds: int, lr: float, rules: str,
                 steps: int) -> str:  # fmt: skip
     """What every figure and the table say the run was."""
     parts = [

@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from ..model.config import InitConfig, ModelConfig, RunConfig
-from .common import ExperimentResult, Progress, check_configs, grid
+from .configs import check_configs, grid
 from .measure.depth_sweep import (
     SWEEP_COLUMNS,
     assemble,
@@ -37,6 +37,7 @@ from .measure.grad_norms import not_applicable as grad_norms_not_applicable
 from .measure.grad_norms import require_gradients, run_grad_norms
 from .measure.variance import NOT_APPLICABLE as VARIANCE_NOT_APPLICABLE
 from .measure.variance import run_variance
+from .result import ExperimentResult, Progress
 from .training import coord_check
 
 #: Frames of one point, by file stem.
@@ -45,11 +46,11 @@ Frames = dict[str, pd.DataFrame]
 
 @dataclass(frozen=True)
 class Point:
-    """One point of a grid: ``kind`` names its runner in :data:`RUNNERS`, ``kwargs``
-    are that runner's arguments (configs are dataclasses, so a point pickles), and
-    ``labels`` say which point it is (also its folder name, :attr:`name`)."""
+    """One point of a grid: ``run`` measures it (a module-level function, so a point
+    pickles by reference to it), ``kwargs`` are its arguments (configs are dataclasses),
+    and ``labels`` say which point it is (also its folder name, :attr:`name`)."""
 
-    kind: str
+    run: Callable[..., ExperimentResult]
     labels: dict[str, Any]
     kwargs: dict[str, Any] = field(repr=False)
 
@@ -99,19 +100,10 @@ def _depth_sweep_runner(
     return ExperimentResult({"depth_sweep": pd.DataFrame(rows, columns=SWEEP_COLUMNS)}, meta)
 
 
-#: kind -> the function that runs a point (its kwargs, plus ``progress``).
-RUNNERS: dict[str, Callable[..., ExperimentResult]] = {
-    "depth-sweep": _depth_sweep_runner,
-    "variance": run_variance,
-    "grad-norms": run_grad_norms,
-    "coord-check": coord_check.coord_point,
-}
-
-
 def run_point(point: Point, progress: Progress | None = None) -> ExperimentResult:
     """Measure one point (raises what its experiment raises). A user's scheme travels
     inside the point's InitConfig (``init.schemes``): no registry to fill first."""
-    return RUNNERS[point.kind](**point.kwargs, progress=progress)
+    return point.run(**point.kwargs, progress=progress)
 
 
 def _grid_meta(model: ModelConfig, init: InitConfig, run: RunConfig, **extra: Any) -> dict[str, Any]:
@@ -140,7 +132,7 @@ def depth_sweep_plan(
     check_configs(model, init, run, configs, depths)
     points = [
         Point(
-            "depth-sweep",
+            _depth_sweep_runner,
             {"n_layers": L, "seed": seed_configs(init, run, i)[0].seed, "init": recipe, "norm_position": pos},
             {"model": model, "init": init, "run": run, "n_layers": L, "seed_index": i, "inits": (recipe,),
              "norm_positions": (pos,), "grads": grads},
@@ -164,13 +156,13 @@ def depth_sweep_plan(
                 not_applicable(grads and model.branch == "model", init.schemes))  # fmt: skip
 
 
-def _concat_plan(command: str, kind: str, stems: Sequence[str], model, init, run, inits, norm_positions,
-                 na: dict | None = None, **kwargs) -> Plan:  # fmt: skip
+def _concat_plan(command: str, runner: Callable[..., ExperimentResult], stems: Sequence[str], model, init,
+                 run, inits, norm_positions, na: dict | None = None, **kwargs) -> Plan:  # fmt: skip
     """A command whose frames are its configurations' frames one after the other."""
     configs = list(grid(inits, norm_positions, init.schemes))
     check_configs(model, init, run, configs)
     points = [
-        Point(kind, {"n_layers": model.n_layers, "seed": init.seed, "init": recipe, "norm_position": pos},
+        Point(runner, {"n_layers": model.n_layers, "seed": init.seed, "init": recipe, "norm_position": pos},
               {"model": model, "init": init, "run": run, "inits": (recipe,), "norm_positions": (pos,),
                **kwargs})  # fmt: skip
         for recipe, pos in configs
@@ -189,7 +181,7 @@ def _concat_plan(command: str, kind: str, stems: Sequence[str], model, init, run
 def variance_plan(model, init, run, inits, norm_positions) -> Plan:
     """``variance`` as one point per (init, norm position)."""
     stems = ("variance", "summary")
-    return _concat_plan("variance", "variance", stems, model, init, run, inits, norm_positions,
+    return _concat_plan("variance", run_variance, stems, model, init, run, inits, norm_positions,
                         VARIANCE_NOT_APPLICABLE)  # fmt: skip
 
 
@@ -197,7 +189,7 @@ def grad_norms_plan(model, init, run, inits, norm_positions, batches: int = 1) -
     """``grad-norms`` as one point per (init, norm position)."""
     require_gradients(model, run)
     plan = _concat_plan(
-        "grad-norms", "grad-norms", ("grad_norms", "stream_grads", "summary"), model, init, run, inits,
+        "grad-norms", run_grad_norms, ("grad_norms", "stream_grads", "summary"), model, init, run, inits,
         norm_positions, batches=batches,
     )  # fmt: skip
     # the single run's rules, from the gathered frames (which configurations pass no gradient)
@@ -215,7 +207,7 @@ def coord_check_plan(
     (:func:`tinit.experiments.training.coord_check.gather`: concatenate, then fit)."""
     g = coord_check.make_grid(model, init, run, inits, norm_positions, widths, depths, seeds)
     points = [
-        Point("coord-check",
+        Point(coord_check.coord_point,
               {"d": p["d_model"], "n_layers": p["n_layers"], "seed": p["seed"], "init": p["recipe"],
                "norm_position": p["norm_position"]},
               {"model": model, "init": init, "run": run, "coord": coord, "d_ff": d_ff, **p})  # fmt: skip

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,21 +42,11 @@ from ...model.catalogue import placements_for
 from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ...model.param_rules import optimizer_groups, rules_summary
 from ...model.transformer import Transformer
-from ..common import (
-    RUN_FAILURES,
-    ExperimentResult,
-    IncompleteRun,
-    Partial,
-    Progress,
-    ProgressCounter,
-    check_configs,
-    failure_reason,
-    grid,
-    matmul_precision,
-    resolve_device,
-    run_meta,
-)
-from ..memory import return_freed_memory, rss_mib
+from ..configs import check_configs, grid
+from ..device import matmul_precision, resolve_device
+from ..driver import Meter, ProgressCounter, Run
+from ..meta import run_meta
+from ..result import ExperimentResult, Partial, Progress
 from .coord_fit import fit_coord_check, fit_not_applicable
 from .data import load_data
 
@@ -254,36 +243,24 @@ def run_coord_check(
     norm_positions: Sequence[str] | None, widths: Sequence[int], depths: Sequence[int], seeds: int = 3,
     d_ff: int | None = None, progress: Progress | None = None, on_partial: Partial | None = None,
 ) -> ExperimentResult:  # fmt: skip
-    """Every point of the grid in order (:func:`coord_point`), then the fit. After
-    each point ``on_partial`` gets the frames so far."""
+    """Every point of the grid in order (:func:`coord_point`) under the run driver
+    (time and resident memory per point, rows on disk after each), then the fit."""
     g = make_grid(model, init, run, inits, norm_positions, widths, depths, seeds)
     device = resolve_device(run.device)
     points = g.points()
-    tick = ProgressCounter(progress, len(points) * (coord.steps + 1))
-    meta = run_meta(dataclasses.replace(model, d_model=max(widths), n_layers=max(depths)), init, run, device,
-                    configurations=list(g.configs), **grid_meta(g, coord, d_ff, init))  # fmt: skip
-    meta["seconds"], meta["rss_mib"] = {}, {}
+    big = dataclasses.replace(model, d_model=max(widths), n_layers=max(depths))
+    meta = run_meta(big, init, run, device, configurations=list(g.configs), **grid_meta(g, coord, d_ff, init))
     frames: list[pd.DataFrame] = []
+    driver = Run(meta, lambda: gather(frames), NOT_APPLICABLE, meter=Meter(device), on_partial=on_partial,
+                 progress=progress, total=len(points) * (coord.steps + 1))  # fmt: skip
 
-    def result(complete: bool, error: str | None = None) -> ExperimentResult:
-        return ExperimentResult(gather(frames), {**meta, "complete_points": len(frames)}, complete, error,
-                                NOT_APPLICABLE)  # fmt: skip
+    def measure(p: dict[str, Any]) -> ExperimentResult:
+        tick = lambda done, total: driver.tick()  # noqa: E731 -- one step of this point done
+        return coord_point(model, init, run, coord, d_ff=d_ff, progress=tick, **p)
 
-    for i, p in enumerate(points):
-        t0 = time.perf_counter()
-        name = point_name(p)
-        try:
-            r = coord_point(model, init, run, coord, d_ff=d_ff, progress=lambda done, total: tick(), **p)
-        except RUN_FAILURES as exc:
-            what = failure_reason(exc)
-            raise IncompleteRun(f"point {i + 1}/{len(points)} ({name}): {what}", result(False, what)) from exc
-        frames.append(r["coord_check"])
-        meta["seconds"][name] = time.perf_counter() - t0
-        return_freed_memory()
-        meta["rss_mib"][name] = rss_mib()
-        if on_partial is not None and i + 1 < len(points):
-            on_partial(result(False))
-    return result(True)
+    driver.each(points, measure, lambda p, r: frames.append(r["coord_check"]), label=point_name,
+                span=point_name, last_partial=False)  # fmt: skip
+    return driver.result()
 
 
 def point_name(p: dict[str, Any]) -> str:

@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from ...model.config import InitConfig, ModelConfig, RunConfig
-from ..common import ExperimentResult, IncompleteRun, Partial, Progress
+from ..driver import extended
+from ..result import ExperimentResult, Partial, Progress
 from .data import TrainData
 from .train import TrainConfig, run_train
 
@@ -148,12 +149,8 @@ def run_lr_sweep(
         }
         return result
 
-    partial = None if on_partial is None else (lambda r: on_partial(with_optima(r)))
-    try:
-        result = run_train(
-            model, init, run, train, data, schemes, norm_positions, depths, seeds, lrs, warmups, progress,
-            partial,
-        )
-    except IncompleteRun as exc:  # the depths that finished get their optimum too
-        raise IncompleteRun(str(exc), with_optima(exc.result)) from exc
-    return with_optima(result)
+    return extended(
+        lambda partial: run_train(model, init, run, train, data, schemes, norm_positions, depths, seeds, lrs,
+                                  warmups, progress, partial),
+        with_optima, on_partial,
+    )  # fmt: skip
