@@ -73,6 +73,8 @@ OWN = {
     "train": {"--layers", *TRAINING_CPU}, "lr-sweep": {"--layers", *TRAINING_CPU}, "claims": TRAINING_CPU,
     "audit": {"--sigma", "--vocab"},  # the audited model's own unless given
     "norms": {"--d-model"},  # a list of widths
+    # lists of widths and depths, sized for a 2-core CPU (tests/test_coord_check.py)
+    "coord-check": {"--layers", "--d-model", "--vocab", "--seq-len", "--batch"},
 }  # fmt: skip
 
 
