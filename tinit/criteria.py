@@ -96,3 +96,14 @@ def z_quantile(alpha: float, m: int = 1, two_sided: bool = True) -> float:
     """Normal quantile of a test at level alpha, Bonferroni-corrected over m tests."""
     tail = alpha / m / (2 if two_sided else 1)
     return NormalDist().inv_cdf(1.0 - tail)
+
+
+#: Learning-rate transfer (``tinit lr-sweep``): the optimum transfers along an axis
+#: (width or depth) when its drift d log2 lr* / d log2 x is under LR_DRIFT_TOL octaves per
+#: doubling and its 95% interval lies inside +-LR_RESOLVE_TOL (narrow enough to tell); it
+#: drifts when the interval excludes 0 and the drift is LR_DRIFT_TOL or more; otherwise
+#: the seeds given do not resolve it.
+LR_DRIFT_TOL, LR_RESOLVE_TOL, LR_LEVEL = 0.25, 0.5, 0.95
+LR_CRITERION = (f"transfers: |drift| < {LR_DRIFT_TOL:g} octave per doubling and the {LR_LEVEL:.0%} "
+                f"interval inside ±{LR_RESOLVE_TOL:g}; drifts: the interval excludes 0 and |drift| >= "
+                f"{LR_DRIFT_TOL:g}; otherwise not resolved")  # fmt: skip
