@@ -6,7 +6,7 @@ import sys
 
 import torch
 
-from tinit.experiments.common import make_tokens
+from tinit.experiments.device import make_tokens
 from tinit.model.config import InitConfig, ModelConfig, RunConfig
 from tinit.model.transformer import Transformer
 

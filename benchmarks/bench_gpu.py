@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from tinit.experiments.common import make_tokens, matmul_precision
+from tinit.experiments.device import make_tokens, matmul_precision
 from tinit.experiments.measure.probes import VarianceProbe
 from tinit.experiments.measure.variance import run_variance
 from tinit.model.config import InitConfig, ModelConfig, RunConfig

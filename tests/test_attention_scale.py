@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from tinit import theory
 from tinit.cli import app
-from tinit.experiments.common import make_tokens
+from tinit.experiments.device import make_tokens
 from tinit.experiments.measure.attention_scale import (
     COLUMNS,
     attention_weights,

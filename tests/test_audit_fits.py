@@ -44,13 +44,13 @@ def test_the_bound_is_never_below_the_built_parameters(model_type):
 def test_a_full_size_default_is_still_refused(monkeypatch):
     """llama's default (6.7B parameters) with 8 GiB free: the bound does not fit, the
     model is counted on the meta device and refused. A mixture of experts has no bound."""
-    from tinit.experiments import common
+    from tinit.experiments import memory
 
     assert param_bound(CONFIG_MAPPING["mixtral"]()) is None
     calls = []
     real = loaders.param_bound
     monkeypatch.setattr(loaders, "param_bound", lambda c: calls.append(c) or real(c))
-    monkeypatch.setattr(common, "available_memory", lambda device: 8 * 2**30)
+    monkeypatch.setattr(memory, "available_memory", lambda device: 8 * 2**30)
     config = hf_config("llama", {})
     with pytest.raises(ConfigError, match="B parameters need"):
         loaders._check_fits(AutoModelForCausalLM, config, "llama", torch.device("cpu"), torch.float32)

@@ -18,7 +18,7 @@ from tinit.experiments.audit.audit import Expectation, audit_weights, measure_st
 from tinit.experiments.audit.loaders import load_hf  # noqa: E402
 from tinit.experiments.audit.roles import classify_roles  # noqa: E402
 from tinit.experiments.audit.sites import find_sites  # noqa: E402
-from tinit.experiments.common import make_tokens  # noqa: E402
+from tinit.experiments.device import make_tokens  # noqa: E402
 from tinit.experiments.measure.variance import add_theory, run_variance  # noqa: E402
 from tinit.model.config import InitConfig, ModelConfig, RunConfig  # noqa: E402
 from tinit.model.transformer import Transformer  # noqa: E402

@@ -19,7 +19,7 @@ from tinit.cli import app
 from tinit.experiments.audit.audit import DEVIATING, Expectation, audit_weights, measure_stream, run_audit
 from tinit.experiments.audit.roles import classify_roles
 from tinit.experiments.audit.sites import find_sites
-from tinit.experiments.common import make_tokens
+from tinit.experiments.device import make_tokens
 from tinit.experiments.measure.variance import add_theory, run_variance
 from tinit.model.config import InitConfig, RunConfig
 from tinit.results import report_audit

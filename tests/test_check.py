@@ -12,20 +12,18 @@ import torch
 from typer.testing import CliRunner
 
 from tinit.cli import app
-from tinit.experiments.common import configure, make_tokens
+from tinit.experiments.configs import configure
+from tinit.experiments.device import make_tokens
 from tinit.experiments.measure.check import (
     CHECK_COLUMNS,
     ITEMS,
     CovarianceProbe,
-    depth_prediction,
-    gradient_rows,
     measure_additions,
-    params_rows,
     run_check,
-    t_quantile,
     z_quantile,
 )
 from tinit.experiments.measure.variance import run_variance
+from tinit.experiments.measure.verdicts import depth_prediction, gradient_rows, params_rows, t_quantile
 from tinit.model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 
 runner = CliRunner()

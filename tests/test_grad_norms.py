@@ -17,17 +17,18 @@ from typer.testing import CliRunner
 
 from tinit import theory
 from tinit.cli import app
-from tinit.experiments import common
-from tinit.experiments.common import IncompleteRun, make_tokens
-from tinit.experiments.measure import grad_norms as gn
+from tinit.experiments import memory
+from tinit.experiments.device import make_tokens
+from tinit.experiments.measure import backward
+from tinit.experiments.measure.backward import param_key
 from tinit.experiments.measure.grad_norms import (
     GRAD_COLUMNS,
     STREAM_COLUMNS,
     SUMMARY_COLUMNS,
     batch_seeds,
-    param_key,
     run_grad_norms,
 )
+from tinit.experiments.result import IncompleteRun
 from tinit.model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from tinit.model.transformer import Transformer
 
@@ -232,7 +233,7 @@ def test_summary_ratios_follow_the_rows():
 
 def test_layerwise_holds_one_block_at_a_time(monkeypatch):
     alive, peak, built = set(), [0], [0]
-    real = gn.build_block
+    real = backward.build_block
 
     def counting(*args, **kw):
         block = real(*args, **kw)
@@ -242,7 +243,7 @@ def test_layerwise_holds_one_block_at_a_time(monkeypatch):
         weakref.finalize(block, alive.discard, id(block))
         return block
 
-    monkeypatch.setattr(gn, "build_block", counting)
+    monkeypatch.setattr(backward, "build_block", counting)
     run_grad_norms(TINY, run=RunConfig(batch=2, seq_len=16, device="cpu", stream=True), inits=("naive",),
                    norm_positions=("post",), batches=2)  # fmt: skip
     assert built[0] == 2 * TINY.n_layers  # once forward, once in the backward walk
@@ -250,7 +251,7 @@ def test_layerwise_holds_one_block_at_a_time(monkeypatch):
 
 
 def test_streams_automatically_when_built_model_would_not_fit(monkeypatch):
-    monkeypatch.setattr(common, "available_memory", lambda device: 1024)
+    monkeypatch.setattr(memory, "available_memory", lambda device: 1024)
     res = run_grad_norms(TINY, run=RunConfig(batch=2, seq_len=16, device="cpu"), inits=("naive",),
                          norm_positions=("pre",))  # fmt: skip
     assert res.meta["streamed"] is True

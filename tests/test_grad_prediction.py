@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tinit.experiments.measure.grad_norms import norm_backward, run_grad_norms
+from tinit.experiments.measure.backward import norm_backward
+from tinit.experiments.measure.grad_norms import run_grad_norms
 from tinit.model.config import InitConfig, ModelConfig, RunConfig
 
 TOL = 0.2

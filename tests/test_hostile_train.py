@@ -19,7 +19,7 @@ from helpers import ROOT, assert_one_line_error
 from typer.testing import CliRunner
 
 from tinit.cli import app
-from tinit.experiments.common import IncompleteRun, Stopped
+from tinit.experiments.result import IncompleteRun, Stopped
 from tinit.experiments.training.data import load_data
 from tinit.experiments.training.lr_sweep import run_lr_sweep
 from tinit.experiments.training.train import RunSpec, TrainConfig, run_specs

@@ -67,7 +67,7 @@ def test_edge_optimum_is_not_resolved():
     frame = runs_frame({"a": [-2.0, -2.1]})  # c = -10.x at d = 128: below the grid
     drift = lr_drift(lr_optima(frame, "final_eval_loss", seed=True))
     w = drift[drift["axis"] == "width"].iloc[0]
-    assert w["at_edge"] > 0 and w["verdict"] == "not resolved" and "edge" in w["note"]
+    assert w["at_edge"] > 0 and w["verdict"] == "not resolved" and "bracketed" in w["note"]
 
 
 def test_comparison_names_the_scheme_that_moves_less():

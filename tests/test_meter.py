@@ -8,8 +8,8 @@ import torch
 from typer.testing import CliRunner
 
 from tinit.cli import app
-from tinit.experiments import common
-from tinit.experiments.common import Meter, peak_rss_mib
+from tinit.experiments import driver
+from tinit.experiments.driver import Meter, peak_rss_mib
 from tinit.experiments.measure.depth_sweep import run_depth_sweep
 from tinit.experiments.measure.variance import run_variance
 from tinit.results.tables import cost_line
@@ -43,7 +43,7 @@ def test_no_resource_module_means_no_rss_figure(monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_resource)
-    monkeypatch.setattr(common, "peak_rss_own_mib", lambda: None)  # nor /proc
+    monkeypatch.setattr(driver, "peak_rss_own_mib", lambda: None)  # nor /proc
     assert peak_rss_mib() is None
     meter, meta = Meter(torch.device("cpu")), {}
     meter.record(meta)

@@ -19,7 +19,7 @@ from tinit.cli import app
 from tinit.experiments.audit.audit import Expectation, audit_weights, measure_stream
 from tinit.experiments.audit.roles import classify_roles
 from tinit.experiments.audit.sites import find_sites
-from tinit.experiments.common import make_tokens
+from tinit.experiments.device import make_tokens
 from tinit.experiments.measure.grad_norms import run_grad_norms
 from tinit.experiments.measure.variance import run_variance
 from tinit.model.catalogue import CATALOGUE, get_scheme

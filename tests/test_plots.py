@@ -16,13 +16,8 @@ import pytest
 from matplotlib.lines import Line2D
 from rich.console import Console
 
-from tinit.experiments.measure.depth_sweep import (
-    LAW_TOL,
-    TRANSFER_TOL,
-    assemble,
-    round_to_inputs,
-    transfer_verdict,
-)
+from tinit.experiments.measure.depth_fits import round_to_inputs, transfer_verdict
+from tinit.experiments.measure.depth_sweep import LAW_TOL, TRANSFER_TOL, assemble
 from tinit.model.config import ModelConfig
 from tinit.results.plot_depth_sweep import depth_sweep_slope_table, depth_sweep_table, plot_depth_sweep
 from tinit.results.plot_grad_norms import grad_norms_table, plot_grad_norms, plot_stream_grads

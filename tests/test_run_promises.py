@@ -23,10 +23,10 @@ from typer.testing import CliRunner
 from tinit.cli import app
 from tinit.cli.options import SHARED, SharedOptions
 from tinit.cli.runner import Outputs, execute
-from tinit.experiments import common
-from tinit.experiments.common import ExperimentResult, IncompleteRun
+from tinit.experiments import memory
 from tinit.experiments.measure.grad_norms import _tensor_stats
 from tinit.experiments.measure.variance import run_variance
+from tinit.experiments.result import ExperimentResult, IncompleteRun, is_out_of_memory
 from tinit.model.config import ModelConfig, RunConfig
 from tinit.results import rundir
 from tinit.results.rundir import FolderTaken, claim_run_dir, format_frame, non_finite_counts
@@ -215,8 +215,8 @@ def test_other_runtime_errors_are_not_swallowed(monkeypatch):
 
 
 def test_memory_error_counts_as_out_of_memory():
-    assert common.is_out_of_memory(MemoryError())
-    assert not common.is_out_of_memory(RuntimeError("shape mismatch"))
+    assert is_out_of_memory(MemoryError())
+    assert not is_out_of_memory(RuntimeError("shape mismatch"))
 
 
 def test_host_memory_respects_rlimit_as(monkeypatch):
@@ -228,7 +228,7 @@ def test_host_memory_respects_rlimit_as(monkeypatch):
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmSize:"):
             vm = int(line.split()[1]) * 1024
-    assert common.host_memory() <= max(limit - vm, 0) + 64 * 2**20  # the process grows a little meanwhile
+    assert memory.host_memory() <= max(limit - vm, 0) + 64 * 2**20  # the process grows a little meanwhile
 
 
 def test_host_memory_respects_the_cgroup_limit(monkeypatch, tmp_path):
@@ -237,29 +237,29 @@ def test_host_memory_respects_the_cgroup_limit(monkeypatch, tmp_path):
     (tmp_path / "job").mkdir()
     (tmp_path / "job" / "memory.max").write_text("1000000000\n")
     (tmp_path / "job" / "memory.current").write_text("400000000\n")
-    monkeypatch.setattr(common, "PROC_CGROUP", str(proc))
-    monkeypatch.setattr(common, "CGROUP_MOUNT", str(tmp_path))
-    assert common.host_memory() <= 600_000_000
+    monkeypatch.setattr(memory, "PROC_CGROUP", str(proc))
+    monkeypatch.setattr(memory, "CGROUP_MOUNT", str(tmp_path))
+    assert memory.host_memory() <= 600_000_000
     # cgroup v1, no limit: the huge number means none
     proc.write_text("4:memory:/job\n")
     (tmp_path / "memory" / "job").mkdir(parents=True)
     (tmp_path / "memory" / "job" / "memory.limit_in_bytes").write_text(str(2**63 - 4096))
-    monkeypatch.setattr(common, "_address_space_headroom", lambda: None)
-    assert common._cgroup_headroom() is None
+    monkeypatch.setattr(memory, "_address_space_headroom", lambda: None)
+    assert memory._cgroup_headroom() is None
 
 
 def test_streaming_decision_follows_the_limit(monkeypatch):
     cfg = ModelConfig(n_layers=4, d_model=64, n_heads=2, vocab_size=16)
-    cpu = common.torch.device("cpu")
+    cpu = memory.torch.device("cpu")
     need = 1_600_000  # a built pass of 4 blocks
-    monkeypatch.setattr(common, "_address_space_headroom", lambda: 10 * 2**30)
-    assert not common.should_stream(cfg, common.torch.float32, cpu, None, need)
-    monkeypatch.setattr(common, "_address_space_headroom", lambda: 100_000)
-    assert common.should_stream(cfg, common.torch.float32, cpu, None, need)
+    monkeypatch.setattr(memory, "_address_space_headroom", lambda: 10 * 2**30)
+    assert not memory.should_stream(cfg, memory.torch.float32, cpu, None, need)
+    monkeypatch.setattr(memory, "_address_space_headroom", lambda: 100_000)
+    assert memory.should_stream(cfg, memory.torch.float32, cpu, None, need)
     # a forward without gradients streams on the CPU whatever the memory: it costs nothing
-    monkeypatch.setattr(common, "_address_space_headroom", lambda: 10 * 2**30)
-    assert common.should_stream(cfg, common.torch.float32, cpu, None)
-    assert not common.should_stream(cfg, common.torch.float32, cpu, False)
+    monkeypatch.setattr(memory, "_address_space_headroom", lambda: 10 * 2**30)
+    assert memory.should_stream(cfg, memory.torch.float32, cpu, None)
+    assert not memory.should_stream(cfg, memory.torch.float32, cpu, False)
 
 
 # --- 4, 5. non-finite numbers flagged, never blank, never a crash ---

@@ -211,7 +211,7 @@ def test_multipliers_have_their_values():
 
 
 def test_presumed_architecture_applies_only_when_not_chosen():
-    from tinit.experiments.common import grid
+    from tinit.experiments.configs import grid
 
     assert list(grid(["naive", "olmo2", "deepnet"], None)) == [
         ("naive", "pre"), ("naive", "post"), ("deepnet", "post"), ("olmo2", "reordered")]  # fmt: skip

@@ -205,7 +205,8 @@ def audit(
     from ..experiments.audit.loaders import one_line as _one_line
     from ..experiments.audit.roles import classify_roles
     from ..experiments.audit.sites import find_sites
-    from ..experiments.common import is_run_failure, make_tokens, resolve_device, resolve_dtype
+    from ..experiments.device import make_tokens, resolve_device, resolve_dtype
+    from ..experiments.result import is_run_failure
     from ..model.config import ModelConfig, RunConfig
     from ..results.plot_grad_norms import plot_grad_norms, plot_stream_grads
     from ..results.plots import plot_variance

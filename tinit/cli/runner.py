@@ -27,13 +27,13 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from ..experiments.common import (
+from ..experiments.device import resolve_device
+from ..experiments.result import (
     ExperimentResult,
     IncompleteRun,
     Stopped,
     failure_reason,
     is_run_failure,
-    resolve_device,
 )
 from ..model.config import ConfigError
 from ..results.rundir import (

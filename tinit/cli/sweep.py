@@ -299,7 +299,7 @@ def _executor(values: dict, opts, plan, dry_run: bool):
         if given:
             raise _err(f"{given[0]} applies to --executor slurm only", given[0])
         try:
-            from ..experiments.common import resolve_device
+            from ..experiments.device import resolve_device
 
             resolve_device(opts.device)
         except ConfigError as exc:

@@ -2,6 +2,7 @@
 model, from the same options and the same ``--init`` schemes as the measurements at
 initialization."""
 
+import dataclasses
 import functools
 import inspect
 import math
@@ -67,7 +68,8 @@ TRAIN_FIELDS = {
     "lr": "--lr", "warmup": "--warmup", "min_lr_ratio": "--min-lr-ratio", "weight_decay": "--weight-decay",
     "grad_clip": "--grad-clip", "eval_every": "--eval-every", "diverge_margin": "--diverge-margin",
     "probe_points": "--probe-points", "shallow": "--shallow", "deep": "--deep", "seeds": "--seeds",
-    "high_lr": "--high-lr", "tol": "--tol", "n_layers": "--layers",
+    "high_lr": "--high-lr", "tol": "--tol", "n_layers": "--layers", "param_rules": "--param-rules",
+    "eps": "--adam-eps",
 }  # fmt: skip
 
 
@@ -83,6 +85,12 @@ def configs_or_exit(build):
 def _positive(value: float) -> float:
     if not (math.isfinite(value) and value > 0):
         raise typer.BadParameter(f"{value} is not a positive number")
+    return value
+
+
+def _on_off(value: str) -> str:
+    if value not in ("on", "off"):
+        raise typer.BadParameter(f"{value!r}: give on or off")
     return value
 
 
@@ -171,6 +179,21 @@ TRAIN_OPTIONS: dict[str, tuple[Any, Any]] = {
         ],
         3,
     ),
+    "param_rules": (
+        Annotated[
+            str,
+            _o(
+                "--param-rules",
+                help="on: apply each scheme's optimizer rules (mup: hidden-matrix lr / m; completep, "
+                "depth-mup: their depth rules and Adam eps; megatron-mup: lr and eps / m); off: the same "
+                "init trained with one lr. Schemes without rules (gpt2, naive, ...) train with one lr "
+                "either way.",
+                metavar="on|off",
+                callback=_on_off,
+            ),
+        ],
+        "on",
+    ),
     "compile": (
         Annotated[bool, _o("--compile", help="torch.compile the model (for long GPU runs).")],
         False,
@@ -225,6 +248,7 @@ def train_config(topts: dict, lr: float, warmup: int) -> "TrainConfig":
         eval_every=topts["eval_every"],
         diverge_margin=topts["diverge_margin"],
         probe_points=topts["probe_points"],
+        param_rules=topts["param_rules"] == "on",
         autocast=not topts["no_autocast"],
         compile=topts["compile"],
     )
@@ -314,6 +338,35 @@ def variance_figure(result, title: str) -> dict:
 LAYERS_HELP = "Depths: a comma list (4,8,24), start:stop:step, or start:stop:xFACTOR."
 
 
+def rules_notes(opts: SharedOptions, topts: dict) -> list[str]:
+    """The terminal's lines on the optimizer rules each scheme trained with."""
+    from ..model.param_rules import rules_summary
+
+    init = opts.init_config()
+    on = topts["param_rules"] == "on"
+    lines = [rules_summary(dataclasses.replace(init, recipe=name), on) for name in opts.inits]
+    return ["Optimizer rules (config.json: param_groups per run):", *(f"  {x}" for x in lines)]
+
+
+def _widths(value: str, opts: SharedOptions) -> list[int]:
+    """--d-model of lr-sweep: a comma list of widths, each divisible by --heads."""
+    try:
+        out = [int(v) for v in str(value).split(",")]
+    except ValueError:
+        out = []
+    if not out or any(v < 1 for v in out):
+        raise typer.BadParameter(f"{value!r}: give a comma list of whole numbers >= 1",
+                                 param_hint="'--d-model'")  # fmt: skip
+    bad = [w for w in out if w % opts.heads]
+    if bad:
+        raise typer.BadParameter(f"{bad[0]} is not divisible by --heads {opts.heads}",
+                                 param_hint="'--d-model'")  # fmt: skip
+    if len(out) > 1 and opts.d_ff is not None:
+        raise typer.BadParameter("a list of widths takes each width's default FFN width; leave --d-ff out",
+                                 param_hint="'--d-ff'")  # fmt: skip
+    return _once(out, value, "--d-model")
+
+
 @app.command("train", short_help="Train the grid schemes x norm positions x depths x seeds x lrs x warmups.")
 @shared_options(exclude=("layers", *NOT_FOR_TRAINING), defaults=CPU_DEFAULTS)
 @train_options()
@@ -360,47 +413,77 @@ def train(
                 **variance_figure(r, title),
             },
             tables=lambda r: [train_table(r["summary"], f"tinit train ({title})")],
+            notes=rules_notes(opts, topts),
         ),
     )
 
 
-@app.command("lr-sweep", short_help="Final loss against log2 lr per depth: does the optimum lr move with L?")
-@shared_options(exclude=("layers", *NOT_FOR_TRAINING), defaults={**CPU_DEFAULTS, "init": "scaled"})
+@app.command("lr-sweep", short_help="Final loss against log2 lr per depth and width: does the optimum move?")
+@shared_options(exclude=("layers", "d_model", *NOT_FOR_TRAINING), defaults={**CPU_DEFAULTS, "init": "scaled"})
 @train_options(defaults={"steps": 200})
 def lr_sweep(
     *,
     opts: SharedOptions,
     topts: dict,
     layers: Annotated[str, _o("--layers", "-L", help=LAYERS_HELP, panel=MODEL)] = "2,4,8",
+    d_model: Annotated[
+        str,
+        _o("--d-model", help="Widths d_model: a comma list (64,128,256); each takes its default FFN width.",
+           panel=MODEL, metavar="48,..."),
+    ] = str(CPU_DEFAULTS["d_model"]),
     seeds: Annotated[int, _o("--seeds", help="Seeds per configuration.", min=1)] = 1,
     lr: Annotated[
         str, _o("--lr", help="Peak learning rates, a comma list.", metavar="1e-3,...")
     ] = "1e-3,3e-3,1e-2,3e-2",
     warmup: Annotated[str, _o("--warmup", help="Warmup steps, a comma list.", metavar="30,...")] = "30",
 ) -> None:
-    """Sweep the peak learning rate at several depths: final held-out loss against
-    log2 lr, one curve per depth, the optimum lr* per depth (parabola through the best
-    grid point and its neighbours), and the least-squares drift d log2 lr* / d log2 L
-    (0: the optimum transfers across depth; the muP / CompleteP question).
+    """Sweep the peak learning rate at several depths and widths: final held-out loss
+    against log2 lr, one curve per depth and width, each seed's optimum lr* (parabola
+    through the best grid point and its neighbours), and the drift of log2 lr* along
+    width (at each depth) and depth (at each width): the mean of the per-seed
+    least-squares slopes d log2 lr* / d log2 x with its standard error over seeds, and a
+    verdict (transfers / drifts / not resolved) that states its criterion. 0 means the
+    optimum transfers: the muP (width) and CompleteP (depth) question. With several
+    schemes, lr_drift_compare.csv says whose optimum moves less, or that the seeds do not
+    resolve it. Schemes train with their optimizer rules (--param-rules).
 
-    Writes the files of `tinit train` plus lr_optimum.csv, lr_drift.csv and lr_sweep.png.
+    Writes the files of `tinit train` plus lr_optimum.csv (seed-mean curves),
+    lr_optimum_seeds.csv, lr_drift.csv, lr_drift_compare.csv, lr_sweep.png and
+    lr_transfer.png (lr* against width and depth, error bars over seeds).
     """
     from ..experiments.training.lr_sweep import run_lr_sweep
+    from ..results.plot_lr_transfer import drift_tables, plot_lr_transfer
     from ..results.plot_train import plot_loss_curves, plot_lr_sweep, train_table
     from .runner import Outputs, execute
 
+    widths = _widths(d_model, opts)
+    opts = dataclasses.replace(opts, d_model=widths[0])
     grid, data, title = _grid(opts, topts, layers, lr, warmup, seeds)
+    for w in widths[1:]:  # every width a valid model (heads, RoPE's even head size)
+        configs_or_exit(lambda w=w: opts.model_config(d_model=w))
+    if len(widths) > 1:
+        title = title.replace(f"d={widths[0]}", f"d={','.join(map(str, widths))}")
+
+    def figures(r) -> dict:
+        import pandas as pd
+
+        drift = r.frames.get("lr_drift", pd.DataFrame(columns=["init", "norm_position", "warmup", "slope"]))
+        out = {"lr_sweep": plot_lr_sweep(r["summary"], r["lr_optimum"], drift, data.floor, title)}
+        if "lr_drift" in r.frames:
+            lrs = [float(v) for v in r["runs"]["peak_lr"]]
+            out["lr_transfer"] = plot_lr_transfer(r["lr_optimum_seeds"], drift, title, (min(lrs), max(lrs)))
+        out["loss_curves"] = plot_loss_curves(r["train"], data.floor, title)
+        return {**out, **variance_figure(r, title)}
+
     execute(
         "lr-sweep",
         opts,
-        lambda progress, on_partial=None: run_lr_sweep(*grid, progress, on_partial),
+        lambda progress, on_partial=None: run_lr_sweep(*grid, progress, on_partial, widths),
         Outputs(
-            figures=lambda r: {
-                "lr_sweep": plot_lr_sweep(r["summary"], r["lr_optimum"], r["lr_drift"], data.floor, title),
-                "loss_curves": plot_loss_curves(r["train"], data.floor, title),
-                **variance_figure(r, title),
-            },
-            tables=lambda r: [train_table(r["summary"], f"tinit lr-sweep ({title})")],
+            figures=figures,
+            tables=lambda r: [train_table(r["summary"], f"tinit lr-sweep ({title})"),
+                              *drift_tables(r.frames)],
+            notes=rules_notes(opts, topts),
         ),
     )
 

@@ -2,8 +2,11 @@
 
 Grouped by what they are for: :mod:`.measure` (at initialization), :mod:`.training`,
 :mod:`.audit` (models tinit did not build) and :mod:`.bench` (speed of building blocks);
-what they share is at this level (:mod:`.common`: the run driver, devices, tokens and
-the configuration grid; :mod:`.memory`; :mod:`.points`: a grid as a sweep's points).
+what they share is at this level: :mod:`.driver` (the loop every experiment runs
+under) and :mod:`.result` (what it returns, how it fails), :mod:`.device` (device,
+dtype, tokens), :mod:`.memory` (memory limits, the streaming decision), :mod:`.configs`
+(the configuration grid), :mod:`.meta` (config.json's settings) and :mod:`.points`
+(a grid as a sweep's points).
 
 The names below are imported on first use (PEP 562): importing one experiment's
 module (``tinit.experiments.points`` to plan a sweep, say) does not import the others."""
@@ -12,7 +15,7 @@ from importlib import import_module
 
 #: public name -> the submodule that defines it
 _LAZY = {
-    "ExperimentResult": ".common", "IncompleteRun": ".common",
+    "ExperimentResult": ".result", "IncompleteRun": ".result",
     "run_attention_scale": ".measure.attention_scale", "run_audit": ".audit.audit",
     "run_check": ".measure.check", "run_depth_sweep": ".measure.depth_sweep",
     "run_grad_norms": ".measure.grad_norms", "run_norms": ".bench.norms", "run_params": ".measure.params",

@@ -1,7 +1,9 @@
 """What a run holds in memory: the bytes an ordinary backward keeps, bounded before
-anything is allocated, and the process's resident memory as it goes.
+anything is allocated, the process's resident memory as it goes, the memory it may
+still take (free host memory under the cgroup and address-space limits, or the
+device's), and the streaming decision made from them.
 
-The streaming decision (:func:`tinit.experiments.common.should_stream`) compares
+The streaming decision (:func:`should_stream`) compares
 what a fully built pass would hold with the free memory. For a forward without
 gradients that is the weights; for a backward it is far more: autograd keeps, for
 every block, the tensors its backward needs (the inputs of every linear layer, the
@@ -19,6 +21,7 @@ in every block variant: never below it, at most ~25% above.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import torch
 
@@ -35,8 +38,6 @@ def rss_mib() -> float | None:
             pages = int(f.read().split()[1])
     except (OSError, ValueError, IndexError):
         return None
-    import os
-
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
@@ -203,3 +204,120 @@ def backward_bound(
     over the configurations a run builds. Never below what a built backward holds, and at
     most a quarter above; from shapes alone, so deciding costs nothing."""
     return max(gradient_pass_bounds(c, i, batch, seq_len, dtype)[1] for c, i in configs)
+
+
+# --- the memory a run may still take, and the streaming decision ---
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None  # "max" (no limit) and junk: None
+
+
+#: Where the process's cgroups are listed and where the cgroup file systems are mounted.
+PROC_CGROUP, CGROUP_MOUNT = "/proc/self/cgroup", "/sys/fs/cgroup"
+
+
+def _cgroup_headroom() -> int | None:
+    """Bytes this process's memory cgroup may still grow (limit - usage), or None
+    when no limit applies. cgroup v2 (memory.max) and v1 (memory.limit_in_bytes); the
+    process's own cgroup folder first, then the mount's root (what a container sees)."""
+    try:
+        with open(PROC_CGROUP) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, rel = parts
+        if controllers == "":
+            mount, limit_file, usage_file = CGROUP_MOUNT, "memory.max", "memory.current"
+        elif "memory" in controllers.split(","):
+            mount = f"{CGROUP_MOUNT}/memory"
+            limit_file, usage_file = "memory.limit_in_bytes", "memory.usage_in_bytes"
+        else:
+            continue
+        for base in (mount + rel.rstrip("/"), mount):
+            limit = _read_int(f"{base}/{limit_file}")
+            if limit is not None and limit < 2**60:  # v1 says "no limit" with a huge number
+                return max(limit - (_read_int(f"{base}/{usage_file}") or 0), 0)
+    return None
+
+
+def _address_space_headroom() -> int | None:
+    """Bytes of address space left under RLIMIT_AS (``ulimit -v``), or None."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    used = 0
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    used = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return max(soft - used, 0)
+
+
+def host_memory() -> int:
+    """Available host memory (MemAvailable), at most what this process's cgroup
+    memory limit and its address-space limit (RLIMIT_AS) still allow."""
+    avail = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    if avail is None:
+        avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    limits = [x for x in (_cgroup_headroom(), _address_space_headroom()) if x is not None]
+    return min([avail, *limits])
+
+
+def available_memory(device: torch.device) -> int:
+    """Free bytes on the device (CUDA) or available host memory (CPU; see
+    :func:`host_memory`)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    return host_memory()
+
+
+def block_param_count(cfg: ModelConfig) -> int:
+    """Exact parameters in one block (built on the meta device: no memory)."""
+    with torch.device("meta"):
+        return sum(p.numel() for p in Block(cfg, 0).parameters())
+
+
+def should_stream(
+    cfg: ModelConfig, dtype: torch.dtype, device: torch.device, requested: bool | None,
+    need: int | None = None,
+) -> bool:  # fmt: skip
+    """Stream when asked to, or when what the fully built pass holds would take more
+    than half the free memory: ``need`` bytes, by default the blocks' weights (all a
+    forward without gradients holds; a backward holds far more, see
+    :func:`gradient_pass_bytes`).
+
+    A forward without gradients (``need`` None) off CUDA always streams: each block is
+    built once either way, so streaming costs nothing there (it was 15% faster at L = 40,
+    reusing one block's memory) and the memory stays flat in depth. On CUDA the built
+    model saves the side stream's synchronisation."""
+    if requested is not None:
+        return requested
+    if need is None and device.type != "cuda":
+        return True
+    if need is None:
+        need = cfg.n_layers * block_param_count(cfg) * torch.empty((), dtype=dtype).element_size()
+    return need > 0.5 * available_memory(device)

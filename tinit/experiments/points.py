@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from ..model.config import InitConfig, ModelConfig, RunConfig
-from .common import ExperimentResult, Progress, check_configs, grid
+from .configs import check_configs, grid
 from .measure.depth_sweep import (
     SWEEP_COLUMNS,
     assemble,
@@ -37,6 +37,7 @@ from .measure.grad_norms import not_applicable as grad_norms_not_applicable
 from .measure.grad_norms import require_gradients, run_grad_norms
 from .measure.variance import NOT_APPLICABLE as VARIANCE_NOT_APPLICABLE
 from .measure.variance import run_variance
+from .result import ExperimentResult, Progress
 
 #: Frames of one point, by file stem.
 Frames = dict[str, pd.DataFrame]

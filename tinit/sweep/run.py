@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..experiments.common import ExperimentResult
 from ..experiments.points import Plan
+from ..experiments.result import ExperimentResult
 from ..results.rundir import write_config
 from .folder import point_dir, point_done, point_record, read_point_frames, set_aside
 

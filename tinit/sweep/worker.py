@@ -37,8 +37,8 @@ def run_one(point, point_dir: str | Path, command: str) -> dict[str, Any]:
     point's config.json (a preempted task that SLURM requeued) is left as it is. A
     failure is recorded in the folder (what was measured kept, ``complete: false`` and
     the error), never raised; an interrupt is recorded and re-raised."""
-    from ..experiments.common import IncompleteRun
     from ..experiments.points import run_point
+    from ..experiments.result import IncompleteRun
     from ..results.rundir import write_config
 
     point_dir = Path(point_dir)

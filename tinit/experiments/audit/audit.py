@@ -25,6 +25,9 @@ Three measurements of one model, as built:
 3. **Gradients** of the mean next-token cross-entropy: every parameter's gradient
    norm and the stream gradient at every addition, as ``tinit grad-norms``.
 
+The weights are judged here; the stream and gradients are measured through hooks in
+:mod:`tinit.experiments.audit.stream`.
+
 With ``recipe`` the same model, re-initialised by tinit's recipe (per role, drawn per
 (seed, layer, parameter)), is measured on the same tokens beside it.
 """
@@ -32,7 +35,6 @@ With ``recipe`` the same model, re-initialised by tinit's recipe (per role, draw
 from __future__ import annotations
 
 import copy
-import inspect
 import math
 import re
 from dataclasses import dataclass
@@ -40,30 +42,21 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ...model.catalogue import get_scheme
-from ...model.config import ConfigError
 from ...model.init import fill_, generator
 from ...model.schemes import Draw, Scheme, resolve
-from ..common import (
-    RUN_FAILURES,
-    ExperimentResult,
-    IncompleteRun,
-    Meter,
-    Progress,
-    ProgressCounter,
-    failure_reason,
-    is_run_failure,
-)
+from ..driver import Meter, Run
 from ..measure.grad_norms import stream_frame
 from ..measure.grad_norms import summarize as grad_summarize
-from ..measure.probes import VarianceProbe
 from ..measure.variance import NOT_APPLICABLE as VARIANCE_NOT_APPLICABLE
 from ..measure.variance import SUMMARY_COLUMNS, VARIANCE_COLUMNS, add_theory, summarize
-from .roles import ParamRole
-from .sites import Sites, block_input, first_tensor
+from ..result import ExperimentResult, Progress
+from .roles import GAUSSIAN, ParamRole
+from .sites import Sites
+from .stream import ModelError as ModelError  # (re-exported: the CLI catches it)
+from .stream import check_tolerance, measure_grads, measure_stream
 
 WEIGHT_COLUMNS = [
     "param", "role", "layer", "shape", "numel", "mean", "std", "max_abs", "expected", "expected_kind",
@@ -96,7 +89,6 @@ FULL_PATH = {
 
 #: Verdicts that fail the audit (exit code 3); ``ok`` and ``unchecked`` do not.
 DEVIATING = ("off-recipe", "pytorch-default", "zero", "constant", "non-finite")
-GAUSSIAN = ("embed", "pos", "q", "k", "v", "qkv", "o", "gate", "up", "down", "head")
 #: Roles whose expectation is a constant (a rule's value): norm gains, biases, branch gains.
 CONSTANT = ("norm", "bias", "gain")
 #: audit role -> the recipe table's role
@@ -335,233 +327,6 @@ def group_weights(weights: pd.DataFrame, sites: Sites) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=GROUP_COLUMNS)
 
 
-class StreamHooks:
-    """Hooks that turn a model's forward pass into tinit's 2L additions.
-
-    The block's forward-pre-hook gives the stream entering it; the branch (or its
-    ``added`` module) output is the branch; stream_out = stream_in + branch, or, with a
-    ``stream`` norm (post-norm), that norm's output. Each addition is passed to
-    ``probe`` as ``Block._add`` would; with ``grads`` each stream tensor's gradient is
-    summed (squared) per addition k into ``sq``. ``max_rel_err`` collects, per block,
-    ||reconstructed - block output|| / ||block output||.
-    """
-
-    def __init__(self, model: nn.Module, sites: Sites, probe=None, grads: bool = False):
-        self.model, self.sites, self.probe, self.grads = model, sites, probe, grads
-        L = sites.n_layers
-        self.sq = [None] * (2 * L + 1)
-        self.max_rel_err = [math.nan] * L
-        self._handles = []
-        self._cur = self._x_in = None
-        self.width = 0
-        self._pending: dict[int, tuple] = {}
-        # |r_k|^2, |w_k|^2, <w_k, r_k> per addition (grad_norms.branch_paths' layout): in a plain
-        # sum x_k = x_{k-1} + F_k the gradient of F_k is w_k, that of F_{k-1} (or of the
-        # embedding, k = 1) is u_{k-1}, and the branch part is r_k = u_{k-1} - w_k
-        self.paths = np.full((3, 2 * L + 1), np.nan)
-        self._above: tuple[int, torch.Tensor] | None = None
-
-    def _tap(self, k: int, t: torch.Tensor) -> None:
-        if self.grads and t.requires_grad:
-
-            def acc(g, k=k):
-                g = g.detach().to(torch.float64 if g.dtype == torch.float64 else torch.float32)
-                s = g.square().sum()
-                self.sq[k] = s if self.sq[k] is None else self.sq[k] + s
-                if self._above is not None and self._above[0] == k + 1:  # backward runs k = 2L .. 0
-                    w = self._above[1]
-                    r = g - w
-                    sums = (r.square().sum(), w.square().sum(), (w * r).sum())
-                    self.paths[:, k + 1] = [float(x) for x in sums]
-                self._above = (k, g)
-
-            t.register_hook(acc)
-
-    def _record(self, k, layer, sub, stream_in, branch, s, normed=None) -> None:
-        if self.probe is not None:
-            with torch.no_grad():
-                self.probe(k, layer, sub, stream_in, branch, s, normed)
-        self._tap(k, branch if normed is None else normed)
-        self._cur = s if normed is None else normed
-
-    def __enter__(self):
-        get = self.model.get_submodule
-        for b in self.sites.blocks:
-            i = b.layer
-            self._handles.append(get(b.block).register_forward_pre_hook(self._pre(i), with_kwargs=True))
-            self._handles.append(get(b.block).register_forward_hook(self._post(i)))
-            for sub, k, branch, added, stream in (
-                ("attn", 2 * i + 1, b.attn, b.attn_added, b.attn_stream),
-                ("ffn", 2 * i + 2, b.ffn, b.ffn_added, b.ffn_stream),
-            ):
-                self._handles.append(
-                    get(added or branch).register_forward_hook(self._branch(i, sub, k, stream))
-                )
-                if stream:
-                    self._handles.append(get(stream).register_forward_hook(self._stream(i, sub, k)))
-        return self
-
-    def __exit__(self, *exc):
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
-
-    def _pre(self, i):
-        def fn(_m, args, kwargs):
-            x = block_input(args, kwargs)
-            self._cur = self._x_in = x
-            self.width = int(x.shape[-1])
-            if i == 0:
-                if self.probe is not None:
-                    with torch.no_grad():
-                        self.probe(0, -1, "embed", None, None, x)
-                self._tap(0, x)
-
-        return fn
-
-    def _branch(self, i, sub, k, stream):
-        def fn(_m, _args, output):
-            f = first_tensor(output)
-            stream_in = self._cur
-            s = stream_in + f
-            if stream:  # post-norm: wait for the norm's output
-                self._pending[k] = (stream_in, f, s)
-            else:
-                self._record(k, i, sub, stream_in, f, s)
-
-        return fn
-
-    def _stream(self, i, sub, k):
-        def fn(_m, _args, output):
-            if k in self._pending:
-                stream_in, f, s = self._pending.pop(k)
-                self._record(k, i, sub, stream_in, f, s, normed=first_tensor(output))
-
-        return fn
-
-    def _post(self, i):
-        def fn(_m, _args, output):
-            y = first_tensor(output)
-            if y is None or self._cur is None or y.shape != self._cur.shape:
-                return
-            with torch.no_grad():
-                d = torch.linalg.vector_norm((self._cur - y).to(torch.float64))
-                self.max_rel_err[i] = float(
-                    d / torch.linalg.vector_norm(y.to(torch.float64)).clamp_min(1e-300)
-                )
-
-        return fn
-
-
-class ModelError(ConfigError):
-    """The audited model cannot be measured: its forward or backward fails (or calls
-    sys.exit), or it returns no logits of shape (batch, seq, > every token id). Bad
-    input (the CLI names --hf or --module), not a failed run."""
-
-    def __init__(self, message: str):
-        super().__init__("model", message)
-
-
-def _user_code(what: str, fn):
-    """``fn()``, with whatever the model's own code raises as a :class:`ModelError`
-    (out of memory and interrupts stay run failures)."""
-    try:
-        return fn()
-    except ConfigError:
-        raise
-    except (Exception, SystemExit) as exc:
-        if isinstance(exc, Exception) and is_run_failure(exc):
-            raise
-        from .loaders import one_line
-
-        raise ModelError(f"{what} failed: {one_line(exc)}") from None
-
-
-def checked_logits(output, tokens: torch.Tensor) -> torch.Tensor:
-    """The logits of ``output`` (see :func:`logits_of`), which must be (batch, seq, V)
-    with V above every token id; a :class:`ModelError` otherwise."""
-    try:
-        logits = logits_of(output)
-    except TypeError as exc:
-        raise ModelError(f"forward(tokens) returned no logits: {exc}") from None
-    b, t = tokens.shape
-    if logits.dim() != 3 or tuple(logits.shape[:2]) != (b, t) or logits.shape[2] <= int(tokens.max()):
-        raise ModelError(f"forward(tokens) of shape ({b}, {t}) returned logits of shape "
-                         f"{tuple(logits.shape)}; expected ({b}, {t}, vocab) with vocab > "
-                         f"{int(tokens.max())}")  # fmt: skip
-    return logits
-
-
-def logits_of(output) -> torch.Tensor:
-    """Logits from what a model returns: a tensor, an object with ``.logits``, a tuple."""
-    if isinstance(output, torch.Tensor):
-        return output
-    if getattr(output, "logits", None) is not None:
-        return output.logits
-    if isinstance(output, tuple | list) and output and isinstance(output[0], torch.Tensor):
-        return output[0]
-    raise TypeError(f"cannot find logits in the model's output ({type(output).__name__})")
-
-
-def stats_dtype(model: nn.Module) -> torch.dtype:
-    p = next(model.parameters(), None)
-    return torch.float64 if p is not None and p.dtype == torch.float64 else torch.float32
-
-
-def measure_stream(model: nn.Module, sites: Sites, tokens: torch.Tensor) -> tuple[pd.DataFrame, list[float]]:
-    """The probe's rows for one forward pass (no gradients), and the stream check.
-    The logits are not used: a model that can (transformers' ``logits_to_keep``)
-    computes them for the last position only (the head of a 32000-token vocabulary was
-    a third of this pass)."""
-    probe = VarianceProbe(stats_dtype(model))
-    with StreamHooks(model, sites, probe) as hooks, torch.no_grad():
-        keep = _last_logits_only(model)
-        out = _user_code(f"the model's forward at batch {tokens.shape[0]} x seq {tokens.shape[1]}",
-                         lambda: model(tokens, **keep))  # fmt: skip
-        if not keep:  # (transformers' models, asked for the last position only, are checked elsewhere)
-            checked_logits(out, tokens)
-    return probe.frame(), hooks.max_rel_err
-
-
-def _last_logits_only(model: nn.Module) -> dict:
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return {}
-    return {"logits_to_keep": 1} if "logits_to_keep" in params else {}
-
-
-def check_tolerance(model: nn.Module) -> float:
-    """How closely stream_in + branch must match a block's output: summation order
-    differs at most by rounding (bf16 has an 8-bit mantissa)."""
-    p = next(model.parameters())
-    return {torch.float64: 1e-9, torch.float32: 1e-4}.get(p.dtype, 3e-2)
-
-
-def measure_grads(model: nn.Module, sites: Sites, tokens: torch.Tensor, roles: list[ParamRole]):
-    """Gradient norms of every parameter, the summed squared stream gradient per
-    addition, and the loss, for one batch (mean next-token cross-entropy)."""
-    stats = stats_dtype(model)
-    model.zero_grad(set_to_none=True)
-    with StreamHooks(model, sites, grads=True) as hooks:
-        out = _user_code("the model's forward (with gradients)", lambda: model(tokens))
-        logits = checked_logits(out, tokens)[:, :-1].to(stats)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
-        _user_code("the model's backward", loss.backward)
-    params = dict(model.named_parameters())
-    rows = []
-    for r in roles:
-        p = params[r.name]
-        g = 0.0 if p.grad is None else float(torch.linalg.vector_norm(p.grad, dtype=stats))
-        owner, _, leaf = r.name.rpartition(".")
-        tensor = r.role if leaf == "weight" and r.role in GAUSSIAN else f"{owner.rpartition('.')[2]}.{leaf}"
-        rows.append({"layer": r.layer, "tensor": tensor, "param": r.name, "role": r.role, "grad_norm": g,
-                     "param_norm": float(torch.linalg.vector_norm(p.detach(), dtype=stats))})  # fmt: skip
-    sq = np.array([math.nan if s is None else float(s) for s in hooks.sq])
-    model.zero_grad(set_to_none=True)
-    return pd.DataFrame(rows), sq, float(loss.detach()), hooks.width, hooks.paths if sites.plain_sum else None
-
-
 @torch.no_grad()
 def reinit_(
     model: nn.Module, roles: list[ParamRole], expect: Expectation, sites: Sites, seed: int
@@ -607,10 +372,26 @@ def run_audit(
     L = sites.n_layers
     device = tokens.device
     configs = [(AS_BUILT, model)]
-    tick = ProgressCounter(progress, 1 + (2 if recipe else 1) * (2 if grads else 1))
     weights = audit_weights(model, roles, expect, sites)
     groups = group_weights(weights, sites)
-    tick()
+    var_frames, summaries, grad_frames, stream_frames, grad_summaries = [], [], [], [], []
+
+    def frames() -> dict[str, pd.DataFrame]:
+        def cat(fs, cols):
+            return pd.concat(fs, ignore_index=True)[cols] if fs else pd.DataFrame(columns=cols)
+
+        out = {"weights": weights, "weight_groups": groups}
+        out["variance"] = cat(var_frames, VARIANCE_COLUMNS)
+        out["summary"] = pd.DataFrame(summaries, columns=SUMMARY_COLUMNS)
+        if grads:
+            out["grad_norms"] = cat(grad_frames, GRAD_COLUMNS)
+            out["stream_grads"] = cat(stream_frames, STREAM_COLUMNS)
+            out["grad_summary"] = pd.DataFrame(grad_summaries, columns=GRAD_SUMMARY_COLUMNS)
+        return out
+
+    driver = Run(meta, frames, audit_not_applicable(sites), meter=Meter(device), progress=progress,
+                 total=1 + (2 if recipe else 1) * (2 if grads else 1))  # fmt: skip
+    driver.tick()
     meta.update(
         sites=sites.describe(), family=sites.family, n_layers=L, expect=expect.name,
         expect_source=expect.source,
@@ -630,37 +411,20 @@ def run_audit(
         meta["recipe_weights_deviating"] = int(check.isin(DEVIATING).sum())
         configs.append((recipe.name, twin))
     tol = check_tolerance(model)
-    frames = {"weights": weights, "weight_groups": groups}
-    var_frames, summaries, grad_frames, stream_frames, grad_summaries = [], [], [], [], []
-    meter = Meter(device)
 
-    def result(complete: bool, error: str | None = None) -> ExperimentResult:
-        def cat(fs, cols):
-            return pd.concat(fs, ignore_index=True)[cols] if fs else pd.DataFrame(columns=cols)
-
-        out = dict(frames)
-        out["variance"] = cat(var_frames, VARIANCE_COLUMNS)
-        out["summary"] = pd.DataFrame(summaries, columns=SUMMARY_COLUMNS)
+    def measure(config: tuple[str, nn.Module]):
+        net = config[1]
+        raw, rel = measure_stream(net, sites, tokens)
+        driver.tick()
+        measured = None
         if grads:
-            out["grad_norms"] = cat(grad_frames, GRAD_COLUMNS)
-            out["stream_grads"] = cat(stream_frames, STREAM_COLUMNS)
-            out["grad_summary"] = pd.DataFrame(grad_summaries, columns=GRAD_SUMMARY_COLUMNS)
-        meter.record(meta)
-        return ExperimentResult(out, meta, complete, error, audit_not_applicable(sites))
+            measured = measure_grads(net, sites, tokens, roles)
+            driver.tick()
+        return raw, rel, measured
 
-    for label, net in configs:
+    def collect(config: tuple[str, nn.Module], measured) -> None:
+        (label, net), (raw, rel, grad) = config, measured
         labels = {"init": label, "norm_position": sites.norm_position, "n_layers": L, "seed": seed}
-        meter.start()
-        try:
-            raw, rel = measure_stream(net, sites, tokens)
-            tick()
-            if grads:
-                gdf, sq, loss, width, paths = measure_grads(net, sites, tokens, roles)
-                tick()
-        except RUN_FAILURES as exc:
-            what = failure_reason(exc)
-            raise IncompleteRun(f"{label}: {what}", result(False, what)) from exc
-        meter.stop(label)
         worst = int(np.nanargmax(rel)) if not np.all(np.isnan(rel)) else -1
         meta["stream_check"][label] = {
             "max_rel_err": float(np.nanmax(rel)) if worst >= 0 else None, "worst_layer": worst,
@@ -670,6 +434,7 @@ def run_audit(
         var_frames.append(df.assign(**labels))
         summaries.append({**labels, **summarize(df)})
         if grads:
+            gdf, sq, loss, width, paths = grad
             count = int(tokens.shape[0]) * int(tokens.shape[1]) * width
             eps = getattr(getattr(net, "cfg", None), "norm_eps", 0.0)
             streams = stream_frame(sq, count, df["stream_var"].to_numpy(), sites.norm_position, eps,
@@ -677,4 +442,6 @@ def run_audit(
             grad_frames.append(gdf.assign(**labels))
             stream_frames.append(streams.assign(**labels))
             grad_summaries.append({**labels, "loss": loss, **grad_summarize(gdf, streams)})
-    return result(True)
+
+    driver.each(configs, measure, collect, label=lambda c: c[0], span=lambda c: c[0])
+    return driver.result()

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from ...model.config import ConfigError
-from ..common import is_run_failure
+from ..result import is_run_failure
 
 HF_INSTALL = "pip install -e '.[hf]' (or pip install 'transformers>=5')"
 
@@ -183,7 +183,7 @@ def _check_fits(auto, config, spec: str, device: torch.device, dtype: torch.dtyp
     than the free memory (transformers' default configs are full-size: llama is 7B).
     When twice the config's :func:`param_bound` fits, the model is not built on the
     meta device first to count (half a second of a small audit)."""
-    from ..common import available_memory
+    from ..memory import available_memory
 
     itemsize = torch.empty((), dtype=dtype).element_size()
     free = available_memory(device)

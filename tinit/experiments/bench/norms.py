@@ -30,7 +30,6 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
 
 import pandas as pd
 import torch
@@ -39,19 +38,9 @@ import torch.nn.functional as F
 from ... import theory
 from ...model.config import ConfigError, RunConfig
 from ...model.init import generator
-from ..common import (
-    RUN_FAILURES,
-    ExperimentResult,
-    IncompleteRun,
-    Partial,
-    Progress,
-    ProgressCounter,
-    device_name,
-    failure_reason,
-    is_run_failure,
-    resolve_device,
-    resolve_dtype,
-)
+from ..device import cpu_threads, device_name, resolve_device, resolve_dtype
+from ..driver import Run
+from ..result import ExperimentResult, Partial, Progress, is_run_failure
 
 NORMS = ("rmsnorm", "layernorm")
 IMPLS = ("eager", "functional", "compiled")
@@ -329,18 +318,6 @@ def time_pair(
     return out
 
 
-@contextmanager
-def torch_threads(n: int | None):
-    """Set torch's CPU thread count inside the block (None: leave it), restore it after."""
-    before = torch.get_num_threads()
-    if n is not None:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def _check_count(name: str, value, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(name, f"must be a whole number >= {minimum}, got {value!r}")
@@ -393,7 +370,6 @@ def run_norms(
     impl_names = [i for i in IMPLS if (NORMS[0], i) in impls]
     timer = make_timer(device)
     sizes = [(r, d) for r in rows_list for d in d_list]
-    tick = ProgressCounter(progress, len(sizes) * len(NORMS) * len(impl_names) + 1)
     broken: dict[str, str] = {}  # impl -> why it is unavailable
     timing: list[dict] = []
     behaviour: list[dict] = []
@@ -410,20 +386,24 @@ def run_norms(
         },
     }  # fmt: skip
 
-    def result(complete: bool, error: str | None = None) -> ExperimentResult:
+    def frames() -> dict[str, pd.DataFrame]:
         meta["unavailable"] = broken
         t = pd.DataFrame(timing, columns=TIMING_COLUMNS)
-        frames = {
+        return {
             "norms_behaviour": pd.DataFrame(behaviour, columns=BEHAVIOUR_COLUMNS),
             "norms_timing": t,
             "norms_ratio": ratio_frame(t) if len(t) else pd.DataFrame(columns=RATIO_COLUMNS),
         }
+
+    def not_applicable(_frames) -> dict:
         def gone(df: pd.DataFrame):
             return df["impl"].isin(list(broken))
 
         times = dict.fromkeys(("rmsnorm_ms", "layernorm_ms", "time_ratio", "time_ratio_min"), gone)
-        na = {**NOT_APPLICABLE, "norms_ratio": {**NOT_APPLICABLE["norms_ratio"], **times}}
-        return ExperimentResult(frames, meta, complete, error, na)
+        return {**NOT_APPLICABLE, "norms_ratio": {**NOT_APPLICABLE["norms_ratio"], **times}}
+
+    driver = Run(meta, frames, not_applicable, on_partial=on_partial, progress=progress,
+                 total=len(sizes) * len(NORMS) * len(impl_names) + 1)  # fmt: skip
 
     def record(norm: str, impl: str, r: int, d: int, values: dict[str, dict]) -> None:
         base = {
@@ -432,40 +412,31 @@ def run_norms(
         }  # fmt: skip
         for pass_ in PASSES:
             timing.append({**base, "pass": pass_, **values[pass_]})
-        tick()
+        driver.tick()
 
-    with torch_threads(threads):
-        try:
-            for r, d in sizes:
-                for impl in impl_names:
-                    if impl not in broken:
-                        try:
-                            values = time_pair(
-                                {norm: impls[(norm, impl)] for norm in NORMS}, r, d, device, dtype, seed,
-                                eps, timer, repeats, warmup, min_sample_s,
-                            )  # fmt: skip
-                        except Exception as exc:  # a compile failure: unavailable, not fatal
-                            if impl != "compiled" or is_run_failure(exc):
-                                raise
-                            first = (str(exc).strip().splitlines() or [""])[0][:200]
-                            broken[impl] = f"{type(exc).__name__}: {first}"
-                    for norm in NORMS:
-                        if impl in broken:
-                            record(
-                                norm,
-                                impl,
-                                r,
-                                d,
-                                dict.fromkeys(PASSES, {"available": False, "error": broken[impl]}),
-                            )
-                        else:
-                            record(norm, impl, r, d, values[norm])
-                if on_partial is not None:
-                    on_partial(result(False))
+    def measure(size: tuple[int, int]) -> None:
+        """Every implementation of both norms at one size; each row kept as it is timed."""
+        r, d = size
+        for impl in impl_names:
+            if impl not in broken:
+                try:
+                    values = time_pair(
+                        {norm: impls[(norm, impl)] for norm in NORMS}, r, d, device, dtype, seed,
+                        eps, timer, repeats, warmup, min_sample_s,
+                    )  # fmt: skip
+                except Exception as exc:  # a compile failure: unavailable, not fatal
+                    if impl != "compiled" or is_run_failure(exc):
+                        raise
+                    first = (str(exc).strip().splitlines() or [""])[0][:200]
+                    broken[impl] = f"{type(exc).__name__}: {first}"
+            for norm in NORMS:
+                gone = {"available": False, "error": broken.get(impl)}
+                record(norm, impl, r, d, dict.fromkeys(PASSES, gone) if impl in broken else values[norm])
+
+    with cpu_threads(threads):
+        driver.each(sizes, measure, label=lambda _size: "norms")
+        with driver.guard("norms"):
             available = {k: f for k, f in impls.items() if k[1] not in broken}
             behaviour.extend(behaviour_checks(available, *behaviour_shape, device, dtype, seed))
-            tick()
-        except RUN_FAILURES as exc:
-            what = failure_reason(exc)
-            raise IncompleteRun(f"norms: {what}", result(False, what)) from exc
-    return result(True)
+            driver.tick()
+    return driver.result()

@@ -38,21 +38,10 @@ from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ...model.init import generator, init_weights_
 from ...model.layers import Attention, apply_rope, make_norm
 from ...model.transformer import Transformer, to_empty
-from ..common import (
-    RUN_FAILURES,
-    ExperimentResult,
-    IncompleteRun,
-    Meter,
-    Partial,
-    Progress,
-    ProgressCounter,
-    failure_reason,
-    make_tokens,
-    resolve_device,
-    resolve_dtype,
-    run_meta,
-    stat_dtype,
-)
+from ..device import make_tokens, resolve_device, resolve_dtype, stat_dtype
+from ..driver import Meter, Run
+from ..meta import run_meta
+from ..result import ExperimentResult, Partial, Progress
 
 INPUTS = ("unit", "model")
 COLUMNS = [
@@ -213,68 +202,59 @@ def run_attention_scale(
     seed = init.seed if run.data_seed is None else run.data_seed
     causal = model.attention == "causal"
     n_heads = model.n_heads
-    tick = ProgressCounter(progress, len(dims) * len(inputs))
     rows: list[dict] = []
-    meter = Meter(device)
     meta = run_meta(
         model, init, run, device, head_dims=dims, n_heads=n_heads, inputs=list(inputs),
         d_models={h: n_heads * h for h in dims},
         entropy_rel="mean over queries with >= 2 visible keys of entropy / log(visible keys)",
     )  # fmt: skip
+    driver = Run(meta, lambda: {"attention_scale": pd.DataFrame(rows, columns=COLUMNS)}, NOT_APPLICABLE,
+                 meter=Meter(device), on_partial=on_partial, progress=progress,
+                 total=len(dims) * len(inputs))  # fmt: skip
 
-    def result(complete: bool, error: str | None = None) -> ExperimentResult:
-        meter.record(meta)
-        frame = pd.DataFrame(rows, columns=COLUMNS)
-        return ExperimentResult({"attention_scale": frame}, meta, complete, error, NOT_APPLICABLE)
+    def measure(unit: tuple[str, int]) -> None:
+        """Both rows (unscaled, scaled) of one (input, head size), each kept as it is measured."""
+        name, h = unit
+        cfg = dataclasses.replace(
+            model, d_model=n_heads * h, d_ff=None, max_seq_len=max(model.max_seq_len, run.seq_len)
+        )
+        sigma = init.resolved_sigma(cfg.d_model)
+        if name == "unit":
+            q, k, input_ms = unit_qk(run, n_heads, h, seed, device, dtype)
+            pred_qk = 1.0
+        else:
+            q, k, input_ms = model_qk(cfg, init, run, seed, device, dtype)
+            pred_qk = theory.qk_component_var(cfg.d_model, sigma)
+        # the theory takes a unit mean-square input; the norm's eps makes it
+        # 1 - eps / mean(x0^2), and the logit variance scales with its square
+        ms2 = 1.0 if name == "unit" else input_ms**2
+        q_var = float(q.to(stats).var(correction=0))
+        k_var = float(k.to(stats).var(correction=0))
+        for scaled in (False, True):
+            s = logit_stats(q, k, 1.0 / math.sqrt(h) if scaled else 1.0, causal, stats)
+            var_bh = s["var_bh"].to(torch.float64)
+            # independent units: (sequence, head) for unit q, k; heads for the model
+            units = var_bh.flatten() if name == "unit" else var_bh.mean(0)
+            se = float(units.std() / math.sqrt(units.numel())) if units.numel() > 1 else math.nan
+            if name == "unit":
+                pred = theory.logit_var_unit(h, scaled)
+            else:
+                pred = theory.logit_var_model(h, cfg.d_model, sigma, scaled)
+            logit_var = float(units.mean())
+            rows.append({
+                "input": name, "head_dim": h, "n_heads": n_heads,
+                "d_model": cfg.d_model if name == "model" else math.nan,
+                "scaled": scaled, "batch": run.batch, "seq_len": run.seq_len,
+                "sigma": sigma if name == "model" else math.nan, "seed": seed,
+                "q_var": q_var, "k_var": k_var, "pred_qk_var": pred_qk, "input_ms": input_ms,
+                "logit_var": logit_var, "logit_var_se": se, "pred_logit_var": pred,
+                "rel_err": _ratio(logit_var, pred) - 1.0,
+                "pred_logit_var_ms": pred * ms2, "rel_err_ms": _ratio(logit_var, pred * ms2) - 1.0,
+                "entropy_rel": float(s["entropy_rel"]), "max_weight": float(s["max_weight"]),
+                "max_weight_uniform": float(s["max_weight_uniform"]),
+            })  # fmt: skip
+        del q, k
 
-    for name in inputs:
-        for h in dims:
-            meter.start()
-            cfg = dataclasses.replace(
-                model, d_model=n_heads * h, d_ff=None, max_seq_len=max(model.max_seq_len, run.seq_len)
-            )
-            sigma = init.resolved_sigma(cfg.d_model)
-            try:
-                if name == "unit":
-                    q, k, input_ms = unit_qk(run, n_heads, h, seed, device, dtype)
-                    pred_qk = 1.0
-                else:
-                    q, k, input_ms = model_qk(cfg, init, run, seed, device, dtype)
-                    pred_qk = theory.qk_component_var(cfg.d_model, sigma)
-                # the theory takes a unit mean-square input; the norm's eps makes it
-                # 1 - eps / mean(x0^2), and the logit variance scales with its square
-                ms2 = 1.0 if name == "unit" else input_ms**2
-                q_var = float(q.to(stats).var(correction=0))
-                k_var = float(k.to(stats).var(correction=0))
-                for scaled in (False, True):
-                    s = logit_stats(q, k, 1.0 / math.sqrt(h) if scaled else 1.0, causal, stats)
-                    var_bh = s["var_bh"].to(torch.float64)
-                    # independent units: (sequence, head) for unit q, k; heads for the model
-                    units = var_bh.flatten() if name == "unit" else var_bh.mean(0)
-                    se = float(units.std() / math.sqrt(units.numel())) if units.numel() > 1 else math.nan
-                    if name == "unit":
-                        pred = theory.logit_var_unit(h, scaled)
-                    else:
-                        pred = theory.logit_var_model(h, cfg.d_model, sigma, scaled)
-                    logit_var = float(units.mean())
-                    rows.append({
-                        "input": name, "head_dim": h, "n_heads": n_heads,
-                        "d_model": cfg.d_model if name == "model" else math.nan,
-                        "scaled": scaled, "batch": run.batch, "seq_len": run.seq_len,
-                        "sigma": sigma if name == "model" else math.nan, "seed": seed,
-                        "q_var": q_var, "k_var": k_var, "pred_qk_var": pred_qk, "input_ms": input_ms,
-                        "logit_var": logit_var, "logit_var_se": se, "pred_logit_var": pred,
-                        "rel_err": _ratio(logit_var, pred) - 1.0,
-                        "pred_logit_var_ms": pred * ms2, "rel_err_ms": _ratio(logit_var, pred * ms2) - 1.0,
-                        "entropy_rel": float(s["entropy_rel"]), "max_weight": float(s["max_weight"]),
-                        "max_weight_uniform": float(s["max_weight_uniform"]),
-                    })  # fmt: skip
-                del q, k
-            except RUN_FAILURES as exc:
-                what = failure_reason(exc)
-                raise IncompleteRun(f"{name} input, d_h={h}: {what}", result(False, what)) from exc
-            meter.stop(f"{name}/{h}")
-            tick()
-            if on_partial is not None:
-                on_partial(result(False))
-    return result(True)
+    driver.each([(name, h) for name in inputs for h in dims], measure, lambda _unit, _: driver.tick(),
+                label=lambda u: f"{u[0]} input, d_h={u[1]}", span=lambda u: f"{u[0]}/{u[1]}")  # fmt: skip
+    return driver.result()

@@ -12,7 +12,9 @@ from ...model.catalogue import get_scheme, names
 from ...model.config import GATED_FFNS, InitConfig, ModelConfig, RunConfig
 from ...model.init import role_shape_of
 from ...model.schemes import MATRIX_ROLES, environment, evaluate, ffn_of, resolve
-from ..common import ExperimentResult, Progress, check_configs
+from ..configs import check_configs
+from ..driver import Run
+from ..result import ExperimentResult, Progress
 
 INITS_COLUMNS = [
     "name", "description", "roles", "formula", "multipliers", "placement", "qk_norm", "architecture",
@@ -93,9 +95,9 @@ def run_inits(
         # a rule undefined at some layer of this shape is bad input, found before the table
         check_configs(model, init, RunConfig(seq_len=model.max_seq_len), [(scheme, model.norm_position)])
         frames = {"init_stds": stds_frame(model, dataclasses.replace(init, recipe=scheme))}
-    if progress is not None:
-        progress(1, 1)
-    return ExperimentResult(frames, meta, not_applicable=NOT_APPLICABLE)
+    driver = Run(meta, lambda: frames, NOT_APPLICABLE, progress=progress)
+    driver.tick()  # one unit: the rules evaluated, nothing drawn (nothing to keep on a failure)
+    return driver.result()
 
 
 #: Only a truncated normal has a truncation bound: the other draws' ``bound`` is empty.

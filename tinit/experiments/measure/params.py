@@ -16,7 +16,8 @@ import pandas as pd
 from ... import theory
 from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig, swiglu_hidden
 from ...model.params import BLOCK_COMPONENTS, COMPONENTS, count_params, ffn_params, gqa_attention_saving
-from ..common import ExperimentResult, Progress
+from ..driver import Run
+from ..result import ExperimentResult, Progress
 
 PARAMS_COLUMNS = ["tying", "component", "per_block", "n_blocks", "count", "fraction"]
 FFN_COLUMNS = ["variant", "ffn", "d_ff", "weights", "classic_weights", "ratio", "equal"]
@@ -140,6 +141,6 @@ def run_params(
         "components": list(COMPONENTS),
         "run": run.to_dict() if run is not None else None,
     }
-    if progress is not None:
-        progress(1, 1)
-    return ExperimentResult(frames, meta, not_applicable={"summary": NOT_APPLICABLE})
+    driver = Run(meta, lambda: frames, {"summary": NOT_APPLICABLE}, progress=progress)
+    driver.tick()  # one unit: counted, not measured (nothing to keep on a failure)
+    return driver.result()

@@ -18,26 +18,12 @@ from ...model.catalogue import get_scheme, known
 from ...model.config import InitConfig, ModelConfig, RunConfig
 from ...model.placements import Placement, get_placement, normed_stream_names
 from ...model.transformer import Transformer
-from ..common import (
-    RUN_FAILURES,
-    ExperimentResult,
-    IncompleteRun,
-    Meter,
-    Partial,
-    Progress,
-    ProgressCounter,
-    check_configs,
-    configure,
-    failure_reason,
-    grid,
-    make_tokens,
-    matmul_precision,
-    resolve_device,
-    resolve_dtype,
-    run_meta,
-    should_stream,
-    stat_dtype,
-)
+from ..configs import check_configs, config_label, config_name, configure, grid
+from ..device import make_tokens, matmul_precision, resolve_device, resolve_dtype, stat_dtype
+from ..driver import Meter, Run
+from ..memory import should_stream
+from ..meta import run_meta
+from ..result import ExperimentResult, Partial, Progress
 from .probes import VarianceProbe
 
 VARIANCE_COLUMNS = [
@@ -210,33 +196,31 @@ def run_variance(
     check_configs(model, init, run, configs)
     stream = should_stream(model, dtype, device, run.stream)
     tokens = make_tokens(model, run, init.seed if run.data_seed is None else run.data_seed, device)
-    tick = ProgressCounter(progress, len(configs) * model.n_layers)
-    frames, summaries, meter = [], [], Meter(device)
-    meta = run_meta(model, init, run, device, streamed=stream, configurations=configs)
+    frames, summaries = [], []
 
-    def result(complete: bool, error: str | None = None) -> ExperimentResult:
+    def assemble() -> dict[str, pd.DataFrame]:
         variance = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=VARIANCE_COLUMNS)
         summary = pd.DataFrame(summaries, columns=SUMMARY_COLUMNS)
-        meter.record(meta)
-        out = {"variance": variance[VARIANCE_COLUMNS], "summary": summary}
-        return ExperimentResult(out, meta, complete, error, NOT_APPLICABLE)
+        return {"variance": variance[VARIANCE_COLUMNS], "summary": summary}
 
-    for recipe, norm_position in configs:
-        cfg, ini = configure(model, init, run, recipe, norm_position)
-        meter.start()
-        try:
-            with matmul_precision(run):
-                net = Transformer(cfg, ini, device, dtype, stream=stream)
-                raw = measure_stream(net, tokens, stat_dtype(dtype), on_block=lambda _layer: tick())
-            del net
-        except RUN_FAILURES as exc:
-            what = failure_reason(exc)
-            raise IncompleteRun(f"{recipe}/{norm_position}-norm: {what}", result(False, what)) from exc
-        meter.stop(f"{recipe}/{norm_position}")
+    meta = run_meta(model, init, run, device, streamed=stream, configurations=configs)
+    driver = Run(meta, assemble, NOT_APPLICABLE, meter=Meter(device), on_partial=on_partial,
+                 progress=progress, total=len(configs) * model.n_layers)  # fmt: skip
+
+    def measure(config: tuple[str, str]):
+        cfg, ini = configure(model, init, run, *config)
+        with matmul_precision(run):
+            net = Transformer(cfg, ini, device, dtype, stream=stream)
+            raw = measure_stream(net, tokens, stat_dtype(dtype), on_block=lambda _layer: driver.tick())
+        del net
+        return cfg, ini, raw
+
+    def collect(config: tuple[str, str], measured) -> None:
+        (recipe, norm_position), (cfg, ini, raw) = config, measured
         df = add_theory(raw, norm_position, cfg, ini)
         labels = {"init": recipe, "norm_position": norm_position, "n_layers": cfg.n_layers, "seed": init.seed}
         frames.append(df.assign(**labels))
         summaries.append({**labels, **summarize(df, ini.scheme.closed_form)})
-        if on_partial is not None:
-            on_partial(result(False))
-    return result(True)
+
+    driver.each(configs, measure, collect, label=config_label, span=config_name)
+    return driver.result()

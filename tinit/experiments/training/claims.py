@@ -30,7 +30,8 @@ import numpy as np
 import pandas as pd
 
 from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
-from ..common import ExperimentResult, IncompleteRun, Partial, Progress
+from ..driver import extended
+from ..result import ExperimentResult, Partial, Progress
 from .data import TrainData
 from .train import RunSpec, TrainConfig, run_specs, standard_error
 
@@ -340,9 +341,7 @@ def run_claims(
             result.not_applicable["claims"] = {"b_se": lambda df: df["b"].isna() | (df["b"] == "")}
         return result
 
-    partial = None if on_partial is None else (lambda r: on_partial(judged(r)))
-    try:
-        result = run_specs(specs, train, data, run, progress, {"claims": dataclasses.asdict(claims)}, partial)
-    except IncompleteRun as exc:  # what finished is judged too (claims.csv for those claims)
-        raise IncompleteRun(str(exc), judged(exc.result)) from exc
-    return judged(result)
+    meta = {"claims": dataclasses.asdict(claims)}
+    return extended(
+        lambda partial: run_specs(specs, train, data, run, progress, meta, partial), judged, on_partial
+    )

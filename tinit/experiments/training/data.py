@@ -261,7 +261,7 @@ def _check_fits(source: str, vocab: int, k: int, seq_len: int, batch: int, eval_
     """Refuse, before any array is allocated, data that cannot fit in the host's free
     memory: the Markov chain's tables (V x k successors, probabilities and their sums)
     and the held-out windows (and, for the chain, the uniforms that draw them)."""
-    from ..common import host_memory
+    from ..memory import host_memory
 
     free = host_memory()
     if source == "markov" and vocab * k * 24 > free:

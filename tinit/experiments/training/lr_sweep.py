@@ -28,8 +28,9 @@ import pandas as pd
 
 from ...criteria import LR_CRITERION, LR_DRIFT_TOL, LR_LEVEL, LR_RESOLVE_TOL
 from ...model.config import InitConfig, ModelConfig, RunConfig
-from ..common import ExperimentResult, IncompleteRun, Partial, Progress
-from ..measure.check import t_quantile
+from ..driver import extended
+from ..measure.verdicts import t_quantile
+from ..result import ExperimentResult, Partial, Progress
 from .data import TrainData
 from .train import TrainConfig, run_train
 
@@ -160,8 +161,7 @@ def lr_drift(optima: pd.DataFrame) -> pd.DataFrame:
             row["note"] = ""
             if row["at_edge"]:
                 row["verdict"] = "not resolved"
-                row["note"] = (f"{row['at_edge']} optima at the lr grid's edge or beside a diverged lr: "
-                               "widen --lr")  # fmt: skip
+                row["note"] = f"{row['at_edge']} optima not bracketed: widen --lr"
             elif not row["se_method"]:
                 row["note"] = "no standard error: give 2 seeds or 3 points"
             rows.append(row)
@@ -198,8 +198,10 @@ def analyse(summary: pd.DataFrame, runs: pd.DataFrame) -> dict[str, pd.DataFrame
     seed-mean curve), ``lr_optimum_seeds``, ``lr_drift`` and ``lr_drift_compare``."""
     seeds = lr_optima(runs, "final_eval_loss", seed=True)
     drift = lr_drift(seeds)
-    return {"lr_optimum": lr_optima(summary), "lr_optimum_seeds": seeds, "lr_drift": drift,
-            "lr_drift_compare": drift_compare(drift)}  # fmt: skip
+    out = {"lr_optimum": lr_optima(summary), "lr_optimum_seeds": seeds, "lr_drift": drift,
+           "lr_drift_compare": drift_compare(drift)}  # fmt: skip
+    # no empty CSV: no drift with one width and one depth, no comparison with one scheme
+    return {k: v for k, v in out.items() if len(v) or k not in ("lr_drift", "lr_drift_compare")}
 
 
 def drift_not_applicable() -> dict:
@@ -272,11 +274,13 @@ def run_lr_sweep(
     ``lr_optimum``, ``lr_optimum_seeds``, ``lr_drift`` and ``lr_drift_compare`` to those
     of :func:`run_train`."""
     n_per = len(lrs) * len(seeds)  # the runs of one (scheme, norm position, depth, width, warmup)
-    partial = None if on_partial is None else (lambda r: on_partial(with_optima(r, n_per)))
-    try:
-        result = run_train(model, init, run, train, data, schemes, norm_positions, depths, seeds, lrs,
-                           warmups, progress, partial, widths)  # fmt: skip
-    except IncompleteRun as exc:  # the configurations that finished get their optimum too
-        raise IncompleteRun(str(exc), with_optima(exc.result, n_per)) from exc
-    result.meta["lr_criterion"] = LR_CRITERION
-    return with_optima(result, n_per)
+
+    def add(result: ExperimentResult) -> ExperimentResult:
+        result.meta["lr_criterion"] = LR_CRITERION
+        return with_optima(result, n_per)
+
+    return extended(
+        lambda partial: run_train(model, init, run, train, data, schemes, norm_positions, depths, seeds, lrs,
+                                  warmups, progress, partial, widths),
+        add, on_partial,
+    )  # fmt: skip

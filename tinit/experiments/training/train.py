@@ -36,21 +36,13 @@ from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ...model.param_rules import describe_groups, optimizer_groups
 from ...model.params import count_params
 from ...model.transformer import Transformer
-from ..common import (
-    RUN_FAILURES,
-    ExperimentResult,
-    IncompleteRun,
-    Partial,
-    Progress,
-    ProgressCounter,
-    available_memory,
-    check_configs,
-    failure_reason,
-    matmul_precision,
-    resolve_device,
-    run_meta,
-)
+from ..configs import check_configs
+from ..device import matmul_precision, resolve_device
+from ..driver import Run
 from ..measure.probes import VarianceProbe
+from ..memory import available_memory
+from ..meta import run_meta
+from ..result import ExperimentResult, Partial, Progress
 from .data import TrainData
 
 #: Configuration columns, first in every frame of a training run.
@@ -434,7 +426,6 @@ def run_specs(
         )
     check_specs(specs, data, device)
     torch.manual_seed(0)  # nothing draws from the global generator; fixed in case a kernel does
-    tick = ProgressCounter(progress, len(specs) * train.steps)
     records: list[RunRecord] = []
     base = specs[0] if specs else RunSpec(ModelConfig(), InitConfig(), train.lr, train.warmup)
     meta = run_meta(
@@ -451,14 +442,14 @@ def run_specs(
     meta["seconds"] = {}
     meta["param_groups"] = {}  # per run: every optimizer group's lr, weight decay and eps
 
-    def result(complete: bool, error: str | None = None) -> ExperimentResult:
+    def frames() -> dict[str, pd.DataFrame]:
         def frame(rows, cols):
             return pd.DataFrame(rows, columns=cols) if rows else pd.DataFrame(columns=cols)
 
         runs = frame([r.summary for r in records], RUN_COLUMNS)
         probes = [p for r in records for p in r.probes]
         variance = pd.concat(probes, ignore_index=True)[PROBE_COLUMNS] if probes else frame([], PROBE_COLUMNS)
-        frames = {
+        out = {
             "train": frame([x for r in records for x in r.train], TRAIN_COLUMNS),
             "update_ratios": frame([x for r in records for x in r.ratios], RATIO_COLUMNS),
             "variance_during_training": variance,
@@ -466,12 +457,17 @@ def run_specs(
             "summary": summarize_runs(runs, data.floor) if len(runs) else frame([], SUMMARY_COLUMNS),
         }
         if train.probe_points == 0:  # none asked for: no empty CSV (and the plots still get written)
-            del frames["variance_during_training"]
+            del out["variance_during_training"]
         meta["complete_runs"] = len(records)
-        return ExperimentResult(frames, meta, complete, error, not_applicable(train, device, data.floor))
+        return out
 
-    names = run_names(specs)
-    for i, spec in enumerate(specs):
+    # (a progress step is an optimizer step; each run's time is recorded without a Meter's
+    # memory figures, which training's config.json does not carry)
+    driver = Run(meta, frames, lambda _frames: not_applicable(train, device, data.floor),
+                 on_partial=on_partial, progress=progress, total=len(specs) * train.steps)  # fmt: skip
+
+    def measure(unit: tuple[int, RunSpec]) -> tuple[RunRecord, float]:
+        spec = unit[1]
         if spec.model.vocab_size < data.vocab:
             raise ConfigError(
                 "vocab_size", f"the data needs a vocabulary of {data.vocab}, got {spec.model.vocab_size}"
@@ -479,18 +475,23 @@ def run_specs(
         if spec.model.max_seq_len < data.seq_len:
             spec = dataclasses.replace(spec, model=dataclasses.replace(spec.model, max_seq_len=data.seq_len))
         t0 = time.perf_counter()
-        try:
-            with matmul_precision(run):
-                records.append(train_run(spec, train, data, device, tick))
-        except RUN_FAILURES as exc:
-            what = failure_reason(exc)
-            raise IncompleteRun(f"run {i + 1}/{len(specs)}: {what}", result(False, what)) from exc
+        with matmul_precision(run):
+            record = train_run(spec, train, data, device, driver.tick)
+        return record, time.perf_counter() - t0
+
+    names = run_names(specs)
+
+    def collect(unit: tuple[int, RunSpec], measured: tuple[RunRecord, float]) -> None:
+        i, (record, seconds) = unit[0], measured
+        records.append(record)
         key = names[i] if names[i] not in meta["seconds"] else f"{names[i]} (run {i + 1})"
-        meta["seconds"][key] = time.perf_counter() - t0
-        meta["param_groups"][key] = records[-1].groups
-        if on_partial is not None and i + 1 < len(specs):
-            on_partial(result(False))
-    return result(True)
+        meta["seconds"][key] = seconds
+        meta["param_groups"][key] = record.groups
+
+    # no partial after the last run: the caller's result follows at once
+    driver.each(enumerate(specs), measure, collect, label=lambda u: f"run {u[0] + 1}/{len(specs)}",
+                last_partial=False)  # fmt: skip
+    return driver.result()
 
 
 def run_names(specs: Sequence[RunSpec]) -> list[str]:

@@ -1,0 +1,80 @@
+"""The configurations of a run: the (init scheme, norm position) grid in its fixed
+order, the model and init of one configuration, and the check, before anything runs,
+that every scheme of the grid is defined at every layer of every depth."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator
+
+from ..model.catalogue import placements_for
+from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ..model.placements import PLACEMENTS
+
+#: Placements a run uses when neither the user nor the scheme chose one.
+DEFAULT_PLACEMENTS = ("pre", "post")
+
+
+def grid(
+    inits: Iterable[str], norm_positions: Iterable[str] | None, custom: Iterable = ()
+) -> Iterator[tuple[str, str]]:
+    """The (init scheme, norm position) configurations of a run, in a fixed order
+    (placement, then scheme). ``norm_positions`` None: each scheme in the placement
+    it presumes (olmo2 reordered, deepnet post, ...), the others in pre and post.
+    ``custom``: the user's schemes the run's InitConfig carries."""
+    inits, custom = list(inits), tuple(custom)
+    if norm_positions is None:
+        wanted = {recipe: placements_for(recipe, DEFAULT_PLACEMENTS, custom) for recipe in inits}
+        norm_positions = [p for p in PLACEMENTS if any(p in w for w in wanted.values())]
+    else:
+        wanted = {recipe: tuple(norm_positions) for recipe in inits}
+    for norm_position in norm_positions:
+        for recipe in inits:
+            if norm_position in wanted[recipe]:
+                yield recipe, norm_position
+
+
+def config_name(config: tuple[str, str]) -> str:
+    """``naive/pre``: a configuration's name in config.json's timings."""
+    return "/".join(config)
+
+
+def config_label(config: tuple[str, str]) -> str:
+    """``naive/pre-norm``: a configuration as a failure message names it."""
+    return f"{config[0]}/{config[1]}-norm"
+
+
+def configure(
+    model: ModelConfig, init: InitConfig, run: RunConfig, recipe: str, norm_position: str
+) -> tuple[ModelConfig, InitConfig]:
+    """The model and init of one configuration; the model's sequence cache fits the run.
+    (QK-norm left unset in ``model`` is decided by the scheme when the blocks are built.)"""
+    cfg = dataclasses.replace(
+        model, norm_position=norm_position, max_seq_len=max(model.max_seq_len, run.seq_len)
+    )
+    return cfg, dataclasses.replace(init, recipe=recipe)
+
+
+def check_configs(
+    model: ModelConfig, init: InitConfig, run: RunConfig, configs: Iterable[tuple[str, str]],
+    depths: Iterable[int] | None = None,
+) -> None:  # fmt: skip
+    """Before anything runs: every (recipe, norm position) of ``configs`` at every depth
+    (default ``model.n_layers``) has rules and multipliers defined at every layer
+    (:func:`tinit.model.rulecheck.check_scheme`). A ConfigError naming ``--init-file``
+    (a user's scheme) or ``--init`` otherwise, so a bad formula never stops a run
+    part-way."""
+    from ..model.catalogue import CATALOGUE
+    from ..model.formula import FormulaError
+    from ..model.rulecheck import check_scheme
+
+    configs = list(configs)
+    for L in depths if depths is not None else [model.n_layers]:
+        for recipe, norm_position in configs:
+            cfg, ini = configure(dataclasses.replace(model, n_layers=L), init, run, recipe, norm_position)
+            try:
+                check_scheme(cfg, ini)
+            except FormulaError as exc:
+                if ini.scheme.name in CATALOGUE:
+                    raise ConfigError("recipe", str(exc)) from None
+                raise ConfigError("init_file", f"{ini.scheme.sources[0]}: {exc}") from None
