@@ -64,7 +64,8 @@ def plot_lr_transfer(
     axes_used = [a for a, (along, *_rest) in AXES.items() if seed_optima[along].nunique() >= 2]
     configs = list(dict.fromkeys(zip(seed_optima["init"], seed_optima["norm_position"], strict=True)))
     n_lines = sum(seed_optima[AXES[a][1]].nunique() for a in axes_used) * len(configs)
-    fig, axes, key = _figure(n_lines + 2, ncols=max(len(axes_used), 1), row_height=3.4, ncol=2)
+    ncol = 1  # the labels are long (drift and verdict): one column
+    fig, axes, key = _figure(n_lines + 2, ncols=max(len(axes_used), 1), row_height=3.4, ncol=ncol)
     handles, notes = [], []
     for ax, axis in zip(axes, axes_used, strict=False):
         along, fixed, xlabel, held_name = AXES[axis]
@@ -110,7 +111,7 @@ def plot_lr_transfer(
     if (~seed_optima["interior"].astype(bool)).any():
         edge = "an optimum at the lr grid's edge (may lie beyond): not resolved"
         handles.append(Line2D([], [], color=NEUTRAL, marker="x", ls="none", ms=8, label=edge))
-    _legend_rows(key, handles, ncol=1 if len(handles) > 6 else 2)
+    _legend_rows(key, handles, ncol=ncol)
     notes.append(f"Drift = d log2 lr* / d log2 (width or L): mean of the per-seed least-squares slopes, "
                  f"± its SE over seeds (one seed: the regression's). Verdict: {LR_CRITERION}.")  # fmt: skip
     suptitle(fig, title)
