@@ -24,7 +24,7 @@ from .common import CONSOLE, SWEEP_CAPTURE
 from .options import bad_option
 
 #: The commands whose grids sweep knows.
-SWEEPABLE = ("depth-sweep", "variance", "grad-norms")
+SWEEPABLE = ("depth-sweep", "variance", "grad-norms", "lr-sweep")
 EXECUTOR, SLURM, RESUME = "Executor", "SLURM (--executor slurm)", "Resume"
 #: The sweep's own options, recorded so --resume reuses what was not given again.
 SWEEP_OPTIONS = ("executor", "workers", "partition", "gpus_per_job", "cpus_per_job", "mem", "time_limit",

@@ -254,20 +254,18 @@ def train_config(topts: dict, lr: float, warmup: int) -> "TrainConfig":
     )
 
 
+def data_args(opts: SharedOptions, topts: dict) -> dict:
+    """The arguments of ``load_data`` (what a sweep's point reloads the data from)."""
+    return {"source": topts["data"], "vocab": opts.vocab, "seq_len": opts.seq_len, "batch": opts.batch,
+            "seed": opts.seed, "eval_batches": topts["eval_batches"], "markov_k": topts["markov_k"]}
+
+
 def data_for(opts: SharedOptions, topts: dict):
     """Load the data (a ConfigError names --data); the model's vocabulary follows it
     for bytes and token files."""
     from ..experiments.training.data import load_data
 
-    return load_data(
-        topts["data"],
-        vocab=opts.vocab,
-        seq_len=opts.seq_len,
-        batch=opts.batch,
-        seed=opts.seed,
-        eval_batches=topts["eval_batches"],
-        markov_k=topts["markov_k"],
-    )
+    return load_data(**data_args(opts, topts))
 
 
 def model_vocab(opts: SharedOptions, data) -> int:
@@ -475,6 +473,12 @@ def lr_sweep(
         out["loss_curves"] = plot_loss_curves(r["train"], data.floor, title)
         return {**out, **variance_figure(r, title)}
 
+    def plan():
+        from ..experiments.points import lr_sweep_plan
+
+        model, init, run, tcfg, _data, *axes = grid
+        return lr_sweep_plan(model, init, run, tcfg, data_args(opts, topts), data.floor, *axes, widths)
+
     execute(
         "lr-sweep",
         opts,
@@ -485,6 +489,7 @@ def lr_sweep(
                               *drift_tables(r.frames)],
             notes=rules_notes(opts, topts),
         ),
+        plan=plan,
     )
 
 

@@ -38,6 +38,7 @@ from .measure.grad_norms import require_gradients, run_grad_norms
 from .measure.variance import NOT_APPLICABLE as VARIANCE_NOT_APPLICABLE
 from .measure.variance import run_variance
 from .result import ExperimentResult, Progress
+from .training import lr_sweep
 
 #: Frames of one point, by file stem.
 Frames = dict[str, pd.DataFrame]
@@ -104,6 +105,7 @@ RUNNERS: dict[str, Callable[..., ExperimentResult]] = {
     "depth-sweep": _depth_sweep_runner,
     "variance": run_variance,
     "grad-norms": run_grad_norms,
+    "lr-sweep": lr_sweep.lr_sweep_point,
 }
 
 
@@ -202,3 +204,37 @@ def grad_norms_plan(model, init, run, inits, norm_positions, batches: int = 1) -
     # the single run's rules, from the gathered frames (which configurations pass no gradient)
     plan.not_applicable = lambda frames: grad_norms_not_applicable(model, frames["grad_norms"])
     return plan
+
+
+def lr_sweep_plan(
+    model: ModelConfig, init: InitConfig, run: RunConfig, train, data_args: dict, floor: float | None,
+    schemes: Sequence[str], norm_positions: Sequence[str], depths: Sequence[int], seeds: Sequence[int],
+    lrs: Sequence[float], warmups: Sequence[int], widths: Sequence[int] | None = None,
+) -> Plan:  # fmt: skip
+    """``lr-sweep`` as one point per training run (scheme, norm position, depth, width,
+    lr, warmup, seed), in the single run's order; gathering concatenates the runs'
+    frames and derives the summary, optima and drifts as the single run does
+    (:func:`tinit.experiments.training.lr_sweep.gather_points`)."""
+    from .training.train import grid_specs
+
+    specs = grid_specs(model, init, schemes, norm_positions, depths, seeds, lrs, warmups, widths)
+    points = [
+        Point("lr-sweep",
+              {"n_layers": s.model.n_layers, "d": s.model.d_model, "lr": f"{s.lr:g}", "warmup": s.warmup,
+               "seed": s.init.seed, "init": s.init.recipe, "norm_position": s.model.norm_position},
+              {"model": model, "init": init, "run": run, "train": train, "data_args": data_args, "spec": s})
+        for s in specs
+    ]  # fmt: skip
+    per_config = len(lrs) * len(seeds)
+
+    def gather(frames: dict[str, Frames]) -> Frames:
+        done = [frames[p.name] for p in points if p.name in frames]
+        return lr_sweep.gather_points(done, train, floor, per_config)
+
+    big = dataclasses.replace(model, n_layers=max(depths))
+    grid_of = {"schemes": list(schemes), "norm_positions": list(norm_positions), "depths": list(depths),
+               "widths": list(widths or [model.d_model]), "seeds": list(seeds), "lrs": list(lrs),
+               "warmups": list(warmups)}  # fmt: skip
+    meta = _grid_meta(big, init, run, train=dataclasses.asdict(train), data=data_args, grid=grid_of,
+                      lr_criterion=lr_sweep.LR_CRITERION)  # fmt: skip
+    return Plan("lr-sweep", points, gather, meta, lr_sweep.sweep_not_applicable(train, floor))

@@ -25,14 +25,23 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 
 from ...criteria import LR_CRITERION, LR_DRIFT_TOL, LR_LEVEL, LR_RESOLVE_TOL
 from ...model.config import InitConfig, ModelConfig, RunConfig
 from ..driver import extended
 from ..measure.verdicts import t_quantile
 from ..result import ExperimentResult, Partial, Progress
-from .data import TrainData
-from .train import TrainConfig, run_train
+from .data import TrainData, load_data
+from .train import (
+    SUMMARY_COLUMNS,
+    RunSpec,
+    TrainConfig,
+    not_applicable,
+    run_specs,
+    run_train,
+    summarize_runs,
+)
 
 #: A configuration of the sweep, whose optimum is sought over the lr grid.
 OPT_KEYS = ["init", "norm_position", "n_layers", "d_model", "warmup"]
@@ -284,3 +293,55 @@ def run_lr_sweep(
                                   warmups, progress, partial, widths),
         add, on_partial,
     )  # fmt: skip
+
+
+# --- tinit sweep lr-sweep: one point per training run -------------------------------
+
+#: The frames a point writes, in the single run's order (variance only when probed).
+RUN_STEMS = ("train", "update_ratios", "variance_during_training", "runs")
+
+
+def lr_sweep_point(
+    model: ModelConfig, init: InitConfig, run: RunConfig, train: TrainConfig, data_args: dict, spec: RunSpec,
+    progress: Progress | None = None,
+) -> ExperimentResult:  # fmt: skip
+    """One training run of the grid (``tinit sweep lr-sweep``'s point): the data is
+    loaded where the point runs from ``data_args`` (:func:`load_data`'s arguments: the
+    same seed gives the same tokens, and no token file travels inside the point)."""
+    data = load_data(**data_args)
+    return run_specs([spec], train, data, run, progress)
+
+
+def gather_points(frames: Sequence[dict[str, pd.DataFrame]], train: TrainConfig, floor: float | None,
+                  per_config: int) -> dict[str, pd.DataFrame]:  # fmt: skip
+    """The single run's frames from its points' frames (in grid order): the runs'
+    frames one after the other, the summary over seeds and the sweep's own frames,
+    over the configurations whose every lr and seed finished."""
+    out = {}
+    for stem in RUN_STEMS:
+        parts = [f[stem] for f in frames if stem in f]
+        if parts or stem != "variance_during_training":
+            out[stem] = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    if train.probe_points == 0:
+        out.pop("variance_during_training", None)
+    runs = out["runs"]
+    out["summary"] = summarize_runs(runs, floor) if len(runs) else pd.DataFrame(columns=SUMMARY_COLUMNS)
+    summary = out["summary"]
+    if len(summary):  # a configuration is analysed once every lr and seed of it is in
+        keys = _keys(summary)
+        summary = summary.groupby(keys, sort=False).filter(lambda g: int(g["seeds"].sum()) == per_config)
+        runs = runs.merge(summary[keys].drop_duplicates(), on=keys, how="inner")
+    return {**out, **analyse(summary, runs)}
+
+
+def sweep_not_applicable(train: TrainConfig, floor: float | None):
+    """The empty cells of the gathered frames, as the single run declares them (MFU:
+    empty where the points measured none, on a CPU)."""
+
+    def rules(frames: dict[str, pd.DataFrame]) -> dict:
+        out = not_applicable(train, torch.device("cpu"), floor)
+        for stem in ("runs", "summary"):
+            out[stem]["mfu"] = lambda df: ~np.isfinite(df["mfu"].astype(float))
+        return {**out, **drift_not_applicable()}
+
+    return rules
