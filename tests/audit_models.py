@@ -91,6 +91,30 @@ def broken_model() -> TinyLM:
     return model
 
 
+def off_recipe_model() -> TinyLM:
+    """As good_model, but layers.2.mlp.2.weight drawn at std 0.05 instead of 0.02."""
+    model = good_model()
+    with torch.no_grad():
+        model.layers[2].mlp[2].weight.mul_(2.5)
+    return model
+
+
+def constant_model() -> TinyLM:
+    """As good_model, but layers.1.attn.qkv.weight every element 0.01."""
+    model = good_model()
+    with torch.no_grad():
+        model.layers[1].attn.qkv.weight.fill_(0.01)
+    return model
+
+
+def non_finite_model() -> TinyLM:
+    """As good_model, but one NaN in layers.0.mlp.0.weight."""
+    model = good_model()
+    with torch.no_grad():
+        model.layers[0].mlp[0].weight[3, 5] = float("nan")
+    return model
+
+
 class _Broken(TinyLM):
     def forward(self, tokens):
         raise RuntimeError("shape mismatch in my model")

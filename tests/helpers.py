@@ -1,14 +1,13 @@
-"""Assertions the CLI tests share: the one-line usage error, and README sections."""
+"""Assertions the CLI tests share: the one-line usage error, and the reference pages."""
 
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def readme_section(heading: str) -> str:
-    """The README text under ``## <heading>`` up to the next ``## `` heading."""
-    text = (ROOT / "README.md").read_text()
-    return text.split(f"## {heading}", 1)[1].split("\n## ", 1)[0]
+def reference_page(command: str) -> str:
+    """The text of ``docs/reference/<command>.md``, the command's reference page."""
+    return (ROOT / "docs" / "reference" / f"{command}.md").read_text()
 
 
 def assert_one_line_error(res, option: str, out: Path | None = None) -> None:

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import assert_one_line_error, readme_section
+from helpers import assert_one_line_error, reference_page
 from typer.testing import CliRunner
 
 from tinit import theory
@@ -222,6 +222,6 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, option):
 
 
 def test_readme_documents_every_column():
-    section = readme_section("`tinit attention-scale`")
+    section = reference_page("attention-scale")
     for col in COLUMNS:
         assert f"`{col}`" in section, col

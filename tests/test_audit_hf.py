@@ -209,12 +209,12 @@ def test_readme_gpt2_example_through_the_cli(tmp_path):
     import json
     import re
 
-    from helpers import readme_section
+    from helpers import reference_page
     from typer.testing import CliRunner
 
     from tinit.cli import app
 
-    section = readme_section("`tinit audit`")
+    section = reference_page("audit")
     doc = json.loads(re.search(r"```json\n(.*?)```", section, flags=re.S).group(1))
     config = tmp_path / "gpt2-tiny.json"
     config.write_text(json.dumps(doc))

@@ -16,13 +16,12 @@ from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
 from tinit.cli import app
-from tinit.experiments.audit.audit import DEVIATING, Expectation, audit_weights, measure_stream, run_audit
+from tinit.experiments.audit.audit import Expectation, audit_weights, measure_stream, run_audit
 from tinit.experiments.audit.roles import classify_roles
 from tinit.experiments.audit.sites import find_sites
 from tinit.experiments.device import make_tokens
 from tinit.experiments.measure.variance import add_theory, run_variance
 from tinit.model.config import InitConfig, RunConfig
-from tinit.results import report_audit
 
 runner = CliRunner()
 NEEDS_HF = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
@@ -146,8 +145,24 @@ def test_without_transformers_hf_says_how_to_install(tmp_path, monkeypatch):
     assert "pip install -e '.[hf]'" in res.stderr
 
 
-def test_deviating_lists_agree():
-    assert set(DEVIATING) == set(report_audit.DEVIATING)
+@pytest.mark.parametrize(
+    ("factory", "param", "verdict"),
+    [
+        ("off_recipe_model", "layers.2.mlp.2.weight", "off-recipe"),
+        ("constant_model", "layers.1.attn.qkv.weight", "constant"),
+        ("non_finite_model", "layers.0.mlp.0.weight", "non-finite"),
+        ("broken_model", "layers.0.attn.out.weight", "zero"),
+    ],
+)
+def test_every_failing_verdict_fails_the_audit(tmp_path, factory, param, verdict):
+    """Whatever the fault, the verdict names it on its weight, the report says FAIL and
+    the exit code is 3 (what a CI guard such as `tinit audit ... -q || exit 1` reads)."""
+    out = tmp_path / "r"
+    res = audit("--module", f"{MODELS}:{factory}", "--no-grads", "-q", "-o", str(out))
+    assert res.exit_code == 3, res.output
+    w = pd.read_csv(out / "weights.csv").set_index("param")
+    assert w.loc[param, "verdict"] == verdict
+    assert (out / "audit.md").read_text().splitlines()[2].startswith("**FAIL:")
 
 
 def test_scheme_free_verdicts_and_unknown_roles():

@@ -272,7 +272,7 @@ def test_cli_and_library_check_the_same_defaults(monkeypatch):
 
 def test_every_claim_passes_at_the_shipped_defaults():
     """run_check() at its defaults (seed 0): every claim passes. The naive row of (b)
-    is the known drift (README): its error is positive, the attention branch growing with
+    is the known drift (docs/reference/check.md): its error is positive, the attention branch growing with
     depth, but within tolerance at this seed."""
     from tinit.experiments.measure.check import CHECK_RUN
 

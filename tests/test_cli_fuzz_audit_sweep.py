@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from tinit.cli import app
+from tinit.cli.registry import SWEEPABLE
 
 runner = CliRunner()
 _counter = itertools.count()
@@ -225,6 +226,13 @@ SWEEP_COMMANDS = {
     "grad-norms": ["--layers", "2"],
     "depth-sweep": ["--layers", "1,2", "--seeds", "1", "--no-grads"],
 }
+
+
+def test_every_sweepable_command_is_fuzzed():
+    """A command made sweepable (cli.registry) fails here until it has its tiny arguments."""
+    assert sorted(SWEEP_COMMANDS) == sorted(SWEEPABLE)
+
+
 SWEEP_OPTIONS = {
     "--init": st.sampled_from(["naive", "scaled", "rezero", "zero-out,deepnet", "bogus"]),
     "--norm-position": st.sampled_from(["pre", "post,none", "sideways"]),

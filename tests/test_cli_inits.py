@@ -1,12 +1,13 @@
 """Guards the catalogue's command line: `tinit inits` and `tinit inits NAME`, `--init`
 lists and `all`, `--norm-position`, `--init-file` (a whitelist parser, errors naming the
-file and the role, exit 2), and the README's catalogue table against the data."""
+file and the role, exit 2), the README's catalogue table against the data, and the
+reference page's columns and --init-file example."""
 
 import math
 
 import pandas as pd
 import pytest
-from helpers import ROOT, assert_one_line_error
+from helpers import ROOT, assert_one_line_error, reference_page
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -133,12 +134,17 @@ def test_init_file_errors_name_the_file_and_the_role(tmp_path, text, words):
 
 
 def test_readme_catalogue_table_is_the_data():
-    readme = (ROOT / "README.md").read_text()
-    assert catalogue_markdown() in readme
-    flat = " ".join(readme.split())
+    assert catalogue_markdown() in (ROOT / "README.md").read_text()
+
+
+def test_reference_documents_the_csvs_placements_and_the_init_file():
+    page = reference_page("inits")
+    flat = " ".join(page.split())
     assert "`inits.csv` columns: `" + ", ".join(INITS_COLUMNS) + "`" in flat
-    assert "`std_drawn`" in readme and "`init_stds.csv`" in readme
-    assert "--init-file" in readme and "[roles]" in readme and "| `sandwich` |" in readme
+    assert "`init_stds.csv`" in page
+    for col in STDS_COLUMNS:
+        assert f"`{col}`" in page, col
+    assert "--init-file" in page and "[roles]" in page and "| `sandwich` |" in page
 
 
 @pytest.mark.parametrize("command", ["variance", "grad-norms", "depth-sweep"])
@@ -161,12 +167,12 @@ def test_every_scheme_writes_no_nan_in_a_healthy_run(tmp_path, command):
 
 
 def test_a_scheme_without_closed_form_leaves_its_theory_cells_empty(tmp_path):
-    """The README's --init-file scheme declares no depth factor, so it has no closed form:
+    """The documented --init-file scheme declares no depth factor, so it has no closed form:
     depth-sweep leaves its theory cells empty (not applicable) rather than writing nan."""
     import json
     import re
 
-    toml = re.search(r"```toml\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S).group(1)
+    toml = re.search(r"```toml\n(.*?)```", reference_page("inits"), flags=re.S).group(1)
     init_file = tmp_path / "my_init.toml"
     init_file.write_text(toml)
     shape = ["--d-model", "32", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]

@@ -80,9 +80,3 @@ def test_run_config_rejects(kwargs, field):
     with pytest.raises(ConfigError) as info:
         RunConfig(**kwargs)
     assert info.value.field == field
-
-
-def test_configs_are_frozen():
-    cfg = ModelConfig()
-    with pytest.raises(AttributeError):
-        cfg.n_layers = 3

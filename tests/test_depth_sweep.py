@@ -2,7 +2,7 @@
 (L, seed) row is exactly the `variance` (and `grad-norms`) measurement of that depth and
 seed, the least-squares fit (against numpy, and recovering the Gaussian-branch model's
 slope 2*S2 within its standard error), the seed statistics and the transfer check, and
-the CLI's files, columns (as documented in the README) and plot."""
+the CLI's files, columns (as documented in docs/reference/depth-sweep.md) and plot."""
 
 import json
 import math
@@ -30,7 +30,7 @@ from tinit.model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 
 runner = CliRunner()
 TINY = ["--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "depth-sweep.md"
 
 
 # --- the --layers grammar ---------------------------------------------------------
@@ -267,10 +267,8 @@ def test_cli_no_grads(tmp_path):
     assert (out / "depth_sweep.png").is_file()
 
 
-def test_readme_documents_every_column():
-    text = README.read_text()
-    assert "## `tinit depth-sweep`" in text
-    section = text.split("## `tinit depth-sweep`", 1)[1].split("\n## ", 1)[0]
+def test_reference_documents_every_column():
+    section = PAGE.read_text()
     keys = {"init", "norm_position", "n_layers", "seed"}
     for col in {*SWEEP_COLUMNS, *SUMMARY_COLUMNS, *FIT_COLUMNS} - keys:
         if col.endswith(("_mean", "_se")) and not col.startswith(("v_final_min", "v_final_max")):

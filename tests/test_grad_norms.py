@@ -12,7 +12,7 @@ import weakref
 import numpy as np
 import pytest
 import torch
-from helpers import assert_one_line_error, readme_section
+from helpers import assert_one_line_error, reference_page
 from typer.testing import CliRunner
 
 from tinit import theory
@@ -326,7 +326,7 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, option):
 
 
 def test_readme_documents_every_column():
-    section = readme_section("`tinit grad-norms`")
+    section = reference_page("grad-norms")
     documented = set(re.findall(r"`([a-z_0-9]+)`", section))
     for cols in (GRAD_COLUMNS, STREAM_COLUMNS, SUMMARY_COLUMNS):
         missing = set(cols) - documented

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import assert_one_line_error, readme_section
+from helpers import assert_one_line_error, reference_page
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -119,7 +119,7 @@ def test_a_module_file_imports_the_files_beside_it(tmp_path, monkeypatch):
 
 
 def test_readme_says_module_executes_the_file():
-    text = readme_section("`tinit audit`")
+    text = reference_page("audit")
     assert "executes" in text and "sys.path" in text
 
 

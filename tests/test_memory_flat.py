@@ -59,7 +59,7 @@ def test_grad_norms_leaves_nothing_behind(stream):
 def test_depth_sweep_memory_flat_in_points_and_depth():
     """Depths 2, 8, 16, two seeds, gradients on: the live tensors after every point are
     those before the sweep, and the resident memory after the last point is within
-    10% of the first (the README's target; the deepest backward here holds ~50 MB)."""
+    10% of the first (docs/performance.md's target; the deepest backward here holds ~50 MB)."""
     before = live_tensors()
     after: list[tuple[int, float]] = []
 

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import assert_one_line_error, readme_section
+from helpers import assert_one_line_error, reference_page
 from typer.testing import CliRunner
 
 from tinit import theory
@@ -205,6 +205,6 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, option):
 
 
 def test_readme_documents_every_column():
-    section = readme_section("`tinit norms`")
+    section = reference_page("norms")
     for col in {*BEHAVIOUR_COLUMNS, *TIMING_COLUMNS, *RATIO_COLUMNS}:
         assert f"`{col}`" in section, col

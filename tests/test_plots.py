@@ -13,6 +13,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.lines import Line2D
 from rich.console import Console
 
@@ -42,6 +43,33 @@ def _lines(fig, prefix: str) -> dict[str, Line2D]:
 
 def _footnote(fig) -> str:
     return " ".join(t.get_text() for t in fig.texts if t.get_gid() == "footnote")
+
+
+def _pixels(fig) -> np.ndarray:
+    """The figure as the PNG shows it: RGB, one row of pixels per row."""
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[..., :3].astype(int).copy()
+
+
+def _settled(fig):
+    """Draw once so that the constrained layout settles, then keep it: renders that show
+    or hide one artist then differ only where that artist is drawn."""
+    _pixels(fig)
+    fig.set_layout_engine("none")
+    return fig
+
+
+def _drawn_by(fig, gid: str, full: np.ndarray) -> np.ndarray:
+    """Where the artists with this gid visibly change the picture (hidden against shown)."""
+    artists = [line for ax in fig.axes for line in ax.get_lines() if line.get_gid() == gid]
+    assert artists, gid
+    for a in artists:
+        a.set_visible(False)
+    without = _pixels(fig)
+    for a in artists:
+        a.set_visible(True)
+    return np.abs(full - without).max(axis=-1) > 40
 
 
 def _render(table) -> str:
@@ -84,10 +112,9 @@ def test_variance_plot_shows_every_configuration_apart():
     # the identical post-norm configurations: distinct markers, and named in the note
     assert measured["naive/post"].get_marker() != measured["scaled/post"].get_marker()
     assert "naive/post and scaled/post lie on top of each other" in _footnote(fig)
-    # theory is told apart from measurement by its line style, and drawn on top
+    # theory is told apart from measurement by its line style
     for name in measured:
         assert measured[name].get_linestyle() != theory[name].get_linestyle()
-        assert theory[name].get_zorder() > measured[name].get_zorder()
     keys = []
     for ax in fig.axes:
         if not ax.axison:  # the rows that hold the legends: line styles, then the configurations
@@ -97,6 +124,11 @@ def test_variance_plot_shows_every_configuration_apart():
         assert ax.title.get_fontsize() >= FONT
     assert keys[-1] == {f"{i} init, {p}-norm" for i, p in CONFIGS}
     assert "measured" in keys[0] and any(t.startswith("law") for t in keys[0])
+    # where the law lies on its measurement (pre-norm here), its dashes stay visible on the band
+    full = _pixels(_settled(fig))
+    for name in ("naive/pre", "scaled/pre"):
+        on_band = _drawn_by(fig, f"theory:{name}", full) & _drawn_by(fig, f"measured:{name}", full)
+        assert on_band.sum() >= 20, (name, on_band.sum())
     # every measured point of a stream panel lies inside its limits
     for line in measured.values():
         lo, hi = line.axes.get_ylim()
@@ -375,7 +407,12 @@ def test_check_variance_short_run_drawn_as_markers_on_the_long_one():
     m = _lines(fig, "measured:")
     assert set(m) == {"naive/12", "naive/80", "scaled/12", "scaled/80"}
     assert m["naive/12"].get_linestyle() == "None" and m["naive/12"].get_marker() == "o"
-    assert m["naive/12"].get_zorder() > m["naive/80"].get_zorder()
+    # the open markers show on the long line: pixels the line paints are white (the
+    # markers' faces) once the short run is drawn
+    full = _pixels(_settled(fig))
+    m["naive/12"].set_visible(False)
+    without = _pixels(fig)
+    assert ((full.min(axis=-1) > 230) & (without.min(axis=-1) < 150)).sum() >= 10
     assert "share their draws" in _footnote(fig)
 
 

@@ -1,17 +1,19 @@
 """Guards the named shapes (tinit.model.presets) and the shared ``--preset`` option:
 each preset is a valid configuration whose exact count is the real model's published
-total (less the GQA difference tinit does not model), a preset sets every shared
-option it defines on every command, explicit options override it, batch and sequence
-length stay the command's, and an unknown name is a one-line usage error."""
+total (less the GQA difference tinit does not model), a preset sets every model field
+it defines through the option that sets it on every command, explicit options override
+it, batch and sequence length stay the command's, and an unknown name is a one-line
+usage error."""
 
 import dataclasses
 import json
 
 import pytest
+from typer.main import get_command
 from typer.testing import CliRunner
 
 from tinit.cli import app
-from tinit.cli.options import SHARED, SharedOptions, apply_preset
+from tinit.cli.configs import Options
 from tinit.model.config import InitConfig, ModelConfig
 from tinit.model.params import count_params, gqa_attention_saving
 from tinit.model.presets import PRESETS, get_preset
@@ -19,17 +21,16 @@ from tinit.model.transformer import Transformer
 
 runner = CliRunner()
 
-#: Options a preset may set: shapes and architecture, never run sizes or init.
-SHAPE_OPTIONS = {"layers", "d_model", "heads", "d_ff", "vocab", "norm", "ffn", "positions", "untie", "bias",
-                 "kv_heads"}  # fmt: skip
+#: Model fields a preset may set: shapes and architecture, never run sizes or init.
+SHAPE_FIELDS = {"n_layers", "d_model", "n_heads", "d_ff", "vocab_size", "norm", "ffn", "positions",
+                "tie_embeddings", "bias", "n_kv_heads", "rope_base", "norm_eps"}  # fmt: skip
 
 
 def preset_model(name: str) -> ModelConfig:
-    """The ModelConfig the shared options give for a preset, with no explicit options."""
-    values = {n: default for n, (_, default) in SHARED.items()}
-    values.update(preset=name, format=["png"], sigma=0.02)
-    apply_preset(values)
-    return SharedOptions(**values).model_config()
+    """The ModelConfig of `tinit params --preset NAME` and no other option (params takes
+    every shape option), its command line parsed as the CLI parses it."""
+    ctx = get_command(app).commands["params"].make_context("params", ["--preset", name])
+    return Options(ctx.params).model_config()
 
 
 def test_required_presets_exist():
@@ -39,8 +40,7 @@ def test_required_presets_exist():
 @pytest.mark.parametrize("name", list(PRESETS))
 def test_presets_set_shapes_only(name):
     p = PRESETS[name]
-    assert set(p.options) <= SHAPE_OPTIONS
-    assert set(p.model) <= {"rope_base", "norm_eps"}
+    assert set(p.model) <= SHAPE_FIELDS
     assert p.description and p.context >= 1
 
 
@@ -84,7 +84,7 @@ def test_preset_shapes():
 def test_gqa_is_documented():
     for name in ("llama2-70b", "llama3-8b"):
         p = PRESETS[name]
-        assert p.n_kv_heads == 8 and "grouped-query" in p.note and p.options["kv_heads"] == 8
+        assert p.n_kv_heads == 8 and "grouped-query" in p.note and p.model["n_kv_heads"] == 8
         assert "GQA" in p.description
 
 

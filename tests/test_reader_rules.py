@@ -1,5 +1,5 @@
 """Guards what a reader sees, as rules over every command's outputs at small sizes
-(README, "Reading the plots and verdicts" and "What a run promises"): each command runs
+(docs/figures.md and docs/run-folders.md, "What a run promises"): each command runs
 once here, at an 80-column terminal, and every table it prints, every figure it saves
 and every CSV it writes is held to the rules.
 
@@ -260,6 +260,28 @@ _STEMS = {
 def test_every_figure_listed(outputs):
     for name in RUNS:
         assert set(outputs[name]["figures"]) == set(_STEMS.get(name, ())), name
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_every_file_a_run_writes_is_documented(outputs, name):
+    """Each file in the run folder (but config.json, every run's) is named in the
+    command's row of docs/run-folders.md and on its reference page (the training
+    commands' shared files on train's)."""
+    command = RUNS[name][0]
+    row = next(line for line in (DOCS / "run-folders.md").read_text().splitlines()
+               if line.startswith(f"| [`{command}`]"))  # fmt: skip
+    pages = [(DOCS / "reference" / f"{command}.md").read_text()]
+    if command in ("lr-sweep", "claims"):
+        pages.append((DOCS / "reference" / "train.md").read_text())
+        row += (DOCS / "run-folders.md").read_text().split("| [`train`]", 1)[1].split("\n", 1)[0]
+    for path in outputs[name]["folder"].iterdir():
+        if path.name == "config.json":  # every run's, documented once on that page
+            continue
+        assert f"`{path.name}`" in row, f"{command}: {path.name} not in docs/run-folders.md"
+        assert any(f"`{path.name}`" in page for page in pages), f"{command}: {path.name} not on its page"
 
 
 @pytest.mark.parametrize(("name", "stem"), _figures())

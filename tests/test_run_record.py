@@ -1,4 +1,4 @@
-"""What a run folder records matches what ran and what the README promises: the PNG
+"""What a run folder records matches what ran and what docs/run-folders.md promises: the PNG
 beside any --format, config.json = result.meta plus the invocation, the grid of
 configurations (not one misleading value), and --threads."""
 
@@ -10,13 +10,14 @@ from typer.testing import CliRunner
 
 from tinit import InitConfig, ModelConfig, RunConfig, run_variance
 from tinit.cli import app
+from tinit.cli.registry import COMMANDS
 
 runner = CliRunner()
 TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]
 ONE = [*TINY, "--pre-norm", "--init", "naive"]  # one configuration
 
 #: config.json's keys that describe the invocation or the outcome, not the run's settings
-#: (the README's "Library use" names them); everything else is result.meta.
+#: (docs/library.md names them); everything else is result.meta.
 INVOCATION = {
     "command", "argv", "created", "git_commit", "host", "pid", "complete", "error", "non_finite",
     "non_finite_total",
@@ -88,8 +89,8 @@ def test_threads_option_sets_and_records_torch_threads(tmp_path, monkeypatch):
     assert res.exit_code == 2 and "--threads" in res.stderr and "Traceback" not in res.output
 
 
-@pytest.mark.parametrize("command", ["variance", "grad-norms", "depth-sweep", "attention-scale", "norms",
-                                     "params", "check"])  # fmt: skip
+#: every command but sweep, which passes its options on to the command it sweeps
+@pytest.mark.parametrize("command", [c.name for c in COMMANDS if not c.passes_options])
 def test_every_command_has_threads(command, monkeypatch):
     monkeypatch.setenv("COLUMNS", "120")
     assert "--threads" in runner.invoke(app, [command, "-h"]).output

@@ -20,8 +20,9 @@ runner = CliRunner()
 
 
 def _readme_toml(tmp_path) -> Path:
-    """The README's own --init-file example."""
-    toml = re.search(r"```toml\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S).group(1)
+    """The reference page's own --init-file example."""
+    page = (ROOT / "docs" / "reference" / "inits.md").read_text()
+    toml = re.search(r"```toml\n(.*?)```", page, flags=re.S).group(1)
     path = tmp_path / "my.toml"
     path.write_text(toml)
     return path

@@ -2,111 +2,28 @@
 
 Commands are thin: options -> configs -> experiment -> results. Bad input is one
 line on stderr and exit code 2; a run that fails part-way keeps what it measured,
-says why, and exits 1.
+says why, and exits 1. The commands are those of :data:`registry.COMMANDS`.
 """
 
 import gc
-import re
+import importlib
 import sys
-import textwrap
 from importlib.metadata import PackageNotFoundError, version
 
 import typer
-from typer.core import TyperArgument, TyperCommand, TyperGroup
+from typer.core import TyperGroup
 
 from ..interrupt import interrupted
 from .clickcompat import Abort, ClickException, UsageError
-
-#: Plain names for the value an option takes (click's parameter-type name -> metavar);
-#: typer's own (``<int range>``, ``<bool>``) are wider and say less.
-METAVARS = {"integer": "INT", "integer range": "INT", "int": "INT", "int range": "INT", "float": "FLOAT",
-            "float range": "FLOAT", "path": "PATH", "text": "TEXT", "str": "TEXT"}  # fmt: skip
-
-
-def _type_name(param) -> str:
-    """The parameter's type as typer (``<int range>``) or click (``integer range``) names it."""
-    try:
-        name = param.display_type(None) if hasattr(param, "display_type") else param.type.name
-    except Exception:  # a typer/click internals change must not break --help
-        return ""
-    return str(name).strip("<>")
-
-
-def _wrap(text: str, width: int, indent: str = "") -> list[str]:
-    """Paragraphs wrapped at spaces only: never inside a word, nor at a hyphen (so
-    ``--seq-len`` or ``depth-scaled`` stay whole and can be copied)."""
-    lines: list[str] = []
-    for i, para in enumerate(re.split(r"\n\s*\n", text.strip())):
-        lines += [""] if i else []
-        lines += textwrap.wrap(
-            " ".join(para.split()), max(width, 10), initial_indent=indent, subsequent_indent=indent,
-            break_long_words=False, break_on_hyphens=False,
-        )  # fmt: skip
-    return lines
-
-
-class _Formatter(TyperCommand.context_class.formatter_class):
-    """click's help layout, wrapping with :func:`_wrap`."""
-
-    def write_text(self, text: str) -> None:
-        self.write("\n".join(_wrap(text, self.width, " " * self.current_indent)) + "\n")
-
-    def write_dl(self, rows, col_max: int = 30, col_spacing: int = 2) -> None:
-        rows = list(rows)
-        first_col = min(max((len(first) for first, _ in rows), default=0), col_max) + col_spacing
-        pad = " " * (first_col + self.current_indent)
-        for first, second in rows:
-            self.write(" " * self.current_indent + first)
-            if not second:
-                self.write("\n")
-                continue
-            if len(first) <= first_col - col_spacing:
-                self.write(" " * (first_col - len(first)))
-            else:
-                self.write("\n" + pad)
-            lines = _wrap(second, self.width - first_col - 2) or [""]
-            self.write(lines[0] + "\n" + "".join(pad + line + "\n" for line in lines[1:]))
-
-
-class _Context(TyperCommand.context_class):
-    formatter_class = _Formatter
-
-
-class _Command(TyperCommand):
-    """Help as click lays it out (an option column of at most 30 characters, the help
-    wrapped at word boundaries beside it, at most 80 columns wide), in one section per
-    help panel (Model, Initialisation, Run, Output, ...), with short metavars (INT,
-    FLOAT) and none on flags."""
-
-    context_class = _Context
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        for param in self.params:
-            if getattr(param, "metavar", None) is None and not getattr(param, "is_flag", False):
-                name = _type_name(param)
-                # a repeatable option (list[str]) takes one value at a time: name that value
-                param.metavar = METAVARS.get(name.removeprefix("list[").removesuffix("]"), param.metavar)
-            if isinstance(param, TyperArgument):
-                # typer adds the type to an argument's name ("TEXT <str>"): the metavar says it
-                param.display_type_rich = lambda ctx=None: ""
-
-    def format_options(self, ctx, formatter) -> None:
-        sections: dict[str, list[tuple[str, str]]] = {}
-        for param in self.get_params(ctx):
-            record = param.get_help_record(ctx)
-            if record is not None:
-                sections.setdefault(getattr(param, "rich_help_panel", None) or "Options", []).append(record)
-        for name, rows in sections.items():
-            with formatter.section(name):
-                formatter.write_dl(rows)
+from .help import Command, HelpContext
+from .registry import COMMANDS
 
 
 class _OneLineErrors(TyperGroup):
     """Usage errors as a single line ``Error: ...`` (exit 2), never a traceback or a
     boxed panel, so scripts and logs stay readable."""
 
-    context_class = _Context
+    context_class = HelpContext
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         try:
@@ -114,9 +31,6 @@ class _OneLineErrors(TyperGroup):
         except UsageError as exc:
             if not standalone_mode:
                 raise
-            if type(exc).__name__ == "NoArgsIsHelpError":  # `tinit` alone: the help, nothing wrong
-                typer.echo(exc.format_message())
-                sys.exit(0)
             msg = " ".join(exc.format_message().split())
             if not msg:  # (typer's rich help prints the help itself and leaves no message)
                 sys.exit(0)
@@ -174,7 +88,7 @@ app = typer.Typer(
     help="Transformer initialization and depth studies: residual-stream variance and "
     "gradients at init, measured and set beside the theory.",
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 80},
-    no_args_is_help=True,
+    invoke_without_command=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     add_completion=False,
@@ -183,6 +97,7 @@ app = typer.Typer(
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: bool = typer.Option(
         False, "--version", help="Print tinit's and torch's versions and exit.", callback=_print_version,
         is_eager=True,
@@ -190,16 +105,17 @@ def _root(
 ) -> None:
     """Transformer initialization and depth studies: residual-stream variance and
     gradients at init, measured and set beside the theory."""
+    if ctx.invoked_subcommand is None:  # `tinit` alone: the help, nothing wrong
+        typer.echo(ctx.get_help())
+        raise typer.Exit()
 
 
 def _register() -> None:
-    # commands register themselves on import; this order is the order in `tinit --help`
-    from . import variance, grad_norms, depth_sweep, attention_scale, norms, params, check  # noqa: F401, I001
-    from . import train, inits, audit, sweep  # noqa: F401, I001
-
-    for info in app.registered_commands:
-        if info.cls in (None, TyperCommand):
-            info.cls = _Command
+    # in the registry's order, which is the order of `tinit --help`
+    for c in COMMANDS:
+        function = getattr(importlib.import_module(f"{__name__}.{c.module}"), c.function)
+        settings = {"allow_extra_args": True, "ignore_unknown_options": True} if c.passes_options else None
+        app.command(c.name, short_help=c.short_help, cls=Command, context_settings=settings)(function)
 
 
 _register()

@@ -6,21 +6,13 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ..model.config import ConfigError
-from . import app
+from . import options as opt
 from .common import positive_int_list
-from .options import SHARED, SharedOptions, shared_options
+from .configs import Options, configs_or_exit
 
 if TYPE_CHECKING:
     import pandas as pd
     from rich.table import Table
-
-#: Shared options that do not change the logits of layer 0's W_Q, W_K on a normalised
-#: stream (d_model is n_heads * d_h here).
-NOT_APPLICABLE = (
-    "layers", "d_model", "d_ff", "ffn", "untie", "bias", "no_attn_scale", "init", "pre_norm", "post_norm",
-    "branch", "branch_var", "stream", "embed_std", "norm_position", "init_file", "base_width", "base_depth",
-    "qk_norm", "kv_heads",
-)  # fmt: skip
 
 
 def attention_scale_table(frame: "pd.DataFrame", title: str = "") -> "Table":
@@ -58,13 +50,7 @@ def attention_scale_table(frame: "pd.DataFrame", title: str = "") -> "Table":
     return t
 
 
-@app.command(
-    "attention-scale",
-    short_help="Attention-logit variance, entropy and max weight vs head size, with and without 1/sqrt(d_h).",
-)
-@shared_options(exclude=tuple(n for n in NOT_APPLICABLE if n in SHARED))
 def attention_scale(
-    *,
     head_dims: Annotated[
         str,
         typer.Option(
@@ -75,7 +61,25 @@ def attention_scale(
             show_default=True,
         ),
     ] = "16,32,64,128,256",
-    opts: SharedOptions,
+    # of the model options, only those that change the logits of layer 0's W_Q, W_K on a
+    # normalised stream (d_model is n_heads * d_h here)
+    preset: opt.PresetName = None,
+    n_heads: opt.Heads = 4,
+    vocab_size: opt.Vocab = 1024,
+    norm: opt.Norm = "rmsnorm",
+    positions: opt.Positions = "rope",
+    attention: opt.Attention = "causal",
+    sigma: opt.Sigma = "0.02",
+    seed: opt.Seed = 0,
+    seq_len: opt.SeqLen = 128,
+    batch: opt.Batch = 8,
+    device: opt.Device = "auto",
+    dtype: opt.DType = "float32",
+    tf32: opt.TF32 = False,
+    threads: opt.Threads = None,
+    out: opt.Out = None,
+    format: opt.Format = "png",
+    quiet: opt.Quiet = False,
 ) -> None:
     """Attention logits at init for each head size d_h: their variance without and with
     the 1/sqrt(d_h) scale, the softmax entropy (relative to its maximum) and the largest
@@ -84,31 +88,32 @@ def attention_scale(
 
     Writes attention_scale.csv, attention_scale.png and config.json to a new run folder.
     """
+    opts = Options(locals())
     from ..experiments.measure.attention_scale import check_head_dims, run_attention_scale
     from ..results.plot_attention_scale import plot_attention_scale
-    from .runner import Outputs, configs_or_exit, execute
+    from .runner import Outputs, execute
 
     try:
-        dims = check_head_dims(positive_int_list(head_dims, "--head-dims"), opts.positions)
+        dims = check_head_dims(positive_int_list(head_dims, "--head-dims"), positions)
     except ConfigError as exc:
         raise typer.BadParameter(exc.message, param_hint="'--head-dims'") from None
-    model, init, run = configs_or_exit(
+    model, init_cfg, run = configs_or_exit(
         lambda: (
-            opts.model_config(d_model=opts.heads * dims[0], d_ff=None),
+            opts.model_config(d_model=n_heads * dims[0], d_ff=None),
             opts.init_config(),
             opts.run_config(head_dims=dims),
         )
     )
     title = (
-        f"{model.n_heads} heads (model input: d = {model.n_heads} x d_h), sigma={opts.sigma}, "
+        f"{model.n_heads} heads (model input: d = {model.n_heads} x d_h), sigma={sigma}, "
         f"{model.norm}, {model.positions}, {model.attention}, batch {run.batch} x seq {run.seq_len}, "
-        f"{run.dtype}, seed {init.seed}"
+        f"{run.dtype}, seed {init_cfg.seed}"
     )
     execute(
         "attention-scale",
         opts,
         lambda progress, on_partial=None: run_attention_scale(
-            model, init, run, dims, progress, on_partial=on_partial
+            model, init_cfg, run, dims, progress, on_partial=on_partial
         ),
         Outputs(
             figures=lambda r: {"attention_scale": plot_attention_scale(r["attention_scale"], title)},

@@ -11,23 +11,14 @@ from rich.text import Text
 
 from ..model.catalogue import names as scheme_names
 from ..model.config import ConfigError
-from . import app
-from .clickcompat import ParameterSource, get_current_context
-from .options import SharedOptions, shared_options
+from . import options as opt
+from .clickcompat import given
+from .configs import Options, configs_or_exit
 
 if TYPE_CHECKING:
     from ..experiments.audit.audit import Expectation
 
 AUDIT = "Audit"
-#: Options of the shared set that describe tinit's own model (shape, placement, QK-norm,
-#: GQA, init scheme and its base sizes): the audited model has its own, so they are not
-#: offered (an option accepted and ignored would mislead). --init-file is offered: its
-#: scheme may be named by --expect and --init.
-NOT_FOR_AUDIT = (
-    "preset", "layers", "d_model", "heads", "d_ff", "vocab", "norm", "ffn", "positions", "attention", "untie",
-    "bias", "no_attn_scale", "pre_norm", "post_norm", "norm_position", "qk_norm", "kv_heads", "branch",
-    "branch_var", "init", "base_width", "base_depth", "sigma", "embed_std", "stream", "tf32",
-)  # fmt: skip
 ALIASES = {"gpt2": "scaled"}  # GPT-2's recipe is tinit's depth-scaled one
 #: The shared default of --seq-len here; a model with fewer positions gets its own.
 SEQ_LEN = 128
@@ -45,13 +36,6 @@ def _scheme(value: str, option: str, extra: tuple[str, ...], custom: tuple = ())
     if value not in allowed:
         raise ConfigError(option, f"{value!r} is not one of {', '.join(allowed)}")
     return ALIASES.get(value, value)
-
-
-def _given(ctx, name: str) -> bool:
-    """Whether the option was given on the command line (not its default)."""
-    return ctx is not None and ctx.get_parameter_source(name) not in (
-        None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP,
-    )  # fmt: skip
 
 
 def _declared(model, sites, sigma: float | None) -> "Expectation":
@@ -79,13 +63,8 @@ def _declared(model, sites, sigma: float | None) -> "Expectation":
     return Expectation("naive", s, s, f"naive at sigma {s:g} (the model declares no init)")
 
 
-@app.command(
-    "audit", short_help="Measure the init of a model tinit did not build (HF config or your module)."
-)
-@shared_options(exclude=NOT_FOR_AUDIT, defaults={"batch": 8, "seq_len": SEQ_LEN})
 def audit(
-    *,
-    opts: SharedOptions,
+    ctx: typer.Context,
     hf: Annotated[
         str | None,
         typer.Option(
@@ -135,7 +114,7 @@ def audit(
             rich_help_panel=AUDIT,
         ),
     ] = "declared",
-    init: Annotated[
+    reinit: Annotated[
         str,
         typer.Option(
             "--init",
@@ -184,6 +163,19 @@ def audit(
             "--grads/--no-grads", help="Also measure gradient norms (one backward).", rich_help_panel=AUDIT
         ),
     ] = True,
+    # none of the options of tinit's own model (shape, placement, QK-norm, GQA, init scheme
+    # and its base sizes): the audited model has its own (an option accepted and ignored
+    # would mislead); --init-file is taken: its scheme may be named by --expect and --init
+    init_file: opt.InitFile = None,
+    seed: opt.Seed = 0,
+    seq_len: opt.SeqLen = SEQ_LEN,
+    batch: opt.Batch = 8,
+    device: opt.Device = "auto",
+    dtype: opt.DType = "float32",
+    threads: opt.Threads = None,
+    out: opt.Out = None,
+    format: opt.Format = "png",
+    quiet: opt.Quiet = False,
 ) -> None:
     """Audit the init of a model tinit did not build: every weight's std against a
     scheme (weights.csv), the residual-stream variance at each of the 2L additions
@@ -193,6 +185,7 @@ def audit(
     Exit codes: 0 every weight ok; 3 some weight deviates (off-recipe, pytorch-default,
     zero, constant, non-finite); 2 bad input; 1 the run failed part-way.
     """
+    opts = Options(locals())
     from ..experiments.audit.audit import Expectation, ModelError, run_audit
     from ..experiments.audit.loaders import (
         check_parameters,
@@ -217,9 +210,8 @@ def audit(
         weights_table,
         write_audit_md,
     )
-    from .runner import Outputs, configs_or_exit, execute
+    from .runner import Outputs, execute
 
-    ctx = get_current_context(silent=True)
     sets = set_ or []
 
     def prepare():
@@ -234,14 +226,14 @@ def audit(
             raise ConfigError("--sigma", f"must be a positive number, got {sigma}")
         custom = opts.custom_schemes
         exp_scheme = _scheme(expect, "--expect", ("declared",), custom)
-        rec_scheme = _scheme(init, "--init", ("none",), custom)
+        rec_scheme = _scheme(reinit, "--init", ("none",), custom)
         lookup = {s.name: s for s in custom}
         device, dtype = resolve_device(opts.device), resolve_dtype(opts.dtype)
         if hf is not None:
             model = load_hf(hf, parse_set(sets), device, dtype)
         else:
             model = load_module(module)
-            model = model.to(device=device, dtype=dtype if _given(ctx, "dtype") else None)
+            model = model.to(device=device, dtype=dtype if given(ctx, "dtype") else None)
         option = "--hf" if hf else "--module"
         check_parameters(model, option)
         inferred = infer_vocab(model)
@@ -256,7 +248,7 @@ def audit(
             )
         seq_len, limit = opts.seq_len, max_positions(model)
         if limit is not None and seq_len > limit:
-            if _given(ctx, "seq_len"):
+            if given(ctx, "seq_len"):
                 raise ConfigError("--seq-len", f"{seq_len} exceeds the model's {limit} positions")
             seq_len = limit  # the default does not fit this model: its own length does
         if seq_len < 2 and grads:
@@ -287,11 +279,11 @@ def audit(
         recipe = None
         if rec_scheme != "none":
             recipe = Expectation(lookup.get(rec_scheme, rec_scheme), expectation.sigma, expectation.embed_std,
-                                 f"tinit {init}")  # fmt: skip
+                                 f"tinit {reinit}")  # fmt: skip
         return model, found, roles, tokens, expectation, recipe, v, seq_len
 
     model, found, roles, tokens, expectation, recipe, v, seq_len = configs_or_exit(prepare)
-    opts = dataclasses.replace(opts, seq_len=seq_len)
+    opts = opts.replace(seq_len=seq_len)
     option = "--hf" if hf else "--module"
     source = f"--hf {hf}" + "".join(f" --set {s}" for s in sets) if hf else f"--module {module}"
     meta = {"source": source, "ln_vocab": math.log(v), "vocab": v}

@@ -7,22 +7,11 @@ import typer
 from rich.text import Text
 
 from ..criteria import CHECK_ALPHA, CHECK_DEEP_LAYERS, CHECK_HEAD_DIMS, CHECK_MODEL, CHECK_RUN
-from . import app
+from . import options as opt
 from .common import positive_int_list
-from .options import SharedOptions, shared_options
+from .configs import Options, configs_or_exit
 
 CHECK = "Check"
-
-#: The check chooses these itself: both recipes, both norm positions, model and
-#: Gaussian branches, each where its item needs them.
-CHOSEN_BY_CHECK = ("init", "pre_norm", "post_norm", "branch", "branch_var", "norm_position", "init_file",
-                   "base_width", "base_depth")  # fmt: skip
-
-#: The library's check defaults (experiments.check.CHECK_MODEL, CHECK_RUN) as options,
-#: so ``tinit check`` and ``run_check()`` measure the same thing.
-_OPTION_OF = {"n_layers": "layers", "d_model": "d_model", "n_heads": "heads", "batch": "batch",
-              "seq_len": "seq_len"}  # fmt: skip
-CHECK_DEFAULTS = {_OPTION_OF[k]: v for k, v in {**CHECK_MODEL, **CHECK_RUN}.items() if k in _OPTION_OF}
 
 
 def _alpha(value: float) -> float:
@@ -31,13 +20,7 @@ def _alpha(value: float) -> float:
     return value
 
 
-@app.command(
-    "check", short_help="The init primer's five claims, each measured, with pass/fail (exit 1 if any fails)."
-)
-@shared_options(exclude=CHOSEN_BY_CHECK, defaults=CHECK_DEFAULTS)
 def check(
-    *,
-    opts: SharedOptions,
     deep_layers: Annotated[
         int,
         typer.Option(
@@ -65,6 +48,36 @@ def check(
             rich_help_panel=CHECK,
         ),  # fmt: skip
     ] = CHECK_ALPHA,
+    # the check chooses the schemes, norm positions and branches itself, each where its item
+    # needs them; its model and run defaults are run_check()'s (tinit.criteria)
+    preset: opt.PresetName = None,
+    n_layers: opt.Layers = CHECK_MODEL["n_layers"],
+    d_model: opt.DModel = CHECK_MODEL["d_model"],
+    n_heads: opt.Heads = CHECK_MODEL["n_heads"],
+    d_ff: opt.DFF = None,
+    vocab_size: opt.Vocab = 1024,
+    norm: opt.Norm = "rmsnorm",
+    ffn: opt.Ffn = "swiglu",
+    positions: opt.Positions = "rope",
+    attention: opt.Attention = "causal",
+    untie: opt.Untie = False,
+    bias: opt.Bias = False,
+    no_attn_scale: opt.NoAttnScale = False,
+    qk_norm: opt.QKNorm = None,
+    n_kv_heads: opt.KVHeads = None,
+    sigma: opt.Sigma = "0.02",
+    embed_std: opt.EmbedStd = None,
+    seed: opt.Seed = 0,
+    seq_len: opt.SeqLen = CHECK_RUN["seq_len"],
+    batch: opt.Batch = CHECK_RUN["batch"],
+    device: opt.Device = "auto",
+    dtype: opt.DType = "float32",
+    stream: opt.Stream = None,
+    tf32: opt.TF32 = False,
+    threads: opt.Threads = None,
+    out: opt.Out = None,
+    format: opt.Format = "png",
+    quiet: opt.Quiet = False,
 ) -> None:
     """Answer the five "check yourself" items of the init primer (Transformer Assembly &
     Weight Initialization, the text tinit is built around; README) with measurements:
@@ -79,6 +92,7 @@ def check(
     params_summary.csv, ffn.csv, attention_scale.csv), check_variance.png,
     stream_grads.png, params.png, attention_scale.png and config.json.
     """
+    opts = Options(locals())
     from ..experiments.measure.attention_scale import check_head_dims
     from ..experiments.measure.check import run_check
     from ..experiments.measure.grad_norms import require_gradients
@@ -86,23 +100,25 @@ def check(
     from ..results.plot_grad_norms import plot_stream_grads
     from ..results.plot_params import plot_params
     from ..results.report_check import check_table, plot_check_variance, verdict, write_check_md
-    from .runner import Outputs, configs_or_exit, execute
+    from .runner import Outputs, execute
 
     dims = positive_int_list(head_dims, "--head-dims")
-    model, init, run = configs_or_exit(lambda: (opts.model_config(), opts.init_config(), opts.run_config()))
+    model, init_cfg, run = configs_or_exit(
+        lambda: (opts.model_config(), opts.init_config(), opts.run_config())
+    )
     configs_or_exit(lambda: check_head_dims(dims, model.positions))  # before the run folder exists
     configs_or_exit(lambda: require_gradients(model, run))
     description = (
-        (f"{opts.preset}: " if opts.preset else "")
+        (f"{preset}: " if preset else "")
         + f"L={model.n_layers} and {deep_layers}, d={model.d_model}, heads={model.n_heads}, "
-        f"{model.norm}, {model.ffn}, sigma={opts.sigma}, batch {run.batch} x seq {run.seq_len}, "
-        f"{run.dtype}, seed {init.seed}"
+        f"{model.norm}, {model.ffn}, sigma={sigma}, batch {run.batch} x seq {run.seq_len}, "
+        f"{run.dtype}, seed {init_cfg.seed}"
     )
     result = execute(
         "check",
         opts,
         lambda progress, on_partial=None: run_check(
-            model, init, run, deep_layers, dims, alpha, progress, on_partial
+            model, init_cfg, run, deep_layers, dims, alpha, progress, on_partial
         ),
         Outputs(
             figures=lambda r: {

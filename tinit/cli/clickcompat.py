@@ -1,25 +1,25 @@
-"""The click that Typer runs on. Typer >= 0.24 vendors its own copy of click
-(``typer._click``) whose exception classes are *not* the installed ``click``'s, so
-catching ``click.UsageError`` misses Typer's errors. Take the classes from Typer's
-own exceptions instead; this works with vendored and with external click."""
+"""What tinit needs of click that Typer does not export. Typer >= 0.24 runs on its own
+copy of click, whose classes are not the installed ``click``'s (catching
+``click.UsageError`` would miss Typer's errors), so they are reached from what Typer
+does export; this works with vendored and with external click."""
 
 import typer
 
-try:  # Typer with vendored click
-    from typer._click.core import ParameterSource
-    from typer._click.globals import get_current_context
-except ImportError:  # Typer on the installed click
-    from click.core import ParameterSource
-    from click.globals import get_current_context
-
-
-def _base(name: str) -> type[Exception]:
-    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == name)
-
-
-UsageError = _base("UsageError")
-ClickException = _base("ClickException")
+# click documents its exceptions as BadParameter(UsageError(ClickException)); Typer exports
+# BadParameter, so its bases are the other two.
+UsageError: type[Exception] = typer.BadParameter.__base__
+ClickException: type[Exception] = UsageError.__base__
 Abort = typer.Abort
 Exit = typer.Exit
 
-__all__ = ["Abort", "ClickException", "Exit", "ParameterSource", "UsageError", "get_current_context"]
+
+def given(ctx: typer.Context, name: str) -> bool:
+    """Whether the parameter ``name`` was given on the command line (or by an environment
+    variable), not left at its default or a preset's (click's default map). Its source is
+    one of click's ParameterSource members, which Typer does not export: they are reached
+    through the value's own class."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source not in (type(source).DEFAULT, type(source).DEFAULT_MAP)
+
+
+__all__ = ["Abort", "ClickException", "Exit", "UsageError", "given"]

@@ -6,7 +6,7 @@ from contextvars import ContextVar
 import typer
 
 from ..model.config import ModelConfig
-from .options import SharedOptions
+from .configs import Options
 
 #: Set by ``tinit sweep``: :func:`execute` hands it (command, opts, plan, outputs) and runs nothing.
 SWEEP_CAPTURE: ContextVar[Callable | None] = ContextVar("SWEEP_CAPTURE", default=None)
@@ -15,7 +15,7 @@ SWEEP_CAPTURE: ContextVar[Callable | None] = ContextVar("SWEEP_CAPTURE", default
 CONSOLE: ContextVar[bool] = ContextVar("CONSOLE", default=False)
 
 
-def describe(opts: SharedOptions, model: ModelConfig) -> str:
+def describe(opts: Options, model: ModelConfig) -> str:
     """The one-line description of a model run that titles its table and plot."""
     return (
         f"L={model.n_layers}, d={model.d_model}, heads={model.n_heads}, d_ff={model.d_ff}, "

@@ -4,34 +4,16 @@ from typing import Annotated
 
 import typer
 
-from . import app
+from . import options as opt
 from .common import describe
-from .options import MODEL, SharedOptions, shared_options
+from .configs import Options, configs_or_exit
 
 SWEEP = "Sweep"
 DEFAULT_LAYERS = "1,2,4,8,12,24,48,80"
 
 
-@app.command(
-    "depth-sweep",
-    short_help="v_2L (and gradient ratio) against depth L: does the init transfer from 12 to 80 layers "
-    "(v_2L within 10%)?",
-)
-@shared_options(exclude=("layers",))
 def depth_sweep(
-    *,
-    opts: SharedOptions,
-    layers: Annotated[
-        str,
-        typer.Option(
-            "--layers",
-            "-L",
-            help="Depths to sweep: a comma list (1,2,4,12,80), an arithmetic range start:stop:step "
-            "(12:96:12, stop included), a geometric range start:stop:xFACTOR (4:128:x2), or a mix.",
-            rich_help_panel=MODEL,
-            show_default=True,
-        ),
-    ] = DEFAULT_LAYERS,
+    layers: opt.Depths = DEFAULT_LAYERS,
     seeds: Annotated[
         int,
         typer.Option(
@@ -61,6 +43,42 @@ def depth_sweep(
             show_default=False,
         ),
     ] = None,
+    preset: opt.PresetName = None,
+    d_model: opt.DModel = 256,
+    n_heads: opt.Heads = 4,
+    d_ff: opt.DFF = None,
+    vocab_size: opt.Vocab = 1024,
+    norm: opt.Norm = "rmsnorm",
+    ffn: opt.Ffn = "swiglu",
+    positions: opt.Positions = "rope",
+    attention: opt.Attention = "causal",
+    untie: opt.Untie = False,
+    bias: opt.Bias = False,
+    no_attn_scale: opt.NoAttnScale = False,
+    pre_norm: opt.PreNorm = False,
+    post_norm: opt.PostNorm = False,
+    norm_positions: opt.NormPositions = None,
+    qk_norm: opt.QKNorm = None,
+    n_kv_heads: opt.KVHeads = None,
+    branch: opt.Branch = "model",
+    branch_var: opt.BranchVar = 1.0,
+    init: opt.Init = "both",
+    init_file: opt.InitFile = None,
+    base_width: opt.BaseWidth = 256,
+    base_depth: opt.BaseDepth = 1,
+    sigma: opt.Sigma = "0.02",
+    embed_std: opt.EmbedStd = None,
+    seed: opt.Seed = 0,
+    seq_len: opt.SeqLen = 128,
+    batch: opt.Batch = 8,
+    device: opt.Device = "auto",
+    dtype: opt.DType = "float32",
+    stream: opt.Stream = None,
+    tf32: opt.TF32 = False,
+    threads: opt.Threads = None,
+    out: opt.Out = None,
+    format: opt.Format = "png",
+    quiet: opt.Quiet = False,
 ) -> None:
     """Sweep the depth L: final stream variance v_2L (and the first/last-layer W_down
     gradient ratio) at each L, naive vs depth-scaled init and pre- vs post-norm, with
@@ -74,14 +92,15 @@ def depth_sweep(
     Writes depth_sweep.csv, depth_sweep_summary.csv, depth_sweep_fit.csv,
     depth_sweep.png and config.json to a new run folder.
     """
+    opts = Options(locals())
     from ..experiments.measure.depth_sweep import parse_layers, run_depth_sweep, transfer_reference
     from ..experiments.measure.grad_norms import require_gradients
     from ..experiments.points import depth_sweep_plan
-    from .runner import Outputs, configs_or_exit, execute
+    from .runner import Outputs, execute
 
     depths = configs_or_exit(lambda: parse_layers(layers))
     ref = configs_or_exit(lambda: transfer_reference(depths, transfer_from))
-    model, init, run = configs_or_exit(
+    model, init_cfg, run = configs_or_exit(
         lambda: (
             opts.model_config(n_layers=depths[-1]),
             opts.init_config(),
@@ -96,7 +115,7 @@ def depth_sweep(
         "depth-sweep",
         opts,
         lambda progress, on_partial=None: run_depth_sweep(
-            model, init, run, depths, seeds, opts.inits, opts.placements, not no_grads, progress,
+            model, init_cfg, run, depths, seeds, opts.inits, opts.placements, not no_grads, progress,
             on_partial, ref,
         ),
         Outputs(
@@ -117,7 +136,7 @@ def depth_sweep(
             ],
         ),
         plan=lambda: depth_sweep_plan(
-            model, init, run, depths, seeds, opts.inits, opts.placements, not no_grads, ref
+            model, init_cfg, run, depths, seeds, opts.inits, opts.placements, not no_grads, ref
         ),
     )
 

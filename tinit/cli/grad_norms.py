@@ -4,21 +4,14 @@ from typing import Annotated, Literal
 
 import typer
 
-from . import app
+from . import options as opt
 from .common import describe
-from .options import SharedOptions, shared_options
+from .configs import Options, configs_or_exit
 
 GRADIENTS = "Gradients"
 
 
-@app.command(
-    "grad-norms",
-    short_help="Per-layer gradient norms and stream gradients at init vs the identity-path prediction.",
-)
-@shared_options(defaults={"layers": 12})
 def grad_norms(
-    *,
-    opts: SharedOptions,
     batches: Annotated[
         int,
         typer.Option(
@@ -36,6 +29,43 @@ def grad_norms(
             rich_help_panel=GRADIENTS,
         ),  # fmt: skip
     ] = "both",
+    preset: opt.PresetName = None,
+    n_layers: opt.Layers = 12,
+    d_model: opt.DModel = 256,
+    n_heads: opt.Heads = 4,
+    d_ff: opt.DFF = None,
+    vocab_size: opt.Vocab = 1024,
+    norm: opt.Norm = "rmsnorm",
+    ffn: opt.Ffn = "swiglu",
+    positions: opt.Positions = "rope",
+    attention: opt.Attention = "causal",
+    untie: opt.Untie = False,
+    bias: opt.Bias = False,
+    no_attn_scale: opt.NoAttnScale = False,
+    pre_norm: opt.PreNorm = False,
+    post_norm: opt.PostNorm = False,
+    norm_positions: opt.NormPositions = None,
+    qk_norm: opt.QKNorm = None,
+    n_kv_heads: opt.KVHeads = None,
+    branch: opt.Branch = "model",
+    branch_var: opt.BranchVar = 1.0,
+    init: opt.Init = "both",
+    init_file: opt.InitFile = None,
+    base_width: opt.BaseWidth = 256,
+    base_depth: opt.BaseDepth = 1,
+    sigma: opt.Sigma = "0.02",
+    embed_std: opt.EmbedStd = None,
+    seed: opt.Seed = 0,
+    seq_len: opt.SeqLen = 128,
+    batch: opt.Batch = 8,
+    device: opt.Device = "auto",
+    dtype: opt.DType = "float32",
+    stream: opt.Stream = None,
+    tf32: opt.TF32 = False,
+    threads: opt.Threads = None,
+    out: opt.Out = None,
+    format: opt.Format = "png",
+    quiet: opt.Quiet = False,
 ) -> None:
     """Measure the gradient norm of every weight and of the residual stream at every
     addition at init, naive vs depth-scaled and pre- vs post-norm, next to the
@@ -44,11 +74,12 @@ def grad_norms(
     Writes grad_norms.csv, stream_grads.csv, summary.csv, grad_norms.png,
     stream_grads.png and config.json to a new run folder.
     """
+    opts = Options(locals())
     from ..experiments.measure.grad_norms import require_gradients, run_grad_norms
     from ..results.plot_grad_norms import grad_norms_table, plot_grad_norms, plot_stream_grads
-    from .runner import Outputs, configs_or_exit, execute
+    from .runner import Outputs, execute
 
-    model, init, run = configs_or_exit(
+    model, init_cfg, run = configs_or_exit(
         lambda: (opts.model_config(), opts.init_config(), opts.run_config(batches=batches, tensor=tensor))
     )
     configs_or_exit(lambda: require_gradients(model, run))  # before the run folder exists
@@ -57,7 +88,7 @@ def grad_norms(
         "grad-norms",
         opts,
         lambda progress, on_partial=None: run_grad_norms(
-            model, init, run, opts.inits, opts.placements, batches, progress, on_partial
+            model, init_cfg, run, opts.inits, opts.placements, batches, progress, on_partial
         ),
         Outputs(
             figures=lambda r: {
@@ -66,7 +97,7 @@ def grad_norms(
             },
             tables=lambda r: [grad_norms_table(r["summary"], f"Gradient norms at init ({title})")],
         ),
-        plan=lambda: _plan(model, init, run, opts.inits, opts.placements, batches),
+        plan=lambda: _plan(model, init_cfg, run, opts.inits, opts.placements, batches),
     )
 
 

@@ -5,17 +5,11 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.text import Text
 
-from . import app
-from .options import SharedOptions, shared_options
+from . import options as opt
+from .configs import Options, configs_or_exit
 
 if TYPE_CHECKING:
     import pandas as pd
-
-#: Options that do not change a rule's value.
-NOT_USED = (
-    "batch", "attention", "no_attn_scale", "init", "pre_norm", "post_norm", "norm_position", "branch",
-    "branch_var", "device", "dtype", "stream", "tf32", "seed", "qk_norm", "norm", "bias",
-)  # fmt: skip
 
 
 def _rule_lines(formula: str, multipliers: str) -> str:
@@ -63,16 +57,31 @@ def stds_table(df: "pd.DataFrame", title: str):
     return t
 
 
-@app.command(
-    "inits", short_help="The init catalogue (every scheme, its rules and source), or one scheme's stds."
-)
-@shared_options(exclude=NOT_USED)
 def inits(
-    *,
-    opts: SharedOptions,
     name: Annotated[
         str | None, typer.Argument(help="A scheme: show its std per role and layer.", metavar="NAME")
     ] = None,
+    # the options that change a rule's value
+    preset: opt.PresetName = None,
+    n_layers: opt.Layers = 12,
+    d_model: opt.DModel = 256,
+    n_heads: opt.Heads = 4,
+    d_ff: opt.DFF = None,
+    vocab_size: opt.Vocab = 1024,
+    ffn: opt.Ffn = "swiglu",
+    positions: opt.Positions = "rope",
+    untie: opt.Untie = False,
+    n_kv_heads: opt.KVHeads = None,
+    init_file: opt.InitFile = None,
+    base_width: opt.BaseWidth = 256,
+    base_depth: opt.BaseDepth = 1,
+    sigma: opt.Sigma = "0.02",
+    embed_std: opt.EmbedStd = None,
+    seq_len: opt.SeqLen = 128,
+    threads: opt.Threads = None,
+    out: opt.Out = None,
+    format: opt.Format = "png",
+    quiet: opt.Quiet = False,
 ) -> None:
     """Print the init catalogue (name, roles touched, formula, multipliers, presumed
     placement; the upstream code each follows, repository@commit and file, and sources in
@@ -80,9 +89,10 @@ def inits(
     std per role and layer at the current shape, written to init_stds.csv (columns
     scheme, role, layer, std, distribution, multiplier, bound, std_drawn).
     """
+    opts = Options(locals())
     from ..experiments.measure.inits import run_inits
     from ..model.catalogue import known, names
-    from .runner import Outputs, configs_or_exit, execute
+    from .runner import Outputs, execute
 
     custom = opts.custom_schemes
     if custom:
@@ -90,15 +100,15 @@ def inits(
     if name is not None and not known(name, custom):
         raise typer.BadParameter(f"unknown init scheme {name!r}; choose from {', '.join(names(custom))}",
                                  param_hint="'NAME'")  # fmt: skip
-    model, init = configs_or_exit(lambda: (opts.model_config(), opts.init_config()))
+    model, init_cfg = configs_or_exit(lambda: (opts.model_config(), opts.init_config()))
     if name is None:
         outputs = Outputs(tables=lambda r: [catalogue_table(r["inits"])])
     else:
-        s = init.lookup(name)
+        s = init_cfg.lookup(name)
         title = (f"{name}: std per role at L={model.n_layers}, d={model.d_model}, d_ff={model.d_ff}, "
-                 f"sigma={opts.sigma}")  # fmt: skip
+                 f"sigma={sigma}")  # fmt: skip
         notes = [Text(f"{s.name}: {s.description}"), Text(f"multipliers: {s.multipliers()}; architecture: "
                  f"{s.architecture()}; v_2L: {s.closed_form or '-'}"),
                  Text("upstream: " + ("; ".join(s.upstream) or "-"))]  # fmt: skip
         outputs = Outputs(tables=lambda r: [stds_table(r["init_stds"], title), *notes])
-    execute("inits", opts, lambda progress: run_inits(model, init, name, progress), outputs)
+    execute("inits", opts, lambda progress: run_inits(model, init_cfg, name, progress), outputs)

@@ -6,16 +6,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from . import app
+from . import options as opt
 from .common import positive_int_list
-from .options import SHARED, SharedOptions, shared_options
+from .configs import Options
 
 if TYPE_CHECKING:
     import pandas as pd
     from rich.table import Table
-
-#: The shared options that apply: no model shape (this command has its own --d-model list).
-APPLICABLE = ("device", "dtype", "seed", "out", "format", "quiet")
 
 
 def _bytes(n: float) -> str:
@@ -73,12 +70,7 @@ def ratio_table(ratio: "pd.DataFrame", timing: "pd.DataFrame", title: str) -> "T
     return t
 
 
-@app.command(
-    "norms", short_help="RMSNorm vs LayerNorm: invariances, forward/backward time, saved bytes, parameters."
-)
-@shared_options(exclude=tuple(n for n in SHARED if n not in APPLICABLE))
 def norms(
-    *,
     rows: Annotated[
         str,
         typer.Option("--rows", help="Rows (tokens) per timed tensor, a comma list.", metavar="INT,INT,..."),
@@ -100,7 +92,7 @@ def norms(
             show_default=False,
         ),
     ] = None,
-    threads: Annotated[
+    timing_threads: Annotated[
         int,
         typer.Option(
             "--threads",
@@ -110,7 +102,13 @@ def norms(
             show_default=True,
         ),
     ] = 1,
-    opts: SharedOptions,
+    # no model shape: this command has its own --d-model list
+    seed: opt.Seed = 0,
+    device: opt.Device = "auto",
+    dtype: opt.DType = "float32",
+    out: opt.Out = None,
+    format: opt.Format = "png",
+    quiet: opt.Quiet = False,
 ) -> None:
     """RMSNorm vs LayerNorm. Behaviour: both invariant to x -> a x, only LayerNorm to
     x -> x + c, equal on zero-mean input. Cost: forward and forward+backward time of
@@ -120,6 +118,7 @@ def norms(
     Writes norms_behaviour.csv, norms_timing.csv, norms_ratio.csv, norms.png and
     config.json to a new run folder.
     """
+    opts = Options(locals())
     from ..experiments.bench.norms import run_norms
     from ..results.plot_norms import plot_norms
     from .runner import Outputs, execute
@@ -146,7 +145,7 @@ def norms(
             seed=opts.seed,
             warmup=warmup,
             compile=compile,
-            threads=threads,
+            threads=timing_threads,
             on_partial=on_partial,
         ),  # fmt: skip
         Outputs(

@@ -1,12 +1,20 @@
-"""The shared options of docs/design.md §8, declared once, and what turns them
-into configs. ``@shared_options`` adds them to a command, so every command spells
-them, documents them and validates them the same way."""
+"""Every option more than one command takes, declared once: its names, help text and
+--help section, as an ``Annotated`` alias a command puts on a parameter
+(``n_layers: Layers = 12``). The parameter is named after the config field the option
+sets (``n_layers``, ``n_heads``, ``vocab_size``), so configs are built from a call's
+values by field name (:mod:`tinit.cli.configs`); an option that sets no field as it is
+(``--untie``, ``--init``) keeps its own name. Defaults are the command's: they stand in
+its signature.
 
-import functools
-import inspect
+Options only one command takes are declared in that command's signature.
+
+Adding an option that sets a config field: the field (its check raises
+``ConfigError(field, ...)``), an alias here named after it, and ``field: opt.Alias =
+default`` in each command that takes it; the config gets it by name, a ConfigError about
+it names the option, and a preset may set it by the field's name."""
+
 import math
-import os
-from dataclasses import dataclass, fields
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -14,38 +22,55 @@ import typer
 
 from ..model.catalogue import names as scheme_names
 from ..model.catalogue import parse_init_list
-from ..model.config import (
-    AttentionKind,
-    BranchKind,
-    ConfigError,
-    DTypeName,
-    FfnKind,
-    InitConfig,
-    ModelConfig,
-    NormKind,
-    PositionsKind,
-    RunConfig,
-)
+from ..model.config import AttentionKind, BranchKind, DTypeName, FfnKind, NormKind, PositionsKind
 from ..model.placements import PLACEMENTS
-from ..model.presets import PRESETS, get_preset
+from ..model.presets import PRESETS, Preset
 from ..results.formats import FORMATS
-from .clickcompat import ParameterSource, get_current_context
-from .init_file import load_init_file
 
 MODEL, INIT, RUN, OUTPUT = "Model", "Initialisation", "Run", "Output"
+TRAIN, DATA = "Training", "Data"
 
-#: Config field -> the option that sets it, so a ConfigError names the option.
-FIELD_OPTIONS = {
-    "n_layers": "--layers", "d_model": "--d-model", "n_heads": "--heads", "d_ff": "--d-ff",
-    "vocab_size": "--vocab", "max_seq_len": "--seq-len", "seq_len": "--seq-len", "batch": "--batch",
-    "norm": "--norm", "ffn": "--ffn", "positions": "--positions", "attention": "--attention",
-    "sigma": "--sigma", "embed_std": "--embed-std", "seed": "--seed", "device": "--device",
-    "dtype": "--dtype", "recipe": "--init", "branch": "--branch", "branch_var": "--branch-var",
-    "norm_position": "--norm-position", "norm_eps": "--norm-eps", "head_dims": "--head-dims",
-    "transfer_from": "--transfer-from",
-    "n_kv_heads": "--kv-heads", "base_width": "--base-width", "base_depth": "--base-depth",
-    "init_file": "--init-file", "data": "--data", "lr": "--lr", "warmup": "--warmup",
-}  # fmt: skip
+#: Parameter name -> the option's name on the command line, for every option declared here.
+OPTION_OF: dict[str, str] = {}
+#: Parameter name -> the config fields whose value the option decides: a ConfigError about
+#: one of them names the option (configs.option_for).
+FIELDS: dict[str, tuple[str, ...]] = {}
+#: Config field -> the flag that sets it to its negation (--untie: tie_embeddings = False).
+NEGATED: dict[str, str] = {}
+
+
+def option(
+    name: str, type_: Any, *decls: str, help: str, panel: str, fields: tuple[str, ...] = (),
+    negates: str | None = None, **kw: Any,
+) -> Any:  # fmt: skip
+    """The alias of an option: ``type_`` annotated with its Typer declaration. ``name`` is
+    the parameter that takes it in every command; it rides along in the alias (Typer reads
+    only the Option), so a test holds each command's parameter names to it. ``fields``: the
+    config fields it decides besides the one named ``name``; ``negates``: the field a flag
+    sets to its negation."""
+    OPTION_OF.setdefault(name, decls[0].split("/")[0])
+    decided = (*FIELDS.get(name, (name,)), *fields, *([negates] if negates else []))
+    FIELDS[name] = tuple(dict.fromkeys(decided))
+    if negates:
+        NEGATED[negates] = name
+    kw.setdefault("show_default", True)
+    return Annotated[type_, typer.Option(*decls, help=help, rich_help_panel=panel, **kw), name]
+
+
+def preset_defaults(preset: Preset, taken: Iterable[str]) -> dict[str, Any]:
+    """The values a preset gives the parameters ``taken`` (a command's), by the model field
+    each sets: a field's own parameter, or the flag that negates it (tie_embeddings: --untie)."""
+    taken = set(taken)
+    out = {}
+    for field, value in preset.model.items():
+        if field in taken:
+            out[field] = value
+        elif NEGATED.get(field) in taken:
+            out[NEGATED[field]] = not value
+    return out
+
+
+# --- checks of values that a type alone does not say ---
 
 
 def _sigma(value: str) -> float | str:
@@ -60,12 +85,6 @@ def _sigma(value: str) -> float | str:
     return x
 
 
-def _preset_name(value: str | None) -> str | None:
-    if value is not None and value not in PRESETS:
-        raise typer.BadParameter(f"unknown preset {value!r}; choose from {', '.join(PRESETS)}")
-    return value
-
-
 def _formats(value: str) -> list[str]:
     """The plot formats to write: always PNG, then the ones asked for."""
     out = [v.strip().lower() for v in value.split(",") if v.strip()]
@@ -75,32 +94,13 @@ def _formats(value: str) -> list[str]:
     return list(dict.fromkeys(["png", *out]))
 
 
-def default_threads() -> int:
-    """torch's CPU threads when --threads is not given: $OMP_NUM_THREADS when set (a
-    whole number >= 1), else 1 (see the README's Performance section for why)."""
-    try:
-        n = int(os.environ.get("OMP_NUM_THREADS", ""))
-    except ValueError:
-        return 1
-    return n if n >= 1 else 1
-
-
-def set_threads(n: int | None) -> int:
-    """Set torch's intra-op CPU threads (``None``: :func:`default_threads`); returns it."""
-    import torch
-
-    n = default_threads() if n is None else n
-    torch.set_num_threads(n)
-    return n
-
-
-def _positive_float(value: float | None) -> float | None:
+def positive(value: float | None) -> float | None:
     if value is not None and not (math.isfinite(value) and value > 0):
         raise typer.BadParameter(f"{value} is not a positive number")
     return value
 
 
-def _nonneg_float(value: float) -> float:
+def _nonneg(value: float) -> float:
     if not (math.isfinite(value) and value >= 0):
         raise typer.BadParameter(f"{value} is not a finite number >= 0")
     return value
@@ -122,539 +122,191 @@ def _init_list(value: str) -> str:
     except KeyError as exc:
         if "unknown init scheme" in str(exc) and value.strip():
             # may name the scheme of --init-file (alone or in a list), registered after
-            # parsing: checked then (SharedOptions.inits, before any run folder exists)
+            # parsing: checked then (configs.Options, before any run folder exists)
             return value
         raise typer.BadParameter(str(exc.args[0])) from None
     return value
 
 
-@dataclass(frozen=True)
-class SharedOptions:
-    """The parsed shared options of one command call."""
-
-    layers: int
-    d_model: int
-    heads: int
-    d_ff: int | None
-    vocab: int
-    seq_len: int
-    batch: int
-    sigma: float | str
-    embed_std: float | None
-    norm: str
-    ffn: str
-    positions: str
-    attention: str
-    untie: bool
-    bias: bool
-    no_attn_scale: bool
-    init: str
-    pre_norm: bool
-    post_norm: bool
-    branch: str
-    branch_var: float
-    stream: bool | None
-    tf32: bool
-    device: str
-    dtype: str
-    seed: int
-    out: Path | None
-    format: list[str]
-    quiet: bool
-    preset: str | None = None  # its values are already in the fields above
-    threads: int | None = None  # torch's CPU threads; None: default_threads()
-    norm_position: str | None = None  # comma list of placements; None: --pre-norm/--post-norm or the scheme's
-    qk_norm: bool | None = None  # None: what each scheme presumes
-    kv_heads: int | None = None
-    init_file: Path | None = None
-    base_width: int = 256
-    base_depth: int = 1
-
-    @property
-    def custom_schemes(self) -> tuple:
-        """The user's schemes (--init-file), as frozen values the InitConfig carries."""
-        return (load_init_file(self.init_file),) if self.init_file is not None else ()
-
-    @property
-    def inits(self) -> tuple[str, ...]:
-        """The schemes of --init (a comma list, ``all`` or ``both``); with --init-file and
-        --init left at its default, the file's scheme alone."""
-        custom = self.custom_schemes
-        if custom and self.init == "both":
-            return (custom[0].name,)
-        try:
-            return parse_init_list(self.init, custom)
-        except KeyError as exc:
-            raise typer.BadParameter(str(exc.args[0]), param_hint="'--init'") from None
-
-    @property
-    def placements(self) -> tuple[str, ...] | None:
-        """The placements the user chose (--norm-position, --pre-norm, --post-norm), or
-        None: each scheme then runs in its presumed placement, or pre and post."""
-        if self.norm_position:
-            return tuple(self.norm_position.split(","))
-        chosen = tuple(p for p, on in (("pre", self.pre_norm), ("post", self.post_norm)) if on)
-        return chosen or None
-
-    @property
-    def norm_positions(self) -> tuple[str, ...]:
-        return self.placements or ("pre", "post")
-
-    def model_config(self, **override: Any) -> ModelConfig:
-        kw = {
-            "n_layers": self.layers, "d_model": self.d_model, "n_heads": self.heads, "d_ff": self.d_ff,
-            "vocab_size": self.vocab, "max_seq_len": self.seq_len, "norm": self.norm, "ffn": self.ffn,
-            "positions": self.positions, "attention": self.attention, "attn_scale": not self.no_attn_scale,
-            "tie_embeddings": not self.untie, "bias": self.bias, "branch": self.branch,
-            "branch_var": self.branch_var, "qk_norm": self.qk_norm, "n_kv_heads": self.kv_heads,
-        }  # fmt: skip
-        if self.preset is not None:
-            # fields with no option; the context sizes the learned table (a run may use less)
-            preset = get_preset(self.preset)
-            kw.update(preset.model)
-            kw["max_seq_len"] = max(self.seq_len, preset.context)
-        kw.update(override)
-        return ModelConfig(**kw)
-
-    def init_config(self) -> InitConfig:
-        return InitConfig(sigma=self.sigma, embed_std=self.embed_std, seed=self.seed,
-                          base_width=self.base_width, base_depth=self.base_depth,
-                          schemes=self.custom_schemes)  # fmt: skip
-
-    def run_config(self, **extra: Any) -> RunConfig:
-        if self.preset is not None:
-            extra = {"preset": self.preset, **extra}
-        return RunConfig(
-            batch=self.batch, seq_len=self.seq_len, device=self.device, dtype=self.dtype,
-            stream=self.stream, tf32=self.tf32, extra=extra,
-        )  # fmt: skip
+def _preset(ctx: typer.Context, value: str | None) -> str | None:
+    """--preset NAME: the preset's model fields become the defaults of the options that set
+    them in this command (click's default map), so an option given on the command line
+    still wins; fields no option sets reach the model in configs.Options.model_config."""
+    if value is None:
+        return None
+    if value not in PRESETS:
+        raise typer.BadParameter(f"unknown preset {value!r}; choose from {', '.join(PRESETS)}")
+    taken = [p.name for p in ctx.command.params]
+    ctx.default_map = {**(ctx.default_map or {}), **preset_defaults(PRESETS[value], taken)}
+    return value
 
 
-def _opt(*decls: str, help: str, panel: str, **kw) -> Any:
-    kw.setdefault("show_default", True)
-    return typer.Option(*decls, help=help, rich_help_panel=panel, **kw)
+# --- Model ---
+
+PresetName = option(
+    "preset", str | None, "--preset", panel=MODEL, callback=_preset, is_eager=True, show_default=False,
+    metavar="NAME", help="Shape of a known model: " + ", ".join(PRESETS) + ". Sets the model options it "
+    "defines (not batch or --seq-len); options given explicitly override it.",
+)  # fmt: skip
+#: --layers, in the two forms a command takes it: one depth (a model), or the depths a
+#: command runs one after the other (depth-sweep, train, lr-sweep), parsed by
+#: experiments.measure.depth_sweep.parse_layers.
+Layers = option("n_layers", int, "--layers", "-L", help="Number of layers L (2L residual additions).",
+                panel=MODEL, min=1)  # fmt: skip
+Depths = option(
+    "layers", str, "--layers", "-L", panel=MODEL, fields=("n_layers",),
+    help="Depths to sweep: a comma list (1,2,4,12,80), an arithmetic range start:stop:step (12:96:12, "
+    "stop included), a geometric range start:stop:xFACTOR (4:128:x2), or a mix.",
+)  # fmt: skip
+DModel = option("d_model", int, "--d-model", help="Residual-stream width d.", panel=MODEL, min=1)
+#: --d-model as the widths a command runs one after the other (lr-sweep): a comma list
+Widths = option("widths", str, "--d-model", panel=MODEL, fields=("d_model", "d_ff"), metavar="48,96,...",
+                help="Widths d: a comma list (64,128,256), each divisible by --heads; each width takes its "
+                "default FFN width.")  # fmt: skip
+Heads = option("n_heads", int, "--heads", help="Attention heads; must divide --d-model.", panel=MODEL, min=1)
+DFF = option("d_ff", int | None, "--d-ff", panel=MODEL, min=1, show_default=False,
+             help="FFN hidden size (default: 8d/3 rounded up to 64 for swiglu, 4d for gelu).")  # fmt: skip
+Vocab = option("vocab_size", int, "--vocab", help="Vocabulary size V.", panel=MODEL, min=1)
+Norm = option("norm", NormKind, "--norm", help="Normalisation layer.", panel=MODEL)
+Ffn = option(
+    "ffn", FfnKind, "--ffn", panel=MODEL,
+    help="Feed-forward network: gated SwiGLU or GeGLU (Gemma), classic GELU, or relu^2 (nanochat). "
+    "Gemma's and nanochat's schemes build their codebase's own.",
+)  # fmt: skip
+Positions = option("positions", PositionsKind, "--positions", panel=MODEL,
+                   help="Position information: RoPE, none, or a learned table.")  # fmt: skip
+Attention = option("attention", AttentionKind, "--attention", help="Attention mask.", panel=MODEL)
+Untie = option("untie", bool, "--untie", panel=MODEL, negates="tie_embeddings",
+               help="Untied output head (default: head reuses the embedding).")  # fmt: skip
+Bias = option("bias", bool, "--bias", help="Zero-initialised biases on every linear layer.", panel=MODEL)
+NoAttnScale = option("no_attn_scale", bool, "--no-attn-scale", panel=MODEL, negates="attn_scale",
+                     help="Drop the 1/sqrt(d_h) logit scale (to study why it is there).")  # fmt: skip
+PreNorm = option("pre_norm", bool, "--pre-norm", panel=MODEL,
+                 help="Run pre-norm configurations (neither flag: both).")  # fmt: skip
+PostNorm = option("post_norm", bool, "--post-norm", panel=MODEL,
+                  help="Run post-norm configurations (neither flag: both).")  # fmt: skip
+NormPositions = option(
+    "norm_positions", str | None, "--norm-position", panel=MODEL, fields=("norm_position",),
+    callback=_placements, show_default=False,
+    metavar="pre,post,sandwich,reordered,none",
+    help="Norm placements, a comma list of pre (x+F(N(x))), post (N(x+F(x))), sandwich (x+N(F(N(x)))), "
+    "reordered (x+N(F(x))), none (default: --pre-norm/--post-norm if given, else each scheme's own "
+    "placement, or pre and post).",
+)  # fmt: skip
+QKNorm = option(
+    "qk_norm", bool | None, "--qk-norm/--no-qk-norm", panel=MODEL, show_default=False,
+    help="RMSNorm on every head's q and k (default: as the scheme presumes; olmo2, nanochat).",
+)  # fmt: skip
+KVHeads = option(
+    "n_kv_heads", int | None, "--kv-heads", panel=MODEL, min=1, show_default=False,
+    help="K/V heads (grouped-query attention); must divide --heads (default: --heads).",
+)  # fmt: skip
+Branch = option(
+    "branch", BranchKind, "--branch", panel=MODEL,
+    help="'gaussian' replaces every branch by independent N(0, --branch-var) noise: the one model in "
+    "which v_2L = v0 + 2L s^2 holds exactly.",
+)  # fmt: skip
+BranchVar = option("branch_var", float, "--branch-var", panel=MODEL, callback=_nonneg,
+                   help="Variance S2 of each Gaussian branch (with --branch gaussian).")  # fmt: skip
+
+# --- Initialisation ---
+
+Init = option(
+    "init", str, "--init", panel=INIT, fields=("recipe",), callback=_init_list,
+    metavar="SCHEME[,SCHEME...]|all|both",
+    help="Init schemes, a comma list of " + ", ".join(scheme_names()) + " (scaled = gpt2); 'all' for the "
+    "whole catalogue; 'both' = naive,scaled. 'tinit inits' lists them.",
+)  # fmt: skip
+InitFile = option("init_file", Path | None, "--init-file", panel=INIT, show_default=False,
+                  help="A TOML file declaring your own scheme (per-role std formulas); see README. "
+                  "Runs alone unless --init names it (or 'all').")  # fmt: skip
+BaseWidth = option("base_width", int, "--base-width", help="Base width d0 of mup/completep/depth-mup.",
+                   panel=INIT, min=1)  # fmt: skip
+BaseDepth = option("base_depth", int, "--base-depth", help="Base depth L0 of completep/depth-mup.",
+                   panel=INIT, min=1)  # fmt: skip
+Sigma = option("sigma", str, "--sigma", panel=INIT, parser=_sigma, metavar="FLOAT|inv-sqrt-d",
+               help="Base init std: a number, or 'inv-sqrt-d' for 1/sqrt(d).")  # fmt: skip
+EmbedStd = option("embed_std", float | None, "--embed-std", panel=INIT, callback=positive, show_default=False,
+                  help="Std of the embedding (and learned positions) (default: --sigma).")  # fmt: skip
+Seed = option("seed", int, "--seed", panel=INIT, min=0,
+              help="Seed of the weights (drawn per seed, layer, role) and the tokens.")  # fmt: skip
+
+# --- Run ---
+
+SeqLen = option("seq_len", int, "--seq-len", help="Tokens per sequence.", panel=RUN, min=1,
+                fields=("max_seq_len",))  # fmt: skip
+Batch = option("batch", int, "--batch", help="Sequences per batch.", panel=RUN, min=1)
+Device = option("device", Literal["auto", "cpu", "cuda"], "--device", panel=RUN,
+                help="Where to run: cuda when available (auto), cpu, or cuda.")  # fmt: skip
+DType = option("dtype", DTypeName, "--dtype", panel=RUN,
+               help="Weights and activations dtype; statistics accumulate in float32 (float64 for float64 "
+               "runs).")  # fmt: skip
+Stream = option(
+    "stream", bool | None, "--stream/--no-stream", panel=RUN, show_default=False,
+    help="Build each block just before it runs and drop it after, so memory does not grow with depth "
+    "(default: a forward without gradients on the CPU always; otherwise when the built model would not fit).",
+)  # fmt: skip
+TF32 = option("tf32", bool, "--tf32", panel=RUN,
+              help="Allow TF32 matmuls on CUDA in float32 runs (faster, 10-bit mantissa; recorded in "
+              "config.json as tf32_matmul).")  # fmt: skip
+Threads = option(
+    "threads", int | None, "--threads", panel=RUN, min=1, show_default=False,
+    help="CPU threads for torch (default: $OMP_NUM_THREADS when set, else 1: on a shared or busy CPU more "
+    "threads wait for each other; recorded in config.json as torch_threads).",
+)  # fmt: skip
+
+# --- Output ---
+
+Out = option("out", Path | None, "--out", "-o", panel=OUTPUT, show_default=False,
+             help="Run folder (must be new or empty) (default: results/COMMAND/TIMESTAMP-ID).")  # fmt: skip
+Format = option("format", str, "--format", panel=OUTPUT, parser=_formats, metavar="png,pdf,svg",
+                help="Plot formats, a comma list of png, pdf, svg; the PNG is always written.")  # fmt: skip
+Quiet = option("quiet", bool, "--quiet", "-q", help="Print only the run folder's path.", panel=OUTPUT)
+
+# --- Training and its data (train, lr-sweep, claims) ---
+
+Data = option(
+    "data", str, "--data", panel=DATA, metavar="markov|stdlib|FILE",
+    help="markov: a seeded sparse Markov chain with an exact entropy rate (--vocab tokens, --markov-k "
+    "successors each); stdlib: the Python standard library's .py files as bytes (vocab 256); or a FILE: "
+    "text (bytes), .npy tokens or raw uint16 .bin (nanoGPT), memory-mapped. The last 10% of a file is "
+    "held out.",
+)  # fmt: skip
+MarkovK = option("markov_k", int, "--markov-k", help="Successors per token of the Markov language.",
+                 panel=DATA, min=1)  # fmt: skip
+EvalBatches = option("eval_batches", int, "--eval-batches", panel=DATA, min=1,
+                     help="Held-out batches per evaluation (fixed set).")  # fmt: skip
+Steps = option("steps", int, "--steps", help="Optimizer steps per run.", panel=TRAIN, min=1)
+WeightDecay = option("weight_decay", float, "--weight-decay", panel=TRAIN, min=0.0,
+                     help="AdamW decoupled weight decay (matrices only).")  # fmt: skip
+MinLrRatio = option("min_lr_ratio", float, "--min-lr-ratio", panel=TRAIN, min=0.0, max=1.0,
+                    help="Cosine decay ends at this fraction of the peak lr.")  # fmt: skip
+GradClip = option("grad_clip", float, "--grad-clip", help="Max global gradient norm; 0: no clipping.",
+                  panel=TRAIN, min=0.0)  # fmt: skip
+EvalEvery = option("eval_every", int, "--eval-every", panel=TRAIN, min=1,
+                   help="Held-out loss every N steps (and at 0 and the last step); eval_loss is blank in "
+                   "train.csv elsewhere.")  # fmt: skip
+DivergeMargin = option("diverge_margin", float, "--diverge-margin", panel=TRAIN, callback=positive,
+                       help="A run whose training loss is non-finite or exceeds its first step's loss by "
+                       "this many nats is stopped and marked diverged.")  # fmt: skip
+ProbePoints = option("probe_points", int, "--probe-points", panel=TRAIN, min=0,
+                     help="Variance profiles (at the 2L additions) at this many evenly spaced steps, 0 and "
+                     "the last included.")  # fmt: skip
+def _on_off(value: str) -> bool:
+    if value not in ("on", "off"):
+        raise typer.BadParameter(f"{value!r}: give on or off")
+    return value == "on"
 
 
-# name -> (annotation, default). Order is the order in --help.
-SHARED: dict[str, tuple[Any, Any]] = {
-    "preset": (
-        Annotated[
-            str | None,
-            _opt(
-                "--preset",
-                help="Shape of a known model: " + ", ".join(PRESETS) + ". Sets the model options it "
-                "defines (not batch or --seq-len); options given explicitly override it.",
-                panel=MODEL,
-                callback=_preset_name,
-                show_default=False,
-                metavar="NAME",
-            ),
-        ],
-        None,
-    ),
-    "layers": (
-        Annotated[
-            int,
-            _opt("--layers", "-L", help="Number of layers L (2L residual additions).", panel=MODEL, min=1),
-        ],
-        12,
-    ),
-    "d_model": (Annotated[int, _opt("--d-model", help="Residual-stream width d.", panel=MODEL, min=1)], 256),
-    "heads": (
-        Annotated[int, _opt("--heads", help="Attention heads; must divide --d-model.", panel=MODEL, min=1)],
-        4,
-    ),
-    "d_ff": (
-        Annotated[
-            int | None,
-            _opt(
-                "--d-ff",
-                help="FFN hidden size (default: 8d/3 rounded up to 64 for swiglu, 4d for gelu).",
-                panel=MODEL,
-                min=1,
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-    "vocab": (Annotated[int, _opt("--vocab", help="Vocabulary size V.", panel=MODEL, min=1)], 1024),
-    "norm": (
-        Annotated[
-            NormKind,
-            _opt(
-                "--norm",
-                help="Normalisation layer.",
-                panel=MODEL,
-            ),
-        ],
-        "rmsnorm",
-    ),
-    "ffn": (
-        Annotated[
-            FfnKind,
-            _opt(
-                "--ffn",
-                help="Feed-forward network: gated SwiGLU or GeGLU (Gemma), classic GELU, or relu^2 "
-                "(nanochat). Gemma's and nanochat's schemes build their codebase's own.",
-                panel=MODEL,
-            ),
-        ],
-        "swiglu",
-    ),
-    "positions": (
-        Annotated[
-            PositionsKind,
-            _opt(
-                "--positions",
-                help="Position information: RoPE, none, or a learned table.",
-                panel=MODEL,
-            ),
-        ],
-        "rope",
-    ),
-    "attention": (
-        Annotated[
-            AttentionKind,
-            _opt(
-                "--attention",
-                help="Attention mask.",
-                panel=MODEL,
-            ),
-        ],
-        "causal",
-    ),
-    "untie": (
-        Annotated[
-            bool,
-            _opt("--untie", help="Untied output head (default: head reuses the embedding).", panel=MODEL),
-        ],
-        False,
-    ),
-    "bias": (
-        Annotated[bool, _opt("--bias", help="Zero-initialised biases on every linear layer.", panel=MODEL)],
-        False,
-    ),
-    "no_attn_scale": (
-        Annotated[
-            bool,
-            _opt(
-                "--no-attn-scale",
-                help="Drop the 1/sqrt(d_h) logit scale (to study why it is there).",
-                panel=MODEL,
-            ),
-        ],
-        False,
-    ),
-    "pre_norm": (
-        Annotated[
-            bool, _opt("--pre-norm", help="Run pre-norm configurations (neither flag: both).", panel=MODEL)
-        ],
-        False,
-    ),
-    "post_norm": (
-        Annotated[
-            bool, _opt("--post-norm", help="Run post-norm configurations (neither flag: both).", panel=MODEL)
-        ],
-        False,
-    ),
-    "norm_position": (
-        Annotated[
-            str | None,
-            _opt(
-                "--norm-position",
-                help="Norm placements, a comma list of pre (x+F(N(x))), post (N(x+F(x))), sandwich "
-                "(x+N(F(N(x)))), reordered (x+N(F(x))), none (default: --pre-norm/--post-norm if given, "
-                "else each scheme's own placement, or pre and post).",
-                panel=MODEL,
-                callback=_placements,
-                show_default=False,
-                metavar="pre,post,sandwich,reordered,none",
-            ),
-        ],
-        None,
-    ),
-    "qk_norm": (
-        Annotated[
-            bool | None,
-            _opt(
-                "--qk-norm/--no-qk-norm",
-                help="RMSNorm on every head's q and k (default: as the scheme presumes; olmo2, nanochat).",
-                panel=MODEL,
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-    "kv_heads": (
-        Annotated[
-            int | None,
-            _opt(
-                "--kv-heads",
-                help="K/V heads (grouped-query attention); must divide --heads (default: --heads).",
-                panel=MODEL,
-                min=1,
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-    "branch": (
-        Annotated[
-            BranchKind,
-            _opt(
-                "--branch",
-                help="'gaussian' replaces every branch by independent N(0, --branch-var) noise: "
-                "the one model in which v_2L = v0 + 2L s^2 holds exactly.",
-                panel=MODEL,
-            ),
-        ],
-        "model",
-    ),
-    "branch_var": (
-        Annotated[
-            float,
-            _opt(
-                "--branch-var",
-                help="Variance S2 of each Gaussian branch (with --branch gaussian).",
-                panel=MODEL,
-                callback=_nonneg_float,
-            ),
-        ],
-        1.0,
-    ),
-    "init": (
-        Annotated[
-            str,
-            _opt(
-                "--init",
-                help="Init schemes, a comma list of " + ", ".join(scheme_names())
-                + " (scaled = gpt2); 'all' for the whole catalogue; 'both' = naive,scaled. "
-                "'tinit inits' lists them.",
-                panel=INIT,
-                callback=_init_list,
-                metavar="SCHEME[,SCHEME...]|all|both",
-            ),
-        ],
-        "both",
-    ),
-    "init_file": (
-        Annotated[
-            Path | None,
-            _opt(
-                "--init-file",
-                help="A TOML file declaring your own scheme (per-role std formulas); see README. "
-                "Runs alone unless --init names it (or 'all').",
-                panel=INIT,
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-    "base_width": (
-        Annotated[
-            int, _opt("--base-width", help="Base width d0 of mup/completep/depth-mup.", panel=INIT, min=1)
-        ],
-        256,
-    ),
-    "base_depth": (
-        Annotated[
-            int, _opt("--base-depth", help="Base depth L0 of completep/depth-mup.", panel=INIT, min=1)
-        ],
-        1,
-    ),
-    "sigma": (
-        Annotated[
-            str,
-            _opt(
-                "--sigma",
-                help="Base init std: a number, or 'inv-sqrt-d' for 1/sqrt(d).",
-                panel=INIT,
-                parser=_sigma,
-                metavar="FLOAT|inv-sqrt-d",
-            ),
-        ],
-        "0.02",
-    ),
-    "embed_std": (
-        Annotated[
-            float | None,
-            _opt(
-                "--embed-std",
-                help="Std of the embedding (and learned positions) (default: --sigma).",
-                panel=INIT,
-                callback=_positive_float,
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-    "seed": (
-        Annotated[
-            int,
-            _opt(
-                "--seed",
-                help="Seed of the weights (drawn per seed, layer, role) and the tokens.",
-                panel=INIT,
-                min=0,
-            ),
-        ],
-        0,
-    ),
-    "seq_len": (Annotated[int, _opt("--seq-len", help="Tokens per sequence.", panel=RUN, min=1)], 128),
-    "batch": (Annotated[int, _opt("--batch", help="Sequences per batch.", panel=RUN, min=1)], 8),
-    "device": (
-        Annotated[
-            Literal["auto", "cpu", "cuda"],
-            _opt(
-                "--device",
-                help="Where to run: cuda when available (auto), cpu, or cuda.",
-                panel=RUN,
-            ),
-        ],
-        "auto",
-    ),
-    "dtype": (
-        Annotated[
-            DTypeName,
-            _opt(
-                "--dtype",
-                help="Weights and activations dtype; statistics accumulate in float32 "
-                "(float64 for float64 runs).",
-                panel=RUN,
-            ),
-        ],
-        "float32",
-    ),
-    "stream": (
-        Annotated[
-            bool | None,
-            _opt(
-                "--stream/--no-stream",
-                help="Build each block just before it runs and drop it after, so memory does not grow "
-                "with depth (default: a forward without gradients on the CPU always; otherwise when the "
-                "built model would not fit).",
-                panel=RUN,
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-    "tf32": (
-        Annotated[
-            bool,
-            _opt(
-                "--tf32",
-                help="Allow TF32 matmuls on CUDA in float32 runs (faster, 10-bit mantissa; "
-                "recorded in config.json as tf32_matmul).",
-                panel=RUN,
-            ),
-        ],
-        False,
-    ),
-    "threads": (
-        Annotated[
-            int | None,
-            _opt(
-                "--threads",
-                help="CPU threads for torch (default: $OMP_NUM_THREADS when set, else 1: on a shared or "
-                "busy CPU more threads wait for each other; recorded in config.json as torch_threads).",
-                panel=RUN,
-                min=1,
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-    "out": (
-        Annotated[
-            Path | None,
-            _opt(
-                "--out",
-                "-o",
-                help="Run folder (must be new or empty) (default: results/COMMAND/TIMESTAMP-ID).",
-                panel=OUTPUT,
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-    "format": (
-        Annotated[
-            str,
-            _opt(
-                "--format",
-                help="Plot formats, a comma list of png, pdf, svg; the PNG is always written.",
-                panel=OUTPUT,
-                parser=_formats,
-                metavar="png,pdf,svg",
-            ),
-        ],
-        "png",
-    ),
-    "quiet": (
-        Annotated[bool, _opt("--quiet", "-q", help="Print only the run folder's path.", panel=OUTPUT)],
-        False,
-    ),
-}
-
-assert set(SHARED) == {f.name for f in fields(SharedOptions)}
-
-
-def shared_options(*, exclude: tuple[str, ...] = (), defaults: dict[str, Any] | None = None):
-    """Decorator: add the shared options (less ``exclude``) to a Typer command, whose
-    body receives them as ``opts: SharedOptions``. ``defaults`` overrides defaults
-    (and excluded options get them as fixed values)."""
-    defaults = defaults or {}
-
-    def wrap(func):
-        sig = inspect.signature(func)
-        own = [p for p in sig.parameters.values() if p.name != "opts"]
-        added = [
-            inspect.Parameter(
-                name, inspect.Parameter.KEYWORD_ONLY, default=defaults.get(name, default), annotation=ann
-            )
-            for name, (ann, default) in SHARED.items()
-            if name not in exclude
-        ]  # fmt: skip
-
-        @functools.wraps(func)
-        def command(**kwargs):
-            values = {name: kwargs.pop(name) for name in SHARED if name not in exclude}
-            for name in exclude:
-                value = defaults.get(name, SHARED[name][1])
-                values[name] = _formats(value) if name == "format" else value
-            if values.get("preset") is not None:
-                apply_preset(values, exclude, get_current_context(silent=True))
-            if isinstance(values["sigma"], str):
-                values["sigma"] = _sigma(values["sigma"])
-            if "threads" not in exclude:  # (a command that excludes it sets threads itself)
-                values["threads"] = set_threads(values["threads"])
-            opts = SharedOptions(**values)
-            if "init" not in exclude:
-                opts.inits  # noqa: B018 -- loads --init-file and checks --init before any run folder exists
-            return func(opts=opts, **kwargs)
-
-        command.__signature__ = sig.replace(parameters=own + added)
-        return command
-
-    return wrap
-
-
-def apply_preset(
-    values: dict[str, Any], exclude: tuple[str, ...] = (), ctx: typer.Context | None = None
-) -> None:
-    """Put the preset's values into ``values`` for every option it defines that was not
-    given on the command line (click's parameter source is DEFAULT; without a context,
-    every one) and that the command exposes (an excluded option keeps the command's
-    fixed value)."""
-    for name, value in get_preset(values["preset"]).options.items():
-        if name in exclude:
-            continue
-        source = ctx.get_parameter_source(name) if ctx is not None else None
-        if source in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP):
-            values[name] = value
-
-
-def bad_option(exc: ConfigError) -> typer.BadParameter:
-    """A ConfigError as a usage error naming the command-line option."""
-    return typer.BadParameter(exc.message, param_hint=f"'{FIELD_OPTIONS.get(exc.field, exc.field)}'")
+ParamRules = option(
+    "param_rules", str, "--param-rules", panel=TRAIN, parser=_on_off, metavar="on|off",
+    help="on: train each scheme with its optimizer rules (mup: hidden-matrix lr / m and weight decay x m; "
+    "completep, depth-mup: their depth rules and Adam eps; megatron-mup: hidden lr and eps / m; "
+    "config.json records every group's lr); off: the same init with one lr. Schemes without rules (gpt2, "
+    "naive, ...) train with one lr either way.",
+)  # fmt: skip
+Compile = option("compile", bool, "--compile", panel=TRAIN,
+                 help="torch.compile the model (for long GPU runs).")  # fmt: skip
+NoAutocast = option("no_autocast", bool, "--no-autocast", panel=TRAIN, negates="autocast",
+                    help="Train in float32 on CUDA too (default: bf16 autocast on CUDA; the CPU always runs "
+                    "float32).")  # fmt: skip

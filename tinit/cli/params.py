@@ -1,6 +1,5 @@
 """``tinit params``: exact parameter accounting, tied vs untied, and the FFN check."""
 
-import math
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -8,18 +7,12 @@ from rich.text import Text
 
 from ..model.config import ModelConfig
 from ..model.presets import get_preset
-from . import app
-from .options import SharedOptions, shared_options
+from . import options as opt
+from .configs import Options, configs_or_exit
 
 if TYPE_CHECKING:
     import pandas as pd
     from rich.table import Table
-
-#: Shared options that do not change a parameter count.
-NOT_COUNTED = (
-    "batch", "sigma", "embed_std", "attention", "no_attn_scale", "init", "branch", "branch_var",
-    "device", "dtype", "stream", "tf32", "seed", "init_file", "base_width", "base_depth",
-)  # fmt: skip
 
 
 def human(n: float) -> str:
@@ -32,12 +25,6 @@ def human(n: float) -> str:
 
 def share(x: float) -> str:
     return "-" if x == 0 else "<0.1%" if x < 1e-3 else f"{100 * x:.1f}%"
-
-
-def _reference(value: float | None) -> float | None:
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise typer.BadParameter(f"{value} is not a positive number")
-    return value
 
 
 def params_table(params: "pd.DataFrame", summary: "pd.DataFrame", title: str) -> "Table":
@@ -122,23 +109,39 @@ def describe(model: ModelConfig, preset: str | None) -> str:
     )
 
 
-@app.command(
-    "params", short_help="Exact parameter accounting: components, tied vs untied head, the 8d/3 FFN rule."
-)
-@shared_options(exclude=NOT_COUNTED)
 def params(
-    *,
-    opts: SharedOptions,
     reference_total: Annotated[
         float | None,
         typer.Option(
             "--reference-total",
             help="Also give the tied-head saving as a fraction of this many parameters (e.g. 1.5e9).",
-            callback=_reference,
+            callback=opt.positive,
             rich_help_panel="Counting",
             show_default=False,
         ),
     ] = None,
+    # the model options that change a parameter count
+    preset: opt.PresetName = None,
+    n_layers: opt.Layers = 12,
+    d_model: opt.DModel = 256,
+    n_heads: opt.Heads = 4,
+    d_ff: opt.DFF = None,
+    vocab_size: opt.Vocab = 1024,
+    norm: opt.Norm = "rmsnorm",
+    ffn: opt.Ffn = "swiglu",
+    positions: opt.Positions = "rope",
+    untie: opt.Untie = False,
+    bias: opt.Bias = False,
+    pre_norm: opt.PreNorm = False,
+    post_norm: opt.PostNorm = False,
+    norm_positions: opt.NormPositions = None,
+    qk_norm: opt.QKNorm = None,
+    n_kv_heads: opt.KVHeads = None,
+    seq_len: opt.SeqLen = 128,
+    threads: opt.Threads = None,
+    out: opt.Out = None,
+    format: opt.Format = "png",
+    quiet: opt.Quiet = False,
 ) -> None:
     """Count every parameter of the configured model exactly: embedding, positions,
     per-block attention, FFN and norms, final norm, head; tied vs untied head (the
@@ -148,18 +151,19 @@ def params(
 
     Writes params.csv, ffn.csv, summary.csv, params.png and config.json to a new run folder.
     """
+    opts = Options(locals())
     from ..experiments.measure.params import run_params
     from ..results.plot_params import plot_params
-    from .runner import Outputs, configs_or_exit, execute
+    from .runner import Outputs, execute
 
     position = opts.placements[0] if opts.placements else "pre"
     model = configs_or_exit(lambda: opts.model_config(norm_position=position))
-    kv = get_preset(opts.preset).n_kv_heads if opts.preset else None
+    kv = get_preset(preset).n_kv_heads if preset else None
     if model.n_kv_heads is not None and model.n_kv_heads != model.n_heads:
         kv = None  # the model is built (and counted) with its GQA already
     if kv and model.n_heads % kv:
         kv = None  # the heads were overridden: the preset's GQA grouping no longer applies
-    title = describe(model, opts.preset)
+    title = describe(model, preset)
     execute(
         "params",
         opts,
@@ -168,7 +172,7 @@ def params(
             figures=lambda r: {"params": plot_params(r["params"], r["ffn"], r["summary"], title)},
             tables=lambda r: [
                 params_table(r["params"], r["summary"], f"Parameters ({title})"),
-                *params_lines(r["summary"], r["ffn"], opts.preset),
+                *params_lines(r["summary"], r["ffn"], preset),
             ],
         ),
     )

@@ -51,7 +51,7 @@ from ..results.rundir import (
 from ..results.tables import cost_line, print_tables
 from .clickcompat import ClickException, Exit
 from .common import SWEEP_CAPTURE
-from .options import SharedOptions, bad_option
+from .configs import OptionError, Options
 
 
 @dataclass
@@ -64,16 +64,6 @@ class Outputs:
     tables: Callable[[ExperimentResult], Iterable] = lambda r: ()
     files: Callable[[ExperimentResult, Path], list[Path]] = lambda r, d: []
     notes: list[str] = field(default_factory=list)
-
-
-
-
-def configs_or_exit(build: Callable):
-    """Call ``build`` (which makes configs); a ConfigError becomes a usage error."""
-    try:
-        return build()
-    except ConfigError as exc:
-        raise bad_option(exc) from None
 
 
 @contextmanager
@@ -202,7 +192,7 @@ def _fail(message: str, run_dir: Path) -> None:
 
 def execute(
     command: str,
-    opts: SharedOptions,
+    opts: Options,
     experiment: Callable[..., ExperimentResult],
     outputs: Outputs,
     plan: Callable | None = None,
@@ -221,9 +211,9 @@ def execute(
         capture(command, opts, plan, outputs)
         return None
     try:
-        resolve_device(opts.device)
+        resolve_device(opts.values.get("device", "auto"))  # (params, inits: no --device, "auto")
     except ConfigError as exc:
-        raise bad_option(exc) from None
+        raise OptionError(exc) from None
     try:
         folder = claim_run_dir(command, opts.out, config={"command": command, **environment()})
     except FolderTaken as exc:
@@ -243,7 +233,7 @@ def execute(
         except ConfigError as exc:
             if not writer.written:  # nothing measured: leave no run folder behind
                 folder.abandon()
-            raise bad_option(exc) from None
+            raise OptionError(exc) from None
         except OutputError as exc:
             try:  # say why in config.json, if the folder still takes it
                 writer.config(writer.last or ExperimentResult({}), False, str(exc))
@@ -273,7 +263,7 @@ def execute(
 
 def _finish(
     command: str,
-    opts: SharedOptions,
+    opts: Options,
     outputs: Outputs,
     writer: RunWriter,
     result: ExperimentResult,

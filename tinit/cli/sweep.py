@@ -3,7 +3,6 @@ by a local process pool or a SLURM job array, gathered into one run folder."""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import os
 import re
@@ -15,16 +14,13 @@ from typing import Annotated, Literal
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from typer.main import get_command
 
 from ..model.config import ConfigError
-from . import app
-from .clickcompat import ParameterSource
+from .clickcompat import given
 from .common import CONSOLE, SWEEP_CAPTURE
-from .options import bad_option
+from .configs import OptionError, configs_or_exit
+from .registry import SWEEPABLE
 
-#: The commands whose grids sweep knows.
-SWEEPABLE = ("depth-sweep", "variance", "grad-norms", "lr-sweep")
 EXECUTOR, SLURM, RESUME = "Executor", "SLURM (--executor slurm)", "Resume"
 #: The sweep's own options, recorded so --resume reuses what was not given again.
 SWEEP_OPTIONS = ("executor", "workers", "partition", "gpus_per_job", "cpus_per_job", "mem", "time_limit",
@@ -42,14 +38,13 @@ def _err(message: str, option: str) -> typer.BadParameter:
     return typer.BadParameter(message, param_hint=f"'{option}'")
 
 
-def capture_plan(command: str, args: list[str]):
+def capture_plan(ctx: typer.Context, command: str, args: list[str]):
     """Parse ``tinit COMMAND ARGS`` exactly as the command does and return its plan
-    (points), its shared options and its outputs, running nothing."""
-    from .runner import configs_or_exit
-
+    (points), its options and its outputs, running nothing."""
     if command not in SWEEPABLE:
         raise _err(f"{command!r} cannot be swept; choose from {', '.join(SWEEPABLE)}", "COMMAND")
-    sub = get_command(app).commands[command]  # type: ignore[attr-defined]
+    root = ctx.find_root()
+    sub = root.command.get_command(root, command)  # type: ignore[attr-defined]
     got: dict = {}
     token = SWEEP_CAPTURE.set(lambda c, o, p, out: got.update(opts=o, plan=p, outputs=out))
     try:
@@ -102,11 +97,6 @@ def _progress(quiet: bool, description: str, total: int):
     return bar, update
 
 
-@app.command(
-    "sweep",
-    short_help="Run a command's grid as independent points over local workers or a SLURM job array.",
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-)
 def sweep(
     ctx: typer.Context,
     command: Annotated[
@@ -188,17 +178,17 @@ def sweep(
             raise _err(f"{resume} is not a sweep's run folder ({exc})", "--resume") from None
         command, args, previous_runs = _resumable(doc["sweep"], resume)
         recorded = previous_runs[-1].get("cli_options", {}) if previous_runs else {}
-        if executor != recorded.get("executor") and _given(ctx, "executor"):
+        if executor != recorded.get("executor") and given(ctx, "executor"):
             recorded = {}  # another executor: the last run's executor options do not apply
         for name in SWEEP_OPTIONS:  # what was not given again comes from the last run
-            if name in recorded and not _given(ctx, name):
+            if name in recorded and not given(ctx, name):
                 values[name] = recorded[name]
     if command is None:
         raise _err(f"give the command to sweep ({', '.join(SWEEPABLE)}) and its options, or --resume RUN_DIR",
                    "COMMAND")  # fmt: skip
-    plan, opts, outputs = capture_plan(command, args)
+    plan, opts, outputs = capture_plan(ctx, command, args)
     if quiet:
-        opts = dataclasses.replace(opts, quiet=True)
+        opts = opts.replace(quiet=True)
     executor_ = _executor(values, opts, plan, dry_run)
     if dry_run:
         _print_dry_run(plan, executor_, values)
@@ -273,11 +263,6 @@ def _quiet(info: dict) -> None:
     """No progress to show."""
 
 
-def _given(ctx: typer.Context, name: str) -> bool:
-    """Whether the option was given on the command line (not its default)."""
-    return ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
-
-
 class _Refused(RuntimeError):
     """The executor could not start (sbatch refused the array)."""
 
@@ -303,7 +288,7 @@ def _executor(values: dict, opts, plan, dry_run: bool):
 
             resolve_device(opts.device)
         except ConfigError as exc:
-            raise bad_option(exc) from None
+            raise OptionError(exc) from None
         from ..sweep.local import LocalExecutor, visible_gpus
 
         workers = values["workers"] or len(visible_gpus()) or os.cpu_count() or 1

@@ -46,11 +46,11 @@ Frames = dict[str, pd.DataFrame]
 
 @dataclass(frozen=True)
 class Point:
-    """One point of a grid: ``kind`` names its runner in :data:`RUNNERS`, ``kwargs``
-    are that runner's arguments (configs are dataclasses, so a point pickles), and
-    ``labels`` say which point it is (also its folder name, :attr:`name`)."""
+    """One point of a grid: ``run`` measures it (a module-level function, so a point
+    pickles by reference to it), ``kwargs`` are its arguments (configs are dataclasses),
+    and ``labels`` say which point it is (also its folder name, :attr:`name`)."""
 
-    kind: str
+    run: Callable[..., ExperimentResult]
     labels: dict[str, Any]
     kwargs: dict[str, Any] = field(repr=False)
 
@@ -100,19 +100,10 @@ def _depth_sweep_runner(
     return ExperimentResult({"depth_sweep": pd.DataFrame(rows, columns=SWEEP_COLUMNS)}, meta)
 
 
-#: kind -> the function that runs a point (its kwargs, plus ``progress``).
-RUNNERS: dict[str, Callable[..., ExperimentResult]] = {
-    "depth-sweep": _depth_sweep_runner,
-    "variance": run_variance,
-    "grad-norms": run_grad_norms,
-    "lr-sweep": lr_sweep.lr_sweep_point,
-}
-
-
 def run_point(point: Point, progress: Progress | None = None) -> ExperimentResult:
     """Measure one point (raises what its experiment raises). A user's scheme travels
     inside the point's InitConfig (``init.schemes``): no registry to fill first."""
-    return RUNNERS[point.kind](**point.kwargs, progress=progress)
+    return point.run(**point.kwargs, progress=progress)
 
 
 def _grid_meta(model: ModelConfig, init: InitConfig, run: RunConfig, **extra: Any) -> dict[str, Any]:
@@ -141,7 +132,7 @@ def depth_sweep_plan(
     check_configs(model, init, run, configs, depths)
     points = [
         Point(
-            "depth-sweep",
+            _depth_sweep_runner,
             {"n_layers": L, "seed": seed_configs(init, run, i)[0].seed, "init": recipe, "norm_position": pos},
             {"model": model, "init": init, "run": run, "n_layers": L, "seed_index": i, "inits": (recipe,),
              "norm_positions": (pos,), "grads": grads},
@@ -165,13 +156,13 @@ def depth_sweep_plan(
                 not_applicable(grads and model.branch == "model", init.schemes))  # fmt: skip
 
 
-def _concat_plan(command: str, kind: str, stems: Sequence[str], model, init, run, inits, norm_positions,
-                 na: dict | None = None, **kwargs) -> Plan:  # fmt: skip
+def _concat_plan(command: str, runner: Callable[..., ExperimentResult], stems: Sequence[str], model, init,
+                 run, inits, norm_positions, na: dict | None = None, **kwargs) -> Plan:  # fmt: skip
     """A command whose frames are its configurations' frames one after the other."""
     configs = list(grid(inits, norm_positions, init.schemes))
     check_configs(model, init, run, configs)
     points = [
-        Point(kind, {"n_layers": model.n_layers, "seed": init.seed, "init": recipe, "norm_position": pos},
+        Point(runner, {"n_layers": model.n_layers, "seed": init.seed, "init": recipe, "norm_position": pos},
               {"model": model, "init": init, "run": run, "inits": (recipe,), "norm_positions": (pos,),
                **kwargs})  # fmt: skip
         for recipe, pos in configs
@@ -190,7 +181,7 @@ def _concat_plan(command: str, kind: str, stems: Sequence[str], model, init, run
 def variance_plan(model, init, run, inits, norm_positions) -> Plan:
     """``variance`` as one point per (init, norm position)."""
     stems = ("variance", "summary")
-    return _concat_plan("variance", "variance", stems, model, init, run, inits, norm_positions,
+    return _concat_plan("variance", run_variance, stems, model, init, run, inits, norm_positions,
                         VARIANCE_NOT_APPLICABLE)  # fmt: skip
 
 
@@ -198,7 +189,7 @@ def grad_norms_plan(model, init, run, inits, norm_positions, batches: int = 1) -
     """``grad-norms`` as one point per (init, norm position)."""
     require_gradients(model, run)
     plan = _concat_plan(
-        "grad-norms", "grad-norms", ("grad_norms", "stream_grads", "summary"), model, init, run, inits,
+        "grad-norms", run_grad_norms, ("grad_norms", "stream_grads", "summary"), model, init, run, inits,
         norm_positions, batches=batches,
     )  # fmt: skip
     # the single run's rules, from the gathered frames (which configurations pass no gradient)
@@ -219,7 +210,7 @@ def lr_sweep_plan(
 
     specs = grid_specs(model, init, schemes, norm_positions, depths, seeds, lrs, warmups, widths)
     points = [
-        Point("lr-sweep",
+        Point(lr_sweep.lr_sweep_point,
               {"n_layers": s.model.n_layers, "d": s.model.d_model, "lr": f"{s.lr:g}", "warmup": s.warmup,
                "seed": s.init.seed, "init": s.init.recipe, "norm_position": s.model.norm_position},
               {"model": model, "init": init, "run": run, "train": train, "data_args": data_args, "spec": s})

@@ -1,11 +1,11 @@
 """Named shapes of well-known models, as data (``--preset NAME`` on every command).
 
-A preset sets *shapes and architecture* only: the shared options it names (layers,
-width, heads, d_ff, vocabulary, norm, FFN, positions, tying, biases) and the model
-fields that have no option (RoPE base, norm eps, the context length that sizes the
-learned position table). It does not set batch, sequence length, init or device,
-so a preset never forces a run bigger than the command's defaults; options given
-on the command line override the preset's values.
+A preset sets *shapes and architecture* only, as ``ModelConfig`` fields (layers,
+width, heads, d_ff, vocabulary, norm, FFN, positions, tying, biases, K/V heads, RoPE
+base, norm eps), and the context length that sizes the learned position table. It
+does not set batch, sequence length, init or device, so a preset never forces a run
+bigger than the command's defaults; options given on the command line override the
+preset's values.
 
 Shapes are the published configs:
 
@@ -21,14 +21,14 @@ Shapes are the published configs:
   rms_norm_eps 1e-5, untied) -- Llama 3 model card / Dubey et al. 2024.
 
 ``published_total`` is the exact parameter count of the real model (with its GQA);
-the GQA presets set ``--kv-heads`` so tinit builds and counts their attention as it
-really is (``--kv-heads`` = ``--heads`` gives the multi-head variant).
+the GQA presets set ``n_kv_heads`` (``--kv-heads``) so tinit builds and counts their
+attention as it really is (``--kv-heads`` = ``--heads`` gives the multi-head variant).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -39,18 +39,15 @@ class Preset:
 
     name: str
     description: str
-    options: Mapping[str, Any]  # shared option (SharedOptions field) -> value
+    model: Mapping[str, Any]  # ModelConfig field -> value
     context: int  # the model's context length: sizes the learned position table / RoPE cache
-    model: Mapping[str, Any] = field(default_factory=dict)  # ModelConfig fields with no option
-    n_kv_heads: int | None = None  # K/V heads of the real model when it uses GQA (also in options)
+    n_kv_heads: int | None = None  # K/V heads of the real model when it uses GQA (also in model)
     published_total: int | None = None  # exact parameter count of the real model
     note: str = ""
 
 
-def _preset(name, description, options, context, model=None, **kw) -> Preset:
-    return Preset(
-        name, description, MappingProxyType(dict(options)), context, MappingProxyType(dict(model or {})), **kw
-    )
+def _preset(name, description, model, context, **kw) -> Preset:
+    return Preset(name, description, MappingProxyType(dict(model)), context, **kw)
 
 
 _GQA_NOTE = (
@@ -67,38 +64,39 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
                 "GPT-2 small (124M): 12 x 768, 12 heads, LayerNorm, GELU 4d, learned positions, "
                 "biases, tied head",
                 {
-                    "layers": 12,
+                    "n_layers": 12,
                     "d_model": 768,
-                    "heads": 12,
+                    "n_heads": 12,
                     "d_ff": 3072,
-                    "vocab": 50257,
+                    "vocab_size": 50257,
                     "norm": "layernorm",
                     "ffn": "gelu",
                     "positions": "learned",
-                    "untie": False,
+                    "tie_embeddings": True,
                     "bias": True,
+                    "norm_eps": 1e-5,
                 },  # fmt: skip
                 context=1024,
-                model={"norm_eps": 1e-5},
                 published_total=124_439_808,
             ),
             _preset(
                 "llama2-7b",
                 "Llama 2 7B: 32 x 4096, 32 heads, d_ff 11008, RMSNorm, SwiGLU, RoPE, untied head",
                 {
-                    "layers": 32,
+                    "n_layers": 32,
                     "d_model": 4096,
-                    "heads": 32,
+                    "n_heads": 32,
                     "d_ff": 11008,
-                    "vocab": 32000,
+                    "vocab_size": 32000,
                     "norm": "rmsnorm",
                     "ffn": "swiglu",
                     "positions": "rope",
-                    "untie": True,
+                    "tie_embeddings": False,
                     "bias": False,
+                    "norm_eps": 1e-5,
+                    "rope_base": 10000.0,
                 },  # fmt: skip
                 context=4096,
-                model={"norm_eps": 1e-5, "rope_base": 10000.0},
                 published_total=6_738_415_616,
             ),
             _preset(
@@ -106,20 +104,21 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
                 "Llama 2 70B: 80 x 8192, 64 heads, d_ff 28672, RMSNorm, SwiGLU, RoPE, untied head "
                 "and grouped-query attention (GQA) with 8 K/V heads (--kv-heads 8)",
                 {
-                    "layers": 80,
+                    "n_layers": 80,
                     "d_model": 8192,
-                    "heads": 64,
+                    "n_heads": 64,
                     "d_ff": 28672,
-                    "vocab": 32000,
+                    "vocab_size": 32000,
                     "norm": "rmsnorm",
                     "ffn": "swiglu",
                     "positions": "rope",
-                    "untie": True,
+                    "tie_embeddings": False,
                     "bias": False,
-                    "kv_heads": 8,
+                    "n_kv_heads": 8,
+                    "norm_eps": 1e-5,
+                    "rope_base": 10000.0,
                 },  # fmt: skip
                 context=4096,
-                model={"norm_eps": 1e-5, "rope_base": 10000.0},
                 n_kv_heads=8,
                 note=_GQA_NOTE.format(kv=8),
                 published_total=68_976_648_192,
@@ -129,20 +128,21 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
                 "Llama 3 8B: 32 x 4096, 32 heads, d_ff 14336, vocab 128256, RMSNorm, SwiGLU, "
                 "RoPE base 500000, untied head, GQA with 8 K/V heads (--kv-heads 8)",
                 {
-                    "layers": 32,
+                    "n_layers": 32,
                     "d_model": 4096,
-                    "heads": 32,
+                    "n_heads": 32,
                     "d_ff": 14336,
-                    "vocab": 128256,
+                    "vocab_size": 128256,
                     "norm": "rmsnorm",
                     "ffn": "swiglu",
                     "positions": "rope",
-                    "untie": True,
+                    "tie_embeddings": False,
                     "bias": False,
-                    "kv_heads": 8,
+                    "n_kv_heads": 8,
+                    "norm_eps": 1e-5,
+                    "rope_base": 500000.0,
                 },  # fmt: skip
                 context=8192,
-                model={"norm_eps": 1e-5, "rope_base": 500000.0},
                 n_kv_heads=8,
                 note=_GQA_NOTE.format(kv=8),
                 published_total=8_030_261_248,

@@ -1,0 +1,162 @@
+"""From a command's option values to the configs it runs, by config field name, and from
+a ConfigError back to the option that caused it.
+
+A command body starts with ``opts = Options(locals())``: its parameters, named after the
+fields they set (:mod:`tinit.cli.options`), become ``ModelConfig``, ``InitConfig``,
+``RunConfig`` (and any other config dataclass) field by field; what a command does not
+take keeps the config's default."""
+
+import dataclasses
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+import typer
+
+from ..model.catalogue import parse_init_list
+from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ..model.presets import get_preset
+from .init_file import load_init_file
+from .options import FIELDS, NEGATED, OPTION_OF
+
+C = TypeVar("C")
+
+
+def default_threads() -> int:
+    """torch's CPU threads when --threads is not given: $OMP_NUM_THREADS when set (a
+    whole number >= 1), else 1 (see the README's Performance section for why)."""
+    try:
+        n = int(os.environ.get("OMP_NUM_THREADS", ""))
+    except ValueError:
+        return 1
+    return n if n >= 1 else 1
+
+
+def set_threads(n: int | None) -> int:
+    """Set torch's intra-op CPU threads (``None``: :func:`default_threads`); returns it."""
+    import torch
+
+    n = default_threads() if n is None else n
+    torch.set_num_threads(n)
+    return n
+
+
+class Options:
+    """The option values of one command call, by parameter name (``opts.seq_len``), and
+    the configs they make. Building it sets torch's threads (--threads) and checks --init
+    and --init-file, so a bad value is refused before any run folder exists."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self.values = {k: v for k, v in values.items() if not isinstance(v, typer.Context)}
+        if "threads" in self.values:
+            self.values["threads"] = set_threads(self.values["threads"])
+        if "init" in self.values:
+            self.inits  # noqa: B018 -- loads --init-file and checks --init
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["values"][name]
+        except KeyError:
+            raise AttributeError(f"this command takes no option {name!r}") from None
+
+    def replace(self, **changes: Any) -> "Options":
+        """The same call with some values changed (nothing is set or checked again)."""
+        new = object.__new__(Options)
+        new.values = {**self.values, **changes}
+        return new
+
+    def config(self, cls: Callable[..., C], **override: Any) -> C:
+        """``cls`` (a config dataclass) from the values by field name, a field a flag negates
+        (tie_embeddings: --untie) from that flag, then ``override``."""
+        kw = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if f.name in self.values:
+                kw[f.name] = self.values[f.name]
+            elif NEGATED.get(f.name) in self.values:
+                kw[f.name] = not self.values[NEGATED[f.name]]
+        return cls(**{**kw, **override})
+
+    def model_config(self, **override: Any) -> ModelConfig:
+        """The model: the options' fields, the sequence cache sized by --seq-len; with --preset
+        also its fields that no option sets (RoPE base, norm eps) and its context."""
+        kw: dict[str, Any] = {"max_seq_len": self.values["seq_len"]} if "seq_len" in self.values else {}
+        if self.values.get("preset") is not None:
+            preset = get_preset(self.values["preset"])
+            set_by_options = {f for fields in FIELDS.values() for f in fields}
+            kw.update({f: v for f, v in preset.model.items() if f not in set_by_options})
+            # the context sizes the learned table (a run may use less)
+            kw["max_seq_len"] = max(kw.get("max_seq_len", ModelConfig.max_seq_len), preset.context)
+        return self.config(ModelConfig, **{**kw, **override})
+
+    def init_config(self) -> InitConfig:
+        return self.config(InitConfig, schemes=self.custom_schemes)
+
+    def run_config(self, **extra: Any) -> RunConfig:
+        """The run, with the command's own settings (``extra``) recorded beside it."""
+        if self.values.get("preset") is not None:
+            extra = {"preset": self.values["preset"], **extra}
+        return self.config(RunConfig, extra=extra)
+
+    @property
+    def custom_schemes(self) -> tuple:
+        """The user's schemes (--init-file), as frozen values the InitConfig carries."""
+        path = self.values.get("init_file")
+        return (load_init_file(path),) if path is not None else ()
+
+    @property
+    def inits(self) -> tuple[str, ...]:
+        """The schemes of --init (a comma list, ``all`` or ``both``); with --init-file and
+        --init left at its default, the file's scheme alone."""
+        custom = self.custom_schemes
+        if custom and self.values["init"] == "both":
+            return (custom[0].name,)
+        try:
+            return parse_init_list(self.values["init"], custom)
+        except KeyError as exc:
+            raise typer.BadParameter(str(exc.args[0]), param_hint="'--init'") from None
+
+    @property
+    def placements(self) -> tuple[str, ...] | None:
+        """The placements the user chose (--norm-position, --pre-norm, --post-norm), or
+        None: each scheme then runs in its presumed placement, or pre and post."""
+        if self.values.get("norm_positions"):
+            return tuple(self.values["norm_positions"].split(","))
+        flags = (("pre", self.values.get("pre_norm")), ("post", self.values.get("post_norm")))
+        return tuple(p for p, on in flags if on) or None
+
+    @property
+    def norm_positions(self) -> tuple[str, ...]:
+        return self.placements or ("pre", "post")
+
+
+def option_for(field: str, params: Iterable = ()) -> str:
+    """The option that decides config field ``field``: among ``params`` (the running
+    command's click parameters) the one named so or declaring it; else the declared
+    option that does; else the field's own name."""
+    for p in params:
+        if field == p.name or field in FIELDS.get(p.name, ()):
+            return next((o for o in p.opts if o.startswith("--")), p.opts[0])
+    return next((OPTION_OF[name] for name, fields in FIELDS.items() if field in fields), field)
+
+
+class OptionError(typer.BadParameter):
+    """A ConfigError as a usage error naming the option. The option is found when the
+    message is shown: click attaches the running command's context to a usage error raised
+    while it runs, and the option is looked up among that command's parameters."""
+
+    def __init__(self, error: ConfigError) -> None:
+        super().__init__(error.message)
+        self.field = error.field
+
+    def format_message(self) -> str:
+        params = self.ctx.command.params if self.ctx is not None else ()
+        self.param_hint = f"'{option_for(self.field, params)}'"
+        return super().format_message()
+
+
+def configs_or_exit(build: Callable[[], C]) -> C:
+    """Call ``build`` (which makes configs); a ConfigError becomes a usage error naming the option."""
+    try:
+        return build()
+    except ConfigError as exc:
+        raise OptionError(exc) from None

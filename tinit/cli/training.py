@@ -1,0 +1,158 @@
+"""What the training commands (train, lr-sweep, claims) share after parsing: their lists
+of values, the data and the model's vocabulary, the training config, the grid and its
+title. (Not a command module: the commands import it, never each other.)"""
+
+import math
+from typing import TYPE_CHECKING
+
+import typer
+
+from ..model.config import ConfigError
+from .clickcompat import given
+from .configs import Options, configs_or_exit
+
+if TYPE_CHECKING:
+    from ..experiments.training.train import TrainConfig
+
+
+def floats(value: str, option: str) -> list[float]:
+    """A comma list of positive numbers, each once."""
+    try:
+        out = [float(v) for v in str(value).split(",")]
+    except ValueError:
+        out = []
+    if not out or not all(math.isfinite(v) and v > 0 for v in out):
+        raise typer.BadParameter(
+            f"{value!r}: give a comma list of positive numbers", param_hint=f"'{option}'"
+        )
+    return _once(out, value, option)
+
+
+def ints(value: str, option: str) -> list[int]:
+    """A comma list of whole numbers >= 0, each once."""
+    try:
+        out = [int(v) for v in str(value).split(",")]
+    except ValueError:
+        out = []
+    if not out or any(v < 0 for v in out):
+        raise typer.BadParameter(
+            f"{value!r}: give a comma list of whole numbers >= 0", param_hint=f"'{option}'"
+        )
+    return _once(out, value, option)
+
+
+def _once(values: list, text: str, option: str) -> list:
+    """The values, each once: a repeated one would run twice and be counted as a seed."""
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:
+        raise typer.BadParameter(
+            f"{text!r}: {', '.join(f'{v:g}' for v in repeated)} is given twice; give each value once "
+            "(--seeds N for repeated runs)", param_hint=f"'{option}'",
+        )  # fmt: skip
+    return values
+
+
+def parse_widths(opts: Options) -> list[int]:
+    """lr-sweep's --d-model: a comma list of widths, each divisible by --heads; a list
+    takes each width's default FFN width (so --d-ff goes with one width only)."""
+    try:
+        out = [int(v) for v in str(opts.widths).split(",")]
+    except ValueError:
+        out = []
+    if not out or any(v < 1 for v in out):
+        raise typer.BadParameter(f"{opts.widths!r}: give a comma list of whole numbers >= 1",
+                                 param_hint="'--d-model'")  # fmt: skip
+    bad = [w for w in out if w % opts.n_heads]
+    if bad:
+        raise typer.BadParameter(f"{bad[0]} is not divisible by --heads {opts.n_heads}",
+                                 param_hint="'--d-model'")  # fmt: skip
+    if len(out) > 1 and opts.d_ff is not None:
+        raise typer.BadParameter("a list of widths takes each width's default FFN width; leave --d-ff out",
+                                 param_hint="'--d-ff'")  # fmt: skip
+    return _once(out, opts.widths, "--d-model")
+
+
+def rules_notes(opts: Options) -> list[str]:
+    """The terminal's lines on the optimizer rules each scheme trained with."""
+    import dataclasses
+
+    from ..model.param_rules import rules_summary
+
+    init = opts.init_config()
+    on = bool(opts.values.get("param_rules", True))
+    lines = [rules_summary(dataclasses.replace(init, recipe=name), on) for name in opts.inits]
+    return ["Optimizer rules (config.json: param_groups, per run):", *(f"  {x}" for x in lines)]
+
+
+def data_args(opts: Options) -> dict:
+    """The arguments of ``load_data`` (what a sweep's point reloads the data from)."""
+    return {"source": opts.data, "vocab": opts.vocab_size, "seq_len": opts.seq_len, "batch": opts.batch,
+            "seed": opts.seed, "eval_batches": opts.eval_batches, "markov_k": opts.markov_k}
+
+
+def train_config(opts: Options, lr: float, warmup: int) -> "TrainConfig":
+    """The optimizer and schedule: the training options by field name, at this lr and warmup."""
+    from ..experiments.training.train import TrainConfig
+
+    return opts.config(TrainConfig, lr=lr, warmup=warmup)
+
+
+def data_for(opts: Options):
+    """Load the data (a ConfigError names --data); the model's vocabulary follows it
+    for bytes and token files."""
+    from ..experiments.training.data import load_data
+
+    return load_data(**data_args(opts))
+
+
+def model_vocab(ctx: typer.Context, opts: Options, data) -> int:
+    """The model's vocabulary: the data's (the Markov language's is --vocab; a file's is
+    its largest token id + 1, bytes 256), or --vocab when given and at least that (the
+    model then has rows the data never uses)."""
+    if data.chain is not None or not given(ctx, "vocab_size"):
+        return data.vocab
+    if opts.vocab_size < data.vocab:
+        tokens = data.info.get("format") in ("npy", "uint16 bin")
+        why = "its largest token id + 1" if tokens else "bytes"
+        raise ConfigError("vocab_size", f"{opts.vocab_size} is less than the data's vocabulary, {data.vocab} "
+                          f"({why}); leave --vocab out to use that")  # fmt: skip
+    return opts.vocab_size
+
+
+def grid(ctx: typer.Context, opts: Options):
+    """The arguments of run_train / run_lr_sweep before ``progress`` (model, init, run,
+    training config, data, schemes, norm positions, depths, seeds, lrs, warmups), the
+    data and the runs' title."""
+    from ..experiments.measure.depth_sweep import parse_layers
+
+    lrs, warmups = floats(opts.lr, "--lr"), ints(opts.warmup, "--warmup")
+    depths = configs_or_exit(lambda: parse_layers(opts.layers))
+
+    def build():
+        data = data_for(opts)
+        model = opts.model_config(n_layers=depths[-1], vocab_size=model_vocab(ctx, opts, data))
+        init = opts.init_config()
+        return data, model, init, opts.run_config(seeds=opts.seeds), train_config(opts, lrs[0], warmups[0])
+
+    data, model, init, run, tcfg = configs_or_exit(build)
+    seed_list = list(range(opts.seed, opts.seed + opts.seeds))
+    args = (model, init, run, tcfg, data, opts.inits, opts.norm_positions, depths, seed_list, lrs, warmups)
+    return args, data, describe(opts, model, data, tcfg)
+
+
+def describe(opts: Options, model, data, train: "TrainConfig") -> str:
+    src = data.info.get("source")
+    return (
+        f"{src} data (V={data.vocab}), d={model.d_model}, heads={model.n_heads}, {model.norm}, {model.ffn}, "
+        f"batch {opts.batch} x seq {opts.seq_len}, {train.steps} steps"
+    )
+
+
+def variance_figure(result, title: str) -> dict:
+    """variance_during_training.png when any profile was recorded (--probe-points > 0)."""
+    from ..results.plot_train import plot_variance_during_training
+
+    variance = result.frames.get("variance_during_training")
+    if variance is None or not len(variance):
+        return {}
+    return {"variance_during_training": plot_variance_during_training(variance, title)}
