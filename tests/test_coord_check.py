@@ -174,6 +174,7 @@ def test_point_records_every_quantity_at_every_step():
         (["--lr", "-1"], "--lr"),
         (["--param-rules", "maybe"], "--param-rules"),
         (["--init", "nope"], "--init"),
+        (["--d-ff", "128"], "--d-ff"),  # a list of widths takes each one's own FFN width
     ],
 )
 def test_bad_input_is_a_one_line_error(tmp_path, args, option):
@@ -248,4 +249,4 @@ def test_cli_defaults_are_the_library_defaults():
     assert params["steps"] == lib.steps and float(params["lr"]) == lib.lr
     assert (params["param_rules"] == "on") == lib.param_rules
     assert params["seeds"] == inspect.signature(run_coord_check).parameters["seeds"].default
-    assert params["d_model"] == "64,128,256,512" and params["layers"] == "2,8"
+    assert params["widths"] == "64,128,256,512" and params["layers"] == "2,8"

@@ -253,7 +253,7 @@ _STEMS = {
     "params": ("params",), "check": ("check_variance", "stream_grads", "params", "attention_scale"),
     "train": ("loss_curves", "final_vs_depth", "variance_during_training"),
     "train_all_diverging": ("loss_curves", "final_vs_depth", "variance_during_training"),
-    "lr_sweep": ("lr_sweep", "loss_curves", "variance_during_training"),
+    "lr_sweep": ("lr_sweep", "lr_transfer", "loss_curves", "variance_during_training"),
     "claims": ("claims", "claims_deep_curves", "claims_shallow_curves", "variance_during_training"),
     "audit": ("weights", "variance", "grad_norms", "stream_grads"),
     "coord_check": ("coord_check", "coord_check_depth", "coord_check_layers_gpt2-pre-L2",

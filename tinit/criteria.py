@@ -97,6 +97,7 @@ def z_quantile(alpha: float, m: int = 1, two_sided: bool = True) -> float:
     tail = alpha / m / (2 if two_sided else 1)
     return NormalDist().inv_cdf(1.0 - tail)
 
+
 #: Coordinate check (``tinit coord-check``): a quantity is width-stable (depth-stable) when
 #: the log-log slope of its RMS against width (depth) is within COORD_SLOPE_TOL of 0 at
 #: every recorded step. The anchors: muP claims Theta(1) coordinates (slope 0); the
@@ -112,3 +113,13 @@ COORD_SLOPE_TOL = 0.25
 #: Theta(1)", "the output O(1)"; muP's readout starts at or near zero).
 COORD_THETA1 = ("embed", "attn", "ffn", "stream")
 COORD_O1 = ("logits",)
+
+#: Learning-rate transfer (``tinit lr-sweep``): the optimum transfers along an axis
+#: (width or depth) when its drift d log2 lr* / d log2 x is under LR_DRIFT_TOL octaves per
+#: doubling and its 95% interval lies inside +-LR_RESOLVE_TOL (narrow enough to tell); it
+#: drifts when the interval excludes 0 and the drift is LR_DRIFT_TOL or more; otherwise
+#: the seeds given do not resolve it.
+LR_DRIFT_TOL, LR_RESOLVE_TOL, LR_LEVEL = 0.25, 0.5, 0.95
+LR_CRITERION = (f"transfers: |drift| < {LR_DRIFT_TOL:g} octave per doubling and the {LR_LEVEL:.0%} "
+                f"interval inside ±{LR_RESOLVE_TOL:g}; drifts: the interval excludes 0 and |drift| >= "
+                f"{LR_DRIFT_TOL:g}; otherwise not resolved")  # fmt: skip

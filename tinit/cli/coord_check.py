@@ -17,16 +17,7 @@ def _opt(*decls, help, panel=CHECK, **kw):
 
 
 def coord_check(
-    d_model: Annotated[
-        str,
-        typer.Option(
-            "--d-model",
-            help="Widths, a comma list.",
-            metavar="64,128,...",
-            rich_help_panel=opt.MODEL,
-            show_default=True,
-        ),
-    ] = "64,128,256,512",
+    widths: opt.Widths = "64,128,256,512",
     layers: opt.Depths = "2,8",
     seeds: Annotated[
         int, _opt("--seeds", help="Seeds per (scheme, width, depth): --seed, --seed+1, ...", min=1)
@@ -107,7 +98,7 @@ def coord_check(
     from ..experiments.training.coord_fit import summary
     from .runner import Outputs, execute
 
-    widths = configs_or_exit(lambda: parse_widths(d_model))
+    widths = configs_or_exit(lambda: parse_widths(opts.widths))
     depths = configs_or_exit(lambda: parse_layers(layers))
     model, init_cfg, run, coord = configs_or_exit(
         lambda: (
@@ -118,7 +109,9 @@ def coord_check(
         )
     )
     positions = opts.placements
-    configs_or_exit(lambda: make_grid(model, init_cfg, run, opts.inits, positions, widths, depths, seeds))
+    configs_or_exit(
+        lambda: make_grid(model, init_cfg, run, opts.inits, positions, widths, depths, seeds, opts.d_ff)
+    )
     title = coord_title(opts, model, widths, depths, seeds, lr, param_rules, steps)
 
     def figures(r):

@@ -159,6 +159,10 @@ Depths = option(
     "stop included), a geometric range start:stop:xFACTOR (4:128:x2), or a mix.",
 )  # fmt: skip
 DModel = option("d_model", int, "--d-model", help="Residual-stream width d.", panel=MODEL, min=1)
+#: --d-model as the widths a command runs one after the other (lr-sweep): a comma list
+Widths = option("widths", str, "--d-model", panel=MODEL, fields=("d_model", "d_ff"), metavar="48,96,...",
+                help="Widths d: a comma list (64,128,256), each divisible by --heads; each width takes its "
+                "default FFN width.")  # fmt: skip
 Heads = option("n_heads", int, "--heads", help="Attention heads; must divide --d-model.", panel=MODEL, min=1)
 DFF = option("d_ff", int | None, "--d-ff", panel=MODEL, min=1, show_default=False,
              help="FFN hidden size (default: 8d/3 rounded up to 64 for swiglu, 4d for gelu).")  # fmt: skip
@@ -288,6 +292,19 @@ DivergeMargin = option("diverge_margin", float, "--diverge-margin", panel=TRAIN,
 ProbePoints = option("probe_points", int, "--probe-points", panel=TRAIN, min=0,
                      help="Variance profiles (at the 2L additions) at this many evenly spaced steps, 0 and "
                      "the last included.")  # fmt: skip
+def _on_off(value: str) -> bool:
+    if value not in ("on", "off"):
+        raise typer.BadParameter(f"{value!r}: give on or off")
+    return value == "on"
+
+
+ParamRules = option(
+    "param_rules", str, "--param-rules", panel=TRAIN, parser=_on_off, metavar="on|off",
+    help="on: train each scheme with its optimizer rules (mup: hidden-matrix lr / m and weight decay x m; "
+    "completep, depth-mup: their depth rules and Adam eps; megatron-mup: hidden lr and eps / m; "
+    "config.json records every group's lr); off: the same init with one lr. Schemes without rules (gpt2, "
+    "naive, ...) train with one lr either way.",
+)  # fmt: skip
 Compile = option("compile", bool, "--compile", panel=TRAIN,
                  help="torch.compile the model (for long GPU runs).")  # fmt: skip
 NoAutocast = option("no_autocast", bool, "--no-autocast", panel=TRAIN, negates="autocast",

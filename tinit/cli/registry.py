@@ -46,10 +46,10 @@ COMMANDS: tuple[Command, ...] = (
     Command("params", "Exact parameter accounting: components, tied vs untied head, the 8d/3 FFN rule."),
     Command("check", "The init primer's five claims, each measured, with pass/fail (exit 1 if any fails)."),
     Command("train", "Train the grid schemes x norm positions x depths x seeds x lrs x warmups."),
-    Command("lr-sweep", "Final loss against log2 lr per depth: does the optimum lr move with L?"),
+    Command("lr-sweep", "Final loss against log2 lr per depth and width: does the optimum lr move?", sweep=4),
     Command("claims", "The init primer's training claims, each over seeds, with a verdict."),
     Command("coord-check", "Activation RMS per layer against width and depth over the first training steps: "
-            "which schemes keep their coordinates Theta(1)?", sweep=4),
+            "which schemes keep their coordinates Theta(1)?", sweep=5),
     Command("inits", "The init catalogue (every scheme, its rules and source), or one scheme's stds."),
     Command("audit", "Measure the init of a model tinit did not build (HF config or your module)."),
     Command("sweep", "Run a command's grid as independent points over local workers or a SLURM job array.",

@@ -8,7 +8,7 @@ import typer
 from . import options as opt
 from .configs import Options
 from .options import TRAIN
-from .training import grid, variance_figure
+from .training import grid, rules_notes, variance_figure
 
 
 def train(
@@ -37,6 +37,7 @@ def train(
     eval_every: opt.EvalEvery = 25,
     diverge_margin: opt.DivergeMargin = 1.0,
     probe_points: opt.ProbePoints = 3,
+    param_rules: opt.ParamRules = "on",
     compile: opt.Compile = False,
     no_autocast: opt.NoAutocast = False,
     # small enough for a 2-core CPU: a 4-layer, d=48 model on a 64-token Markov language
@@ -103,5 +104,6 @@ def train(
                 **variance_figure(r, title),
             },
             tables=lambda r: [train_table(r["summary"], f"tinit train ({title})")],
+            notes=rules_notes(opts),
         ),
     )

@@ -52,6 +52,44 @@ def _once(values: list, text: str, option: str) -> list:
     return values
 
 
+def parse_widths(opts: Options) -> list[int]:
+    """lr-sweep's --d-model: a comma list of widths, each divisible by --heads; a list
+    takes each width's default FFN width (so --d-ff goes with one width only)."""
+    try:
+        out = [int(v) for v in str(opts.widths).split(",")]
+    except ValueError:
+        out = []
+    if not out or any(v < 1 for v in out):
+        raise typer.BadParameter(f"{opts.widths!r}: give a comma list of whole numbers >= 1",
+                                 param_hint="'--d-model'")  # fmt: skip
+    bad = [w for w in out if w % opts.n_heads]
+    if bad:
+        raise typer.BadParameter(f"{bad[0]} is not divisible by --heads {opts.n_heads}",
+                                 param_hint="'--d-model'")  # fmt: skip
+    if len(out) > 1 and opts.d_ff is not None:
+        raise typer.BadParameter("a list of widths takes each width's default FFN width; leave --d-ff out",
+                                 param_hint="'--d-ff'")  # fmt: skip
+    return _once(out, opts.widths, "--d-model")
+
+
+def rules_notes(opts: Options) -> list[str]:
+    """The terminal's lines on the optimizer rules each scheme trained with."""
+    import dataclasses
+
+    from ..model.param_rules import rules_summary
+
+    init = opts.init_config()
+    on = bool(opts.values.get("param_rules", True))
+    lines = [rules_summary(dataclasses.replace(init, recipe=name), on) for name in opts.inits]
+    return ["Optimizer rules (config.json: param_groups, per run):", *(f"  {x}" for x in lines)]
+
+
+def data_args(opts: Options) -> dict:
+    """The arguments of ``load_data`` (what a sweep's point reloads the data from)."""
+    return {"source": opts.data, "vocab": opts.vocab_size, "seq_len": opts.seq_len, "batch": opts.batch,
+            "seed": opts.seed, "eval_batches": opts.eval_batches, "markov_k": opts.markov_k}
+
+
 def train_config(opts: Options, lr: float, warmup: int) -> "TrainConfig":
     """The optimizer and schedule: the training options by field name, at this lr and warmup."""
     from ..experiments.training.train import TrainConfig
@@ -64,8 +102,7 @@ def data_for(opts: Options):
     for bytes and token files."""
     from ..experiments.training.data import load_data
 
-    return load_data(opts.data, vocab=opts.vocab_size, seq_len=opts.seq_len, batch=opts.batch, seed=opts.seed,
-                     eval_batches=opts.eval_batches, markov_k=opts.markov_k)  # fmt: skip
+    return load_data(**data_args(opts))
 
 
 def model_vocab(ctx: typer.Context, opts: Options, data) -> int:

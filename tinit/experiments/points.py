@@ -38,7 +38,7 @@ from .measure.grad_norms import require_gradients, run_grad_norms
 from .measure.variance import NOT_APPLICABLE as VARIANCE_NOT_APPLICABLE
 from .measure.variance import run_variance
 from .result import ExperimentResult, Progress
-from .training import coord_check
+from .training import coord_check, lr_sweep
 
 #: Frames of one point, by file stem.
 Frames = dict[str, pd.DataFrame]
@@ -205,7 +205,7 @@ def coord_check_plan(
     """``coord-check`` as one point per training run (scheme, norm position, depth,
     width, seed), in the single run's order; gathering is the single run's
     (:func:`tinit.experiments.training.coord_check.gather`: concatenate, then fit)."""
-    g = coord_check.make_grid(model, init, run, inits, norm_positions, widths, depths, seeds)
+    g = coord_check.make_grid(model, init, run, inits, norm_positions, widths, depths, seeds, d_ff)
     points = [
         Point(coord_check.coord_point,
               {"d": p["d_model"], "n_layers": p["n_layers"], "seed": p["seed"], "init": p["recipe"],
@@ -221,3 +221,37 @@ def coord_check_plan(
     extra = coord_check.grid_meta(g, coord, d_ff, init)
     meta = _grid_meta(big, init, run, configurations=list(g.configs), **extra)
     return Plan("coord-check", points, gather, meta, coord_check.NOT_APPLICABLE)
+
+
+def lr_sweep_plan(
+    model: ModelConfig, init: InitConfig, run: RunConfig, train, data_args: dict, floor: float | None,
+    schemes: Sequence[str], norm_positions: Sequence[str], depths: Sequence[int], seeds: Sequence[int],
+    lrs: Sequence[float], warmups: Sequence[int], widths: Sequence[int] | None = None,
+) -> Plan:  # fmt: skip
+    """``lr-sweep`` as one point per training run (scheme, norm position, depth, width,
+    lr, warmup, seed), in the single run's order; gathering concatenates the runs'
+    frames and derives the summary, optima and drifts as the single run does
+    (:func:`tinit.experiments.training.lr_sweep.gather_points`)."""
+    from .training.train import grid_specs
+
+    specs = grid_specs(model, init, schemes, norm_positions, depths, seeds, lrs, warmups, widths)
+    points = [
+        Point(lr_sweep.lr_sweep_point,
+              {"n_layers": s.model.n_layers, "d": s.model.d_model, "lr": f"{s.lr:g}", "warmup": s.warmup,
+               "seed": s.init.seed, "init": s.init.recipe, "norm_position": s.model.norm_position},
+              {"model": model, "init": init, "run": run, "train": train, "data_args": data_args, "spec": s})
+        for s in specs
+    ]  # fmt: skip
+    per_config = len(lrs) * len(seeds)
+
+    def gather(frames: dict[str, Frames]) -> Frames:
+        done = [frames[p.name] for p in points if p.name in frames]
+        return lr_sweep.gather_points(done, train, floor, per_config)
+
+    big = dataclasses.replace(model, n_layers=max(depths))
+    grid_of = {"schemes": list(schemes), "norm_positions": list(norm_positions), "depths": list(depths),
+               "widths": list(widths or [model.d_model]), "seeds": list(seeds), "lrs": list(lrs),
+               "warmups": list(warmups)}  # fmt: skip
+    meta = _grid_meta(big, init, run, train=dataclasses.asdict(train), data=data_args, grid=grid_of,
+                      lr_criterion=lr_sweep.LR_CRITERION)  # fmt: skip
+    return Plan("lr-sweep", points, gather, meta, lr_sweep.sweep_not_applicable(train, floor))

@@ -375,52 +375,69 @@ def plot_final_vs_depth(summary: pd.DataFrame, floor: float | None, title: str =
 def plot_lr_sweep(
     summary: pd.DataFrame, optima: pd.DataFrame, drift: pd.DataFrame, floor: float | None, title: str = ""
 ) -> Figure:
-    """Final loss against log2 peak lr, one curve per depth (panels per scheme, norm
-    position and warmup, each in its configuration's colour and marker; depths by line
-    style), the optimum starred; the fitted drift of log2 lr* with log2 L in the panel title."""
+    """Final loss against log2 peak lr, one curve per depth and width (panels per scheme,
+    norm position and warmup, each in its configuration's colour and marker; depths and
+    widths by line style), the optimum starred; the fitted drifts of log2 lr* with log2 L
+    and log2 d in the panel title (lr_transfer.png draws them)."""
     panels = list(summary.groupby(["init", "norm_position", "warmup"], sort=False))
-    depths = sorted(summary["n_layers"].unique())
-    fig, axes, key = _figure(len(depths) + 3, ncols=len(panels), row_height=3.0, ncol=4)
-    ls_of = {L: LINESTYLES[i % len(LINESTYLES)] for i, L in enumerate(depths)}
+    widths = "d_model" in summary.columns and summary["d_model"].nunique() > 1
+    shapes = sorted(set(zip(summary["n_layers"], summary["d_model"], strict=True)))
+
+    def name(L, d) -> str:
+        return f"L={L}, d={d}" if widths else f"L={L}"
+
+    fig, axes, key = _figure(len(shapes) + 3, ncols=len(panels), row_height=3.0, ncol=4)
+    ls_of = {s: LINESTYLES[i % len(LINESTYLES)] for i, s in enumerate(shapes)}
     configs = list(dict.fromkeys(zip(summary["init"], summary["norm_position"], strict=True)))
     notes = []
     for ax, ((init, pos, w), g) in zip(axes, panels, strict=True):
         st = config_style(str(init), str(pos), configs.index((init, pos)))
         series = {}
-        for i, L in enumerate(depths):
-            d = g[g["n_layers"] == L].sort_values("peak_lr")
-            series[f"L={L}"] = d["final_eval_loss_mean"].to_numpy()
+        for i, (L, dm) in enumerate(shapes):
+            d = g[(g["n_layers"] == L) & (g["d_model"] == dm)].sort_values("peak_lr")
+            if not len(d):
+                continue
+            series[name(L, dm)] = d["final_eval_loss_mean"].to_numpy()
             se = d["final_eval_loss_se"].fillna(0)
             ax.errorbar(np.log2(d["peak_lr"]), d["final_eval_loss_mean"], yerr=se, color=st["color"],
-                        marker=st["marker"], mfc="none", ls=ls_of[L], ms=nested_marker_size(i % 4), capsize=2,
-                        label=f"L={L}")  # fmt: skip
+                        marker=st["marker"], mfc="none", ls=ls_of[(L, dm)], ms=nested_marker_size(i % 4),
+                        capsize=2, label=name(L, dm))  # fmt: skip
             for _, r in d[d["diverged"] == d["seeds"]].iterrows():
                 ax.axvline(np.log2(r["peak_lr"]), color=st["color"], ls=":", lw=1)
             o = optima[(optima["init"] == init) & (optima["norm_position"] == pos) & (optima["n_layers"] == L)
                        & (optima["warmup"] == w)]  # fmt: skip
+            if "d_model" in optima.columns:
+                o = o[o["d_model"] == dm]
             if len(o) and np.isfinite(o["best_loss"].iloc[0]):
                 ax.plot(o["log2_lr_opt"], o["best_loss"], marker="*", ms=13, color=st["color"], mec="k",
                         ls="none")  # fmt: skip
         _floor(ax, floor)
         fit = drift[(drift["init"] == init) & (drift["norm_position"] == pos) & (drift["warmup"] == w)]
         sub = ""
-        if len(fit) and np.isfinite(fit["slope"].iloc[0]):
-            s, se = fit["slope"].iloc[0], fit["slope_se"].iloc[0]
-            s = round(float(s), 2) + 0.0  # never "-0.00"
-            sub = f"\nd log2 lr* / d log2 L = {s:+.2f}" + (f" ± {se:.2f}" if np.isfinite(se) else "")
+        for _, r in fit.head(2).iterrows():
+            if not np.isfinite(r["slope"]):
+                continue
+            axis = "axis" in r.index and r["axis"] == "width"
+            held = f" (L={int(r['n_layers'])})" if axis else (f" (d={int(r['d_model'])})" if widths else "")
+            s = round(float(r["slope"]), 2) + 0.0  # never "-0.00"
+            sub += (f"\nd log2 lr* / d log2 {'d' if axis else 'L'}{held} = {s:+.2f}"
+                    + (f" ± {r['slope_se']:.2f}" if np.isfinite(r["slope_se"]) else ""))  # fmt: skip
+        if len(fit) > 2:
+            sub += "\n(more in lr_drift.csv, lr_transfer.png)"
         ax.set_title(f"{config_label(str(init), str(pos))}, warmup {w}{sub}", fontsize=FONT)
         ax.set_xlabel("log2 peak learning rate")
         ax.set_ylabel("final held-out loss (nats)")
         notes.append(coincidence_note(coincidences(series, ax), f"{config_label(str(init), str(pos))}, "
                                       f"warmup {w}"))  # fmt: skip
-    handles = [Line2D([], [], color=NEUTRAL, ls=ls_of[L], marker="o", mfc="none", label=f"L={L}")
-               for L in depths]  # fmt: skip
+    handles = [Line2D([], [], color=NEUTRAL, ls=ls_of[s], marker="o", mfc="none", label=name(*s))
+               for s in shapes]  # fmt: skip
     handles.append(Line2D([], [], color=NEUTRAL, marker="*", ms=11, mec="k", ls="none", label="optimum lr*"))
     if (summary["diverged"] == summary["seeds"]).any():
         handles.append(Line2D([], [], color=NEUTRAL, ls=":", label="every seed diverged at this lr"))
     handles += [h for h in axes[0].get_legend_handles_labels()[0] if h.get_label().startswith("entropy")]
     _legend_rows(key, handles, ncol=4)
-    suptitle(fig, _title(summary.drop(columns=["n_layers", "peak_lr"]), title))
+    shown = ["n_layers", "peak_lr", *(["d_model", "d_ff"] if widths else [])]
+    suptitle(fig, _title(summary.drop(columns=shown), title))
     footnote(fig, notes)
     return fig
 

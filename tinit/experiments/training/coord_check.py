@@ -198,6 +198,7 @@ class CoordGrid:
 def make_grid(
     model: ModelConfig, init: InitConfig, run: RunConfig, inits: Sequence[str],
     norm_positions: Sequence[str] | None, widths: Sequence[int], depths: Sequence[int], seeds: int,
+    d_ff: int | None = None,
 ) -> CoordGrid:  # fmt: skip
     """The grid, checked before anything runs: every width a valid model (heads divide
     it, RoPE's head size even), every scheme defined at every depth and width.
@@ -211,6 +212,8 @@ def make_grid(
     for d in widths:
         cfg = dataclasses.replace(model, d_model=d, d_ff=None)  # raises ConfigError (n_heads, d_model)
         check_configs(cfg, init, run, configs, depths)
+    if d_ff is not None and len(widths) > 1:
+        raise ConfigError("d_ff", "a list of widths takes each width's default FFN width; leave --d-ff out")
     if seeds < 1:
         raise ConfigError("seeds", f"must be a whole number >= 1, got {seeds}")
     return CoordGrid(configs, tuple(widths), tuple(depths), tuple(init.seed + i for i in range(seeds)))
@@ -245,7 +248,7 @@ def run_coord_check(
 ) -> ExperimentResult:  # fmt: skip
     """Every point of the grid in order (:func:`coord_point`) under the run driver
     (time and resident memory per point, rows on disk after each), then the fit."""
-    g = make_grid(model, init, run, inits, norm_positions, widths, depths, seeds)
+    g = make_grid(model, init, run, inits, norm_positions, widths, depths, seeds, d_ff)
     device = resolve_device(run.device)
     points = g.points()
     big = dataclasses.replace(model, d_model=max(widths), n_layers=max(depths))

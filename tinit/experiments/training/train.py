@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch.optim.lr_scheduler import LambdaLR
 
 from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ...model.param_rules import describe_groups, optimizer_groups
 from ...model.params import count_params
 from ...model.transformer import Transformer
 from ..configs import check_configs
@@ -117,6 +118,8 @@ class TrainConfig:
     warmup: int = 30  # steps of linear warmup from lr/warmup to lr; 0: none
     min_lr_ratio: float = 0.1  # cosine decay ends at this fraction of the peak
     weight_decay: float = 0.1  # decoupled, on matrices only (norm gains and biases are not decayed)
+    eps: float = 1e-8  # AdamW's eps (torch's default)
+    param_rules: bool = True  # apply the scheme's optimizer rules (muP's lr / m, ...); False: one lr
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0  # max global gradient norm; 0: no clipping (the norm is still recorded)
@@ -135,8 +138,12 @@ class TrainConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ConfigError(name, f"must be a whole number >= 0, got {v!r}")
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ConfigError("lr", f"must be a positive number, got {self.lr!r}")
+        for name in ("lr", "eps"):
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0):
+                raise ConfigError(name, f"must be a positive number, got {v!r}")
+        if not isinstance(self.param_rules, bool):
+            raise ConfigError("param_rules", f"must be true or false, got {self.param_rules!r}")
         for name in ("min_lr_ratio", "weight_decay", "grad_clip", "diverge_margin"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
@@ -185,17 +192,14 @@ class Trainer:
         self.model, self.train, self.device = model, train, device
         self.forward = torch.compile(model) if train.compile else model
         self.params = [p for p in model.parameters() if p.requires_grad]
-        decay = [p for p in self.params if p.dim() >= 2]
-        no_decay = [p for p in self.params if p.dim() < 2]
-        groups = [
-            {"params": decay, "weight_decay": train.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ]
+        # per-group lr, decay and eps: the scheme's optimizer rules (tinit.model.param_rules)
+        groups = optimizer_groups(
+            model, lr=peak_lr, weight_decay=train.weight_decay, eps=train.eps, rules=train.param_rules
+        )
+        self.groups = describe_groups(groups)
+        self.peak_lr = peak_lr
         self.optimizer = torch.optim.AdamW(
-            [g for g in groups if g["params"]],
-            lr=peak_lr,
-            betas=(train.beta1, train.beta2),
-            fused=device.type == "cuda",
+            groups, lr=peak_lr, betas=(train.beta1, train.beta2), fused=device.type == "cuda"
         )
         self.schedule = LambdaLR(
             self.optimizer, lambda s: lr_factor(s, warmup, train.steps, train.min_lr_ratio)
@@ -213,7 +217,8 @@ class Trainer:
     def step(self, batch: torch.Tensor) -> tuple[float, float, float, list[float]]:
         """One optimizer step on ``batch``: (lr used, loss, grad norm before clipping,
         update ratios of the tracked matrices). A non-finite loss takes no step."""
-        lr = self.optimizer.param_groups[0]["lr"]
+        # the base lr of this step (each group's is its multiple of it)
+        lr = self.peak_lr * self.schedule.lr_lambdas[0](self.schedule.last_epoch)
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.loss(batch)
         loss.backward()
@@ -278,6 +283,7 @@ class RunRecord:
     ratios: list[dict]
     probes: list[pd.DataFrame]
     summary: dict
+    groups: list[dict]  # the optimizer's parameter groups (name, lr, weight_decay, eps, ...)
 
 
 def train_run(
@@ -366,7 +372,7 @@ def train_run(
     summary["model_flops_per_s"] = summary["tokens_per_s"] * per_token
     peak = peak_flops(device)
     summary["mfu"] = summary["model_flops_per_s"] / peak if peak else math.nan
-    return RunRecord(rows, ratios, probes, summary)
+    return RunRecord(rows, ratios, probes, summary, trainer.groups)
 
 
 def standard_error(values: Sequence[float]) -> float:
@@ -434,6 +440,7 @@ def run_specs(
         **(meta_extra or {}),
     )
     meta["seconds"] = {}
+    meta["param_groups"] = {}  # per run: every optimizer group's lr, weight decay and eps
 
     def frames() -> dict[str, pd.DataFrame]:
         def frame(rows, cols):
@@ -479,6 +486,7 @@ def run_specs(
         records.append(record)
         key = names[i] if names[i] not in meta["seconds"] else f"{names[i]} (run {i + 1})"
         meta["seconds"][key] = seconds
+        meta["param_groups"][key] = record.groups
 
     # no partial after the last run: the caller's result follows at once
     driver.each(enumerate(specs), measure, collect, label=lambda u: f"run {u[0] + 1}/{len(specs)}",
@@ -514,12 +522,17 @@ def grid_specs(
     seeds: Sequence[int],
     lrs: Sequence[float],
     warmups: Sequence[int],
+    widths: Sequence[int] | None = None,
 ) -> list[RunSpec]:
-    """schemes x norm positions x depths x lrs x warmups x seeds, seeds innermost. A
-    scheme is whatever ``InitConfig.recipe`` accepts: the run only passes it on."""
+    """schemes x norm positions x depths x widths x lrs x warmups x seeds, seeds
+    innermost. A scheme is whatever ``InitConfig.recipe`` accepts: the run only passes it
+    on. ``widths`` (d_model values; None: the model's) each take their default FFN width
+    (d_ff grows with d, as a width-transfer study needs)."""
     return [
         RunSpec(
-            dataclasses.replace(model, norm_position=pos, n_layers=L),
+            dataclasses.replace(model, norm_position=pos, n_layers=L)
+            if widths is None
+            else dataclasses.replace(model, norm_position=pos, n_layers=L, d_model=d, d_ff=None),
             dataclasses.replace(init, recipe=scheme, seed=seed),
             lr,
             warmup,
@@ -527,6 +540,7 @@ def grid_specs(
         for scheme in schemes
         for pos in norm_positions
         for L in depths
+        for d in (widths or [model.d_model])
         for lr in lrs
         for warmup in warmups
         for seed in seeds
@@ -640,8 +654,10 @@ def run_train(
     warmups: Sequence[int] | None = None,
     progress: Progress | None = None,
     on_partial: Partial | None = None,
+    widths: Sequence[int] | None = None,
 ) -> ExperimentResult:
-    """Train the grid schemes x norm positions x depths x lrs x warmups x seeds on ``data``.
+    """Train the grid schemes x norm positions x depths x widths x lrs x warmups x seeds
+    on ``data`` (``widths``: d_model values, each with its default d_ff; None: the model's).
 
     >>> from tinit.experiments.training.data import load_data
     >>> data = load_data("markov", vocab=64, seq_len=16, batch=8, seed=0)
@@ -658,6 +674,7 @@ def run_train(
         seeds,
         lrs or [train.lr],
         warmups if warmups is not None else [train.warmup],
+        widths,
     )
     return run_specs(
         specs,
@@ -670,6 +687,7 @@ def run_train(
                 "schemes": list(schemes),
                 "norm_positions": list(norm_positions),
                 "depths": list(depths),
+                "widths": list(widths or [model.d_model]),
                 "seeds": list(seeds),
                 "lrs": list(lrs or [train.lr]),
                 "warmups": list(warmups if warmups is not None else [train.warmup]),
