@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from test_sweep import free_port_pair, slurm_cluster  # noqa: F401 -- the session's SLURM cluster
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -67,7 +66,7 @@ def test_local_pool_gives_the_single_process_csvs(tmp_path, reference, monkeypat
     assert (out / "coord_check.png").is_file() and (out / "coord_check_depth.png").is_file()
 
 
-def test_slurm_gives_the_single_process_csvs(tmp_path, reference, slurm_cluster, monkeypatch):  # noqa: F811
+def test_slurm_gives_the_single_process_csvs(tmp_path, reference, slurm_cluster, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     out = tmp_path / "run"
     args = ["sweep", *ARGS, "--executor", "slurm", "--points-per-job", "4", "--time", "5", "--out", str(out)]

@@ -7,7 +7,6 @@ the sweep; --dry-run prints the sbatch script; bad sweep options are one-line er
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -148,45 +147,7 @@ def test_bad_sweep_options_are_one_line_errors(tmp_path, args, option):
 # --- against a real one-node SLURM ------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory):
-    """scripts/slurm-local-cluster.sh start ... stop, with SLURM_CONF set meanwhile."""
-    missing = [b for b in ("slurmctld", "slurmd", "munged", "sbatch") if shutil.which(b) is None]
-    if missing:
-        pytest.skip(f"SLURM not installed ({', '.join(missing)} missing): apt-get install -y slurm-wlm munge")
-    if os.geteuid() != 0:
-        pytest.skip("the one-node SLURM cluster needs root (slurmd runs jobs as their user)")
-    pytest.importorskip("submitit")
-    folder = Path(f"/tmp/tinit-slurm-test-{os.getpid()}")  # short: munge's socket path has a limit
-    script = [str(ROOT / "scripts" / "slurm-local-cluster.sh")]
-    env = {**os.environ, "TINIT_SLURM_PORT": str(free_port_pair())}
-    res = subprocess.run([*script, "start", str(folder)], capture_output=True, text=True, timeout=60, env=env)
-    assert res.returncode == 0, res.stdout + res.stderr
-    before = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = str(folder / "slurm.conf")
-    yield folder
-    subprocess.run([*script, "stop", str(folder)], capture_output=True, timeout=60)
-    if before is None:
-        os.environ.pop("SLURM_CONF", None)
-    else:
-        os.environ["SLURM_CONF"] = before
-    shutil.rmtree(folder, ignore_errors=True)
-
-
-def free_port_pair() -> int:
-    """A port p with p and p + 1 free (slurmctld's and slurmd's), so a test cluster
-    never meets another SLURM on this machine."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", p + 1))
-            return p
-        except OSError:
-            continue
-    raise RuntimeError("no two free consecutive ports")
+# (the one-node cluster, slurm_cluster, is conftest.py's: one per test process for every module)
 
 
 def test_slurm_array_cancel_one_task_then_resume(tmp_path, reference, slurm_cluster, monkeypatch):
