@@ -63,7 +63,8 @@ def test_registry_is_the_app():
     """The app's commands are the registry's, in its order (the order of `tinit --help`),
     and the sweepable ones pass a plan (depth-sweep first, its main use)."""
     assert list(get_command(app).commands) == [c.name for c in COMMANDS]
-    assert SWEEPABLE[0] == "depth-sweep" and set(SWEEPABLE) == {"depth-sweep", "variance", "grad-norms"}
+    assert SWEEPABLE[0] == "depth-sweep"
+    assert set(SWEEPABLE) == {"depth-sweep", "variance", "grad-norms", "lr-sweep"}
 
 
 @pytest.mark.parametrize(
