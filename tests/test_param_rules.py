@@ -163,3 +163,31 @@ def test_user_scheme_declares_rules():
 def test_user_scheme_bad_rules(table, msg):
     with pytest.raises(FormulaError, match=msg):
         parse_scheme({"name": "bad", "optimizer": table})
+
+
+def test_train_applies_and_records_the_rules(tmp_path):
+    """`tinit train --init mup` at m = 2: config.json's param_groups give the hidden
+    matrices lr / 2 and the embedding lr; --param-rules off gives one lr; the terminal
+    names the rules; a bad value is a one-line usage error."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from tinit.cli import app
+
+    runner = CliRunner()
+    base = ["train", "--init", "mup", "--pre-norm", "--base-width", "16", "--d-model", "32", "--heads", "2",
+            "--vocab", "16", "--seq-len", "8", "--batch", "2", "--layers", "1", "--steps", "2",
+            "--lr", "1e-2", "--probe-points", "0"]  # fmt: skip
+    for rules, hidden in (("on", 5e-3), ("off", 1e-2)):
+        out = tmp_path / rules
+        res = runner.invoke(app, [*base, "--param-rules", rules, "--out", str(out)])
+        assert res.exit_code == 0, res.output
+        (groups,) = json.loads((out / "config.json").read_text())["param_groups"].values()
+        g = {x["name"]: x for x in groups}
+        assert g["hidden_matrix"]["lr"] == pytest.approx(hidden)
+        assert g["embedding"]["lr"] == pytest.approx(1e-2)
+        assert g["hidden_matrix"]["weight_decay"] == pytest.approx(0.1 * (2 if rules == "on" else 1))
+        assert ("lr x (d0 / d)" in res.output) == (rules == "on"), res.output
+    res = runner.invoke(app, [*base, "--param-rules", "maybe", "--out", str(tmp_path / "bad")])
+    assert res.exit_code == 2 and "--param-rules" in res.output and "Traceback" not in res.output

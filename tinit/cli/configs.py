@@ -24,7 +24,7 @@ C = TypeVar("C")
 
 def default_threads() -> int:
     """torch's CPU threads when --threads is not given: $OMP_NUM_THREADS when set (a
-    whole number >= 1), else 1 (see the README's Performance section for why)."""
+    whole number >= 1), else 1 (see docs/performance.md, Threads, for why)."""
     try:
         n = int(os.environ.get("OMP_NUM_THREADS", ""))
     except ValueError:

@@ -218,8 +218,8 @@ Init = option(
     "whole catalogue; 'both' = naive,scaled. 'tinit inits' lists them.",
 )  # fmt: skip
 InitFile = option("init_file", Path | None, "--init-file", panel=INIT, show_default=False,
-                  help="A TOML file declaring your own scheme (per-role std formulas); see README. "
-                  "Runs alone unless --init names it (or 'all').")  # fmt: skip
+                  help="A TOML file declaring your own scheme (per-role std formulas); "
+                  "see docs/reference/inits.md. Runs alone unless --init names it (or 'all').")  # fmt: skip
 BaseWidth = option("base_width", int, "--base-width", help="Base width d0 of mup/completep/depth-mup.",
                    panel=INIT, min=1)  # fmt: skip
 BaseDepth = option("base_depth", int, "--base-depth", help="Base depth L0 of completep/depth-mup.",

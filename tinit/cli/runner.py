@@ -2,7 +2,7 @@
 folder, run the experiment under a progress bar writing rows as they are measured,
 write CSVs, plots and config.json, print the summary and the folder.
 
-What a run promises (README, "What a run promises"): the folder is claimed
+What a run promises (docs/run-folders.md, "What a run promises"): the folder is claimed
 exclusively before anything runs; config.json says ``"complete": false`` until every
 file is in place; each finished configuration is on disk before the next starts;
 SIGINT, SIGTERM and SIGHUP, out of memory and write failures all keep what was

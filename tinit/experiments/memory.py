@@ -8,7 +8,7 @@ what a fully built pass would hold with the free memory. For a forward without
 gradients that is the weights; for a backward it is far more: autograd keeps, for
 every block, the tensors its backward needs (the inputs of every linear layer, the
 norms' statistics, the FFN's hidden activations, the attention's softmax or its
-log-sum-exp), which at the README's default depth-sweep shape (d 256, 8 x 128 tokens)
+log-sum-exp), which at the default depth-sweep shape (d 256, 8 x 128 tokens)
 are eight times the block's weights. They can be counted by running one block on the
 ``meta`` device (shapes only, no memory, no arithmetic) under
 ``torch.autograd.graph.saved_tensors_hooks`` and adding up the distinct storages it

@@ -204,7 +204,8 @@ def drift_compare(drift: pd.DataFrame) -> pd.DataFrame:
 
 def analyse(summary: pd.DataFrame, runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """The sweep's own frames from ``summary`` and ``runs``: ``lr_optimum`` (of the
-    seed-mean curve), ``lr_optimum_seeds``, ``lr_drift`` and ``lr_drift_compare``."""
+    seed-mean curve), ``lr_optimum_seeds``, ``lr_drift`` and ``lr_drift_compare`` (the
+    last two only when they have rows: no empty CSV)."""
     seeds = lr_optima(runs, "final_eval_loss", seed=True)
     drift = lr_drift(seeds)
     out = {"lr_optimum": lr_optima(summary), "lr_optimum_seeds": seeds, "lr_drift": drift,
