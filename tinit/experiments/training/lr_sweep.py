@@ -170,7 +170,7 @@ def lr_drift(optima: pd.DataFrame) -> pd.DataFrame:
             row["note"] = ""
             if row["at_edge"]:
                 row["verdict"] = "not resolved"
-                row["note"] = f"{row['at_edge']} optima not bracketed: widen --lr"
+                row["note"] = f"{row['at_edge']} optima not bracketed (grid edge or a diverged neighbour)"
             elif not row["se_method"]:
                 row["note"] = "no standard error: give 2 seeds or 3 points"
             rows.append(row)
