@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from tinit.experiments.training.data import load_data
-from tinit.experiments.training.train import lr_factor
+from tinit.experiments.training.trainer import lr_factor
 from tinit.model.config import InitConfig, ModelConfig
 from tinit.model.param_rules import optimizer_groups
 from tinit.model.transformer import Transformer

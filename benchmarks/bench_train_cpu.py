@@ -29,7 +29,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tinit.experiments.training.data import load_data  # noqa: E402
-from tinit.experiments.training.train import TrainConfig, Trainer, lr_factor  # noqa: E402
+from tinit.experiments.training.trainer import TrainConfig, Trainer, lr_factor  # noqa: E402
 from tinit.model.config import InitConfig, ModelConfig  # noqa: E402
 from tinit.model.transformer import Transformer  # noqa: E402
 

@@ -17,7 +17,7 @@ from tinit.cli import app
 from tinit.cli.options import FIELDS, NEGATED, OPTION_OF
 from tinit.cli.registry import COMMANDS, SWEEPABLE
 from tinit.experiments.training.claims import ClaimsConfig
-from tinit.experiments.training.train import TrainConfig
+from tinit.experiments.training.trainer import TrainConfig
 from tinit.model.config import InitConfig, ModelConfig, RunConfig
 
 runner = CliRunner()

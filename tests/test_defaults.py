@@ -12,7 +12,7 @@ from tinit.cli import app
 from tinit.experiments.audit import audit
 from tinit.experiments.bench import norms
 from tinit.experiments.measure import attention_scale, check, depth_sweep, grad_norms, variance
-from tinit.experiments.training import claims, train
+from tinit.experiments.training import claims, trainer
 from tinit.experiments.training.data import load_data
 from tinit.model.catalogue import parse_init_list
 from tinit.model.config import InitConfig, ModelConfig, RunConfig
@@ -133,7 +133,7 @@ def test_check_defaults():
 def test_training_defaults():
     """`tinit train`'s optimizer options are TrainConfig's; the data options load_data's;
     `tinit claims`'s own options ClaimsConfig's (high_lr was 3e-2 there, 1.5e-2 here)."""
-    got, cfg = cli("train"), fields(train.TrainConfig)
+    got, cfg = cli("train"), fields(trainer.TrainConfig)
     for name in ("steps", "warmup", "min_lr_ratio", "weight_decay", "grad_clip", "eval_every",
                  "diverge_margin",
                  "probe_points", "compile"):  # fmt: skip

@@ -22,7 +22,8 @@ from tinit.cli import app
 from tinit.experiments.result import IncompleteRun, Stopped
 from tinit.experiments.training.data import load_data
 from tinit.experiments.training.lr_sweep import run_lr_sweep
-from tinit.experiments.training.train import RunSpec, TrainConfig, run_specs
+from tinit.experiments.training.train import run_specs
+from tinit.experiments.training.trainer import RunSpec, TrainConfig
 from tinit.model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 
 runner = CliRunner()

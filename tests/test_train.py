@@ -13,14 +13,14 @@ import torch
 import torch.nn.functional as F
 
 from tinit.experiments.training.data import load_data
-from tinit.experiments.training.train import (
+from tinit.experiments.training.train import run_train
+from tinit.experiments.training.trainer import (
     RATIO_COLUMNS,
     TrainConfig,
     Trainer,
     flops_per_token,
     lr_factor,
     probe_steps,
-    run_train,
 )
 from tinit.model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from tinit.model.transformer import Transformer

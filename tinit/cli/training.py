@@ -12,7 +12,7 @@ from .clickcompat import given
 from .configs import Options, configs_or_exit
 
 if TYPE_CHECKING:
-    from ..experiments.training.train import TrainConfig
+    from ..experiments.training.trainer import TrainConfig
 
 
 def floats(value: str, option: str) -> list[float]:
@@ -92,7 +92,7 @@ def data_args(opts: Options) -> dict:
 
 def train_config(opts: Options, lr: float, warmup: int) -> "TrainConfig":
     """The optimizer and schedule: the training options by field name, at this lr and warmup."""
-    from ..experiments.training.train import TrainConfig
+    from ..experiments.training.trainer import TrainConfig
 
     return opts.config(TrainConfig, lr=lr, warmup=warmup)
 

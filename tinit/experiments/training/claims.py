@@ -33,7 +33,8 @@ from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ..driver import extended
 from ..result import ExperimentResult, Partial, Progress
 from .data import TrainData
-from .train import RunSpec, TrainConfig, run_specs, standard_error
+from .train import run_specs, standard_error
+from .trainer import RunSpec, TrainConfig
 
 CLAIM_COLUMNS = [
     "claim",

@@ -33,15 +33,8 @@ from ..driver import extended
 from ..measure.verdicts import t_quantile
 from ..result import ExperimentResult, Partial, Progress
 from .data import TrainData, load_data
-from .train import (
-    SUMMARY_COLUMNS,
-    RunSpec,
-    TrainConfig,
-    not_applicable,
-    run_specs,
-    run_train,
-    summarize_runs,
-)
+from .train import SUMMARY_COLUMNS, not_applicable, run_specs, run_train, summarize_runs
+from .trainer import RunSpec, TrainConfig
 
 #: A configuration of the sweep, whose optimum is sought over the lr grid.
 OPT_KEYS = ["init", "norm_position", "n_layers", "d_model", "warmup"]
