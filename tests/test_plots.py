@@ -552,3 +552,26 @@ def test_depth_sweep_draws_each_schemes_closed_form_curve_from_the_theory_frame(
     text = " ".join(t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts())
     assert "closed form" in text
     assert not _lines(plot_depth_sweep(summary, fit, "t"), "closed:")  # no frame, no curves
+
+
+def test_claims_figure_resolves_differences_of_hundredths_of_a_nat():
+    """Final losses near the entropy floor differ by a few hundredths of a nat: the claims
+    figure's axis must span the data (a bar chart from 0 nats hid them), and every seed's
+    loss must be drawn where it was measured."""
+    from tinit.results.plot_train import plot_claims
+
+    losses = {"a": (0.851, 0.853), "b": (0.871, 0.902)}
+    runs = pd.DataFrame(
+        [
+            {"configuration": name, "init": "scaled", "norm_position": "pre", "seed": s, "diverged": False,
+             "initial_eval_loss": 4.1, "final_eval_loss": loss}
+            for name, pair in losses.items() for s, loss in enumerate(pair)
+        ]
+    )  # fmt: skip
+    fig = plot_claims(runs, floor=0.826)
+    FigureCanvasAgg(fig).draw()
+    (ax,) = [a for a in fig.axes if a.get_title() == "Final loss per claim configuration"]
+    lo, hi = ax.get_xlim()
+    assert lo > 0.8 and hi < 0.95  # the floor and the data, not 0..1
+    drawn = sorted(float(x) for line in ax.lines for x in line.get_xdata() if line.get_marker() == "s")
+    assert drawn == pytest.approx(sorted(v for pair in losses.values() for v in pair))

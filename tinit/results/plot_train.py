@@ -446,17 +446,19 @@ def plot_lr_sweep(
 def plot_claims(runs: pd.DataFrame, floor: float | None, title: str = "") -> Figure:
     """Final held-out loss of every claim configuration: one open marker per seed in the
     configuration's colour and marker (a diverged seed as a black cross at its initial
-    loss), the mean as a translucent bar; seeds on top of each other are named."""
+    loss), the mean as a vertical tick; seeds on top of each other are named. A dot plot,
+    not bars: bars would have to start at 0 nats, where differences of a few hundredths
+    between losses near the entropy floor cannot be seen; the axis spans the data."""
     names = list(dict.fromkeys(runs["configuration"]))
     n_configs = len(set(zip(runs["init"], runs["norm_position"], strict=True)))
-    fig, (ax,), key = _figure(n_configs + 2, row_height=0.4 * len(names) + 1.0, ncol=2)
+    fig, (ax,), key = _figure(n_configs + 3, row_height=0.4 * len(names) + 1.0, ncol=2)
     notes = []
     for i, n in enumerate(names):
         g = runs[runs["configuration"] == n]
         st = config_style(str(g["init"].iloc[0]), str(g["norm_position"].iloc[0]))
         div = g["diverged"].astype(bool).to_numpy()
         score = np.where(div, g["initial_eval_loss"], g["final_eval_loss"]).astype(float)
-        ax.barh(i, score.mean(), color=st["color"], alpha=0.25)
+        ax.plot([score.mean()], [i], ls="none", marker="|", color=st["color"], ms=16, mew=2.5, alpha=0.6)
         ax.plot(score[~div], np.full((~div).sum(), i), ls="none", marker=st["marker"], mfc="none",
                 color=st["color"], ms=6, mew=1.3)  # fmt: skip
         ax.plot(score[div], np.full(div.sum(), i), "x", color="k", ms=8, mew=2)
@@ -471,8 +473,7 @@ def plot_claims(runs: pd.DataFrame, floor: float | None, title: str = "") -> Fig
             seeds = sorted({int(ok["seed"].iloc[j]) for c in close for j in (c, c + 1)})
             notes.append(f"{n}: seeds {', '.join(map(str, seeds))} overlap near {x[close[0]]:.3g} nats")
     ax.set_yticks(range(len(names)), names, fontsize=FONT)
-    ax.invert_yaxis()
-    ax.set_xlabel("final held-out loss (nats); bar: mean over seeds")
+    ax.set_xlabel("final held-out loss (nats); tick: mean over seeds")
     pairs = zip(runs["init"].astype(str), runs["norm_position"].astype(str), strict=True)
     handles = []
     for i, p in dict.fromkeys(pairs):
@@ -482,8 +483,11 @@ def plot_claims(runs: pd.DataFrame, floor: float | None, title: str = "") -> Fig
     if runs["diverged"].astype(bool).any():  # no legend entry for a mark not drawn
         handles.append(Line2D([], [], color="k", marker="x", mew=2, ls="none",
                               label="diverged seed (initial loss)"))  # fmt: skip
+    handles.append(Line2D([], [], color="0.35", marker="|", ms=12, mew=2.5, ls="none",
+                          label="mean over seeds"))  # fmt: skip
     handles += [h for h in ax.get_legend_handles_labels()[0] if h.get_label().startswith("entropy")]
     _legend_rows(key, handles, ncol=2)
+    ax.set_ylim(len(names) - 0.5, -0.5)  # the configurations top to bottom, as listed
     ax.set_title("Final loss per claim configuration")
     ax.grid(True, axis="x", alpha=0.3)
     suptitle(fig, title)
