@@ -8,6 +8,7 @@ import typer
 
 from . import options as opt
 from .configs import Options, configs_or_exit
+from .training import parse_widths
 
 CHECK = "Coordinate check"
 
@@ -94,11 +95,11 @@ def coord_check(
     opts = Options(locals())
     from ..experiments.measure.depth_sweep import parse_layers
     from ..experiments.points import coord_check_plan
-    from ..experiments.training.coord_check import CoordConfig, make_grid, parse_widths, run_coord_check
+    from ..experiments.training.coord_check import CoordConfig, make_grid, run_coord_check
     from ..experiments.training.coord_fit import summary
     from .runner import Outputs, execute
 
-    widths = configs_or_exit(lambda: parse_widths(opts.widths))
+    widths = parse_widths(opts)
     depths = configs_or_exit(lambda: parse_layers(layers))
     model, init_cfg, run, coord = configs_or_exit(
         lambda: (

@@ -53,15 +53,12 @@ def _once(values: list, text: str, option: str) -> list:
 
 
 def parse_widths(opts: Options) -> list[int]:
-    """lr-sweep's --d-model: a comma list of widths, each divisible by --heads; a list
-    takes each width's default FFN width (so --d-ff goes with one width only)."""
-    try:
-        out = [int(v) for v in str(opts.widths).split(",")]
-    except ValueError:
-        out = []
-    if not out or any(v < 1 for v in out):
-        raise typer.BadParameter(f"{opts.widths!r}: give a comma list of whole numbers >= 1",
-                                 param_hint="'--d-model'")  # fmt: skip
+    """lr-sweep's and coord-check's --d-model: the width axis (the library's parser), each
+    width divisible by --heads; a list takes each width's default FFN width (so --d-ff
+    goes with one width only)."""
+    from ..experiments.configs import parse_widths as width_axis
+
+    out = configs_or_exit(lambda: width_axis(opts.widths))
     bad = [w for w in out if w % opts.n_heads]
     if bad:
         raise typer.BadParameter(f"{bad[0]} is not divisible by --heads {opts.n_heads}",
@@ -69,7 +66,7 @@ def parse_widths(opts: Options) -> list[int]:
     if len(out) > 1 and opts.d_ff is not None:
         raise typer.BadParameter("a list of widths takes each width's default FFN width; leave --d-ff out",
                                  param_hint="'--d-ff'")  # fmt: skip
-    return _once(out, opts.widths, "--d-model")
+    return out
 
 
 def rules_notes(opts: Options) -> list[str]:

@@ -1,11 +1,12 @@
 """The configurations of a run: the (init scheme, norm position) grid in its fixed
-order, the model and init of one configuration, and the check, before anything runs,
-that every scheme of the grid is defined at every layer of every depth."""
+order, the model and init of one configuration, the check, before anything runs, that
+every scheme of the grid is defined at every layer of every depth, and the list of
+widths of a width axis (coord-check, lr-sweep)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from ..model.catalogue import placements_for
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
@@ -78,3 +79,26 @@ def check_configs(
                 if ini.scheme.name in CATALOGUE:
                     raise ConfigError("recipe", str(exc)) from None
                 raise ConfigError("init_file", f"{ini.scheme.sources[0]}: {exc}") from None
+
+
+def parse_widths(spec: str | int | Sequence[int]) -> list[int]:
+    """The widths of a width axis (coord-check, lr-sweep), ascending, from a comma list
+    (``64,128,256``) or ints; each a whole number >= 1, once. A ConfigError naming ``d_model`` otherwise."""
+    items = [spec] if isinstance(spec, int) and not isinstance(spec, bool) else spec
+    parts = [p.strip() for p in items.split(",")] if isinstance(items, str) else list(items)
+    how = "give a comma list of whole numbers >= 1 (64,128,256,512)"
+    out = []
+    for p in parts:
+        try:
+            v = int(p) if not isinstance(p, bool) else -1
+        except (TypeError, ValueError):
+            v = -1
+        if v < 1 or (isinstance(p, float) and p != v):
+            raise ConfigError("d_model", f"{p!r} is not a width; {how}")
+        out.append(v)
+    if not out:
+        raise ConfigError("d_model", f"no widths given; {how}")
+    repeated = sorted({v for v in out if out.count(v) > 1})
+    if repeated:
+        raise ConfigError("d_model", f"{', '.join(map(str, repeated))} is given twice; give each width once")
+    return sorted(out)

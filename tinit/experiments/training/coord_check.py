@@ -74,29 +74,6 @@ class CoordConfig:
             raise ConfigError("lr", f"must be a positive number, got {self.lr!r}")
 
 
-def parse_widths(spec: str | int | Sequence[int]) -> list[int]:
-    """The widths of a check, ascending, from a comma list (``64,128,256``) or ints;
-    each a whole number >= 1, once. A ConfigError naming ``d_model`` otherwise."""
-    items = [spec] if isinstance(spec, int) and not isinstance(spec, bool) else spec
-    parts = [p.strip() for p in items.split(",")] if isinstance(items, str) else list(items)
-    how = "give a comma list of whole numbers >= 1 (64,128,256,512)"
-    out = []
-    for p in parts:
-        try:
-            v = int(p) if not isinstance(p, bool) else -1
-        except (TypeError, ValueError):
-            v = -1
-        if v < 1 or (isinstance(p, float) and p != v):
-            raise ConfigError("d_model", f"{p!r} is not a width; {how}")
-        out.append(v)
-    if not out:
-        raise ConfigError("d_model", f"no widths given; {how}")
-    repeated = sorted({v for v in out if out.count(v) > 1})
-    if repeated:
-        raise ConfigError("d_model", f"{', '.join(map(str, repeated))} is given twice; give each width once")
-    return sorted(out)
-
-
 def coord_optimizer(model: Transformer, init: InitConfig, coord: CoordConfig) -> torch.optim.Optimizer:
     """AdamW with the scheme's optimizer rules (:func:`tinit.model.param_rules.optimizer_groups`:
     muP's lr / m on hidden matrices as mup's MuAdam, CompleteP's depth rules, ...), or one

@@ -30,6 +30,7 @@ import torch
 from ...criteria import LR_CRITERION, LR_DRIFT_TOL, LR_LEVEL, LR_RESOLVE_TOL
 from ...model.config import InitConfig, ModelConfig, RunConfig
 from ..driver import extended
+from ..measure.depth_fits import fit_line
 from ..measure.verdicts import t_quantile
 from ..result import ExperimentResult, Partial, Progress
 from .data import TrainData, load_data
@@ -92,16 +93,6 @@ def lr_optima(summary: pd.DataFrame, loss: str = "final_eval_loss_mean", seed: b
     return pd.DataFrame(rows, columns=[*keys, *_FOUND])
 
 
-def _fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
-    """Least-squares (slope, intercept, residual SE of the slope; NaN below 3 points)."""
-    slope, intercept = np.polyfit(x, y, 1)
-    se = math.nan
-    if len(x) >= 3:
-        resid = y - (slope * x + intercept)
-        se = math.sqrt(resid @ resid / (len(x) - 2) / ((x - x.mean()) @ (x - x.mean())))
-    return float(slope), float(intercept), se
-
-
 def verdict(slope: float, low: float, high: float) -> str:
     """transfers / drifts / not resolved, by :data:`tinit.criteria.LR_CRITERION`."""
     if not (math.isfinite(low) and math.isfinite(high)):
@@ -121,20 +112,20 @@ def _drift_row(g: pd.DataFrame, along: str) -> dict:
     for _, s in seeds:
         x, y = np.log2(s[along].to_numpy(float)), s["log2_lr_opt"].to_numpy(float)
         if len(np.unique(x)) >= 2:
-            fits.append(_fit(x, y))
+            fits.append(fit_line(x, y))
     nan = math.nan
     out = {"points": ",".join(str(int(v)) for v in sorted(g[along].unique())), "seeds": len(fits),
            "slope": nan, "slope_se": nan, "se_method": "", "dof": nan, "ci_low": nan, "ci_high": nan,
            "at_edge": int((~g["interior"].astype(bool)).sum()), "intercept": nan}  # fmt: skip
     if not fits:
         return out
-    slopes = np.array([f[0] for f in fits])
-    out["slope"], out["intercept"] = float(slopes.mean()), float(np.mean([f[1] for f in fits]))
+    slopes = np.array([f["slope"] for f in fits])
+    out["slope"], out["intercept"] = float(slopes.mean()), float(np.mean([f["intercept"] for f in fits]))
     if len(fits) >= 2:
         out.update(slope_se=float(slopes.std(ddof=1) / math.sqrt(len(fits))), se_method="seeds",
                    dof=len(fits) - 1)  # fmt: skip
-    elif math.isfinite(fits[0][2]):
-        out.update(slope_se=fits[0][2], se_method="regression", dof=len(g) - 2)
+    elif math.isfinite(fits[0]["slope_se"]):
+        out.update(slope_se=fits[0]["slope_se"], se_method="regression", dof=len(g) - 2)
     if out["se_method"]:
         half = t_quantile(1 - LR_LEVEL, int(out["dof"])) * out["slope_se"]
         out["ci_low"], out["ci_high"] = out["slope"] - half, out["slope"] + half
