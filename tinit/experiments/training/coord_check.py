@@ -91,7 +91,7 @@ class RMSProbe:
         self.keys: list[tuple[int, str]] = []
         self.values: list[torch.Tensor] = []
 
-    def _add(self, layer: int, quantity: str, t: torch.Tensor) -> None:
+    def add(self, layer: int, quantity: str, t: torch.Tensor) -> None:
         with torch.no_grad():
             x = t.detach().float()
             self.keys.append((layer, quantity))
@@ -99,11 +99,11 @@ class RMSProbe:
 
     def __call__(self, k, layer, sublayer, stream_in, branch, stream_out, normed=None) -> None:
         if k == 0:
-            self._add(-1, "embed", stream_out)
+            self.add(-1, "embed", stream_out)
             return
-        self._add(layer, sublayer, branch)
+        self.add(layer, sublayer, branch)
         if sublayer == "ffn":  # the block's output: after the norm that follows the sum (post)
-            self._add(layer, "stream", stream_out if normed is None else normed)
+            self.add(layer, "stream", stream_out if normed is None else normed)
 
     def rows(self) -> list[tuple[int, str, float]]:
         values = torch.stack(self.values).cpu().tolist() if self.values else []
@@ -142,7 +142,7 @@ def coord_point(
             last = step == coord.steps
             with torch.set_grad_enabled(not last):  # the last record needs no update after it
                 logits = net(batch[:, :-1], probe)
-                probe._add(n_layers, "logits", logits)
+                probe.add(n_layers, "logits", logits)
                 rows += [{**labels, "step": step, "layer": layer, "quantity": q, "rms": v}
                          for layer, q, v in probe.rows()]  # fmt: skip
                 if not last:
