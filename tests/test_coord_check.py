@@ -133,6 +133,24 @@ def test_empty_cells_and_non_finite_values():
     assert next(x for x in summary(fit) if x["axis"] == "width")["verdict"] == "width-unstable"
 
 
+def test_a_seed_a_stopped_run_did_not_reach_is_left_out_not_flagged():
+    """A run stopped before seed 2's widest point: the fit uses the seeds measured at every
+    width (their exponents' mean and spread, the closed form), writes no nan and counts
+    two seeds; a measured nan in a seed that has every point is still written nan."""
+    jitter = (-0.05, 0.0, 0.08)
+    rows = synthetic({"attn": 0.5}, jitter=jitter)
+    stopped = rows[~((rows["seed"] == 2) & (rows["d_model"] == 512))]
+    fit = fit_coord_check(stopped)
+    r = fit[(fit["axis"] == "width") & (fit["step"] == 0)].iloc[0]
+    assert r["slope"] == pytest.approx(0.5 + np.mean(jitter[:2]), abs=1e-12)
+    assert r["slope_se"] == pytest.approx(np.std(jitter[:2], ddof=1) / math.sqrt(2), rel=1e-9)
+    assert r["seeds"] == 2 and r["points"] == 4
+    csv = format_frame(fit, NOT_APPLICABLE["coord_check_fit"])
+    assert not (csv == "nan").any().any()
+    stopped.loc[(stopped["seed"] == 0) & (stopped["d_model"] == 128), "rms"] = math.nan
+    assert math.isnan(fit_coord_check(stopped).query("axis == 'width' and step == 0")["slope"].iloc[0])
+
+
 def test_probe_rms_is_the_root_mean_square():
     p = RMSProbe()
     x = torch.randn(2, 5, 8)

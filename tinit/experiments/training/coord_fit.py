@@ -79,11 +79,16 @@ def excess(quantity: str, slope: float, tol: float = COORD_SLOPE_TOL) -> float:
 
 
 def _log_rms(group: pd.DataFrame, x_col: str) -> tuple[np.ndarray, np.ndarray]:
-    """(x values, seeds x points array of the mean over layers of log2 RMS)."""
+    """(x values, seeds x points array of the mean over layers of log2 RMS), over the
+    seeds measured at every point: a seed a stopped run did not reach at some point is
+    left out (it is not measured there, which is not a non-finite measurement), while a
+    measured nan or inf stays and makes that seed's slope NaN (flagged)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         logs = group.assign(log_rms=np.log2(group["rms"].to_numpy(dtype=np.float64)))
-    table = logs.groupby(["seed", x_col], sort=True)["log_rms"].mean().unstack(x_col)
-    return table.columns.to_numpy(dtype=np.float64), table.to_numpy(dtype=np.float64)
+    by = logs.groupby(["seed", x_col], sort=True)["log_rms"]
+    table, seen = by.mean().unstack(x_col), by.size().unstack(x_col)
+    whole = seen.notna().all(axis=1).to_numpy()
+    return table.columns.to_numpy(dtype=np.float64), table.to_numpy(dtype=np.float64)[whole]
 
 
 def fit_axis(rows: pd.DataFrame, axis: str, tol: float = COORD_SLOPE_TOL) -> list[dict]:
@@ -96,14 +101,17 @@ def fit_axis(rows: pd.DataFrame, axis: str, tol: float = COORD_SLOPE_TOL) -> lis
         xs = sorted(g[x_col].unique())
         rms = g["rms"].to_numpy(dtype=np.float64)
         slope = se = math.nan
+        seeds = 0
         ok = len(xs) >= 2 and not (rms == 0).all()
         if ok:
             x, y = _log_rms(g, x_col)
+            seeds, ok = len(y), len(y) > 0
             slope, se = slope_over_seeds(np.log2(x), y)
         row = {
             "init": init, "norm_position": pos, "axis": axis, "n_layers": math.nan, "d_model": math.nan,
             "step": int(step), "quantity": quantity, "x_min": int(xs[0]), "x_max": int(xs[-1]),
-            "points": len(xs), "seeds": int(g["seed"].nunique()), "slope": slope, "slope_se": se,
+            "points": len(xs), "seeds": seeds if ok else int(g["seed"].nunique()),
+            "slope": slope, "slope_se": se,
             "tolerance": tol, "criterion": "slope <= tol" if quantity in COORD_O1 else "|slope| <= tol",
             "within": within(quantity, slope, tol) if ok else None, "verdict": None,
             "_fitted": ok,
