@@ -104,3 +104,33 @@ def test_the_figures_cover_the_example():
     assert shapes == {("A", "256", "true"), ("B", "384", "false"), ("C", "384", "true")}
     embed = {r["shape"]: float(r["formula_std"]) for r in ROWS if r["role"] == "embed"}
     assert embed["C"] == pytest.approx(math.sqrt(384 / 256), rel=1e-5)
+
+
+def test_coord_check_is_width_stable(tmp_path):
+    """mup's README coordinate check, at a size a test affords (widths 64..256, L = 2, 3
+    Adam steps at lr 0.01, 2 seeds) with the example's untied head and LayerNorm: the
+    untied readout is zero, so the logits are exactly 0 at step 0; the embedding is
+    N(0, 1) at every width (RMS slope 0); and every slope stays within the criterion's
+    0.25 at every step: width-stable (tinit's `mup` at sigma = 0.02 is not, at the
+    default sizes: docs/reference/coord-check.md)."""
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from tinit.cli import app
+
+    out = tmp_path / "run"
+    args = ["coord-check", "--init", "mup-example", "--untie", "--norm", "layernorm",
+            "--d-model", "64,128,256", "--layers", "2", "--steps", "3", "--seeds", "2",
+            "--out", str(out), "-q"]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    rows = pd.read_csv(out / "coord_check.csv")
+    logits0 = rows[(rows["step"] == 0) & (rows["quantity"] == "logits")]
+    assert len(logits0) and (logits0["rms"] == 0).all()
+    fit = pd.read_csv(out / "coord_check_fit.csv")
+    w = fit[fit["axis"] == "width"]
+    assert set(w["norm_position"]) == {"post"}  # the example's placement, presumed by the scheme
+    embed0 = w[(w["step"] == 0) & (w["quantity"] == "embed")]["slope"]
+    assert abs(float(embed0.iloc[0])) < 0.05
+    assert (w["slope"].dropna().abs() <= 0.25).all(), w[["step", "quantity", "slope"]]
+    assert w["verdict"].dropna().tolist() == ["width-stable"]
