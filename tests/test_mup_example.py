@@ -1,6 +1,7 @@
 """`mup-example` against microsoft/mup's examples/Transformer as it runs.
 
-``tests/data/upstream-shapes/mup-example.csv`` holds every weight's std, measured from
+``tests/data/upstream-shapes/mup-example.csv`` (and ``tests/data/mup-example-C.csv``) hold
+every weight's std, measured from
 mup's own code (mup@1981497: examples/Transformer/model.py's TransformerModel with
 main.py's defaults, then ``set_base_shapes`` against the example's base shapes, d0 =
 256), at three shapes: A (4 layers, d 256, tied), B (6 layers, d 384, untied) and C (B
@@ -29,12 +30,18 @@ import torch
 from tinit.model.config import InitConfig, ModelConfig
 from tinit.model.transformer import Transformer
 
-CSV = Path(__file__).parent / "data" / "upstream-shapes" / "mup-example.csv"
+DATA = Path(__file__).parent / "data"
+#: A and B with the other schemes' upstream figures; C (B tied) on its own, since the
+#: upstream-shapes folder holds the two shapes every scheme shares (test_upstream_shapes_data.py)
+CSVS = (DATA / "upstream-shapes" / "mup-example.csv", DATA / "mup-example-C.csv")
 
 
 def _rows() -> list[dict]:
-    with open(CSV, newline="") as f:
-        return list(csv.DictReader(f))
+    rows = []
+    for path in CSVS:
+        with open(path, newline="") as f:
+            rows += list(csv.DictReader(f))
+    return rows
 
 
 ROWS = _rows()
@@ -84,11 +91,11 @@ def test_every_weight_has_upstreams_std(shape):
         w = weights[_key(r)]
         what = (shape, *_key(r))
         n = w.numel()
-        if r["distribution"] == "zero":
+        if r["distribution"] == "zeros":
             assert torch.all(w == 0), what
             assert float(r["std"]) == 0 and float(r["absmax"]) == 0, what
-        elif r["distribution"] == "const":
-            assert torch.all(w == float(r["mean"])), what
+        elif r["distribution"] == "ones":
+            assert torch.all(w == 1) and float(r["mean"]) == 1, what
         else:
             assert r["distribution"] == "normal", what
             std = float(w.std(unbiased=False))
@@ -134,3 +141,27 @@ def test_coord_check_is_width_stable(tmp_path):
     assert abs(float(embed0.iloc[0])) < 0.05
     assert (w["slope"].dropna().abs() <= 0.25).all(), w[["step", "quantity", "slope"]]
     assert w["verdict"].dropna().tolist() == ["width-stable"]
+
+
+def test_the_structure_the_scheme_presumes_is_the_examples():
+    """What the scheme itself sets (placement, its own FFN and width, the attention scale,
+    the logit multiplier) against the structure measured from the example's code
+    (``mup-example.features.csv``)."""
+    from tinit.model.catalogue import get_scheme
+    from tinit.model.schemes import environment, evaluate, ffn_of
+
+    s = get_scheme("mup-example")
+    feats: dict[tuple[str, str], str] = {}
+    for path in CSVS:
+        with open(path.with_name(path.stem + ".features.csv"), newline="") as f:
+            feats |= {(r["shape"], r["feature"]): r["value"] for r in csv.DictReader(f)}
+    for shape in SHAPES:
+        first = next(r for r in ROWS if r["shape"] == shape)
+        cfg = ModelConfig(n_layers=int(first["n_layers"]), d_model=int(first["d_model"]),
+                          n_heads=int(first["n_heads"]), vocab_size=int(first["vocab"]))  # fmt: skip
+        env = environment(cfg, InitConfig(recipe="mup-example"), -1)
+        assert s.placement == feats[shape, "placement"] == "post"
+        assert ffn_of(cfg, s) == (feats[shape, "ffn"], int(feats[shape, "d_ff"]))
+        assert evaluate(s.attn_scale, env, "") == pytest.approx(float(feats[shape, "attn_scale"]), rel=1e-5)
+        assert evaluate(s.logit_mult, env, "") == pytest.approx(float(feats[shape, "logit_mult"]), rel=1e-5)
+        assert feats[shape, "bias"] == "false" and feats[shape, "norm"] == "layernorm"  # --no bias; --norm
