@@ -92,7 +92,7 @@ def test_rules_off_gives_one_lr_for_the_same_init():
 
 def test_only_the_parametrizations_declare_rules():
     declared = {n for n, s in CATALOGUE.items() if s.param_rules is not None}
-    assert declared == {"mup", "completep", "depth-mup", "megatron-mup"}
+    assert declared == {"mup", "mup-example", "completep", "depth-mup", "megatron-mup"}
     for n in declared:
         assert CATALOGUE[n].param_rules.upstream
 

@@ -87,6 +87,14 @@ def expected(scheme: str, role: str, l: int, fan_in: int, fan_out: int):  # noqa
         if scheme == "mup" and role in ("q", "head"):  # q zero; the untied readout zero (the example)
             return ("zero", 0.0, None)
         return ("normal", s if emb or role == "head" else s / math.sqrt(m), None)
+    if scheme == "mup-example":  # mup@1981497 examples/Transformer/model.py with main.py's defaults
+        if role == "embed":
+            return ("normal", 1.0, None)  # nn.Embedding's N(0, 1), untied (CFG)
+        if role == "pos":
+            return ("normal", s, None)  # no learned table upstream (fixed sinusoids): tinit's naive rule
+        if role in ("q", "head"):
+            return ("zero", 0.0, None)  # in_proj_weight[:d] zero; init_weights zeroes the untied readout
+        return ("normal", 1 / math.sqrt(D), None)  # init_method_normal((init_var / d_model) ** 0.5)
     if scheme == "megatron-mup":
         if emb or role == "head":
             return ("normal", s, None)
@@ -177,9 +185,9 @@ def test_every_role_and_layer_matches_the_source_formula(scheme):
         if dist == "uniform":
             b = math.sqrt(3) * std
             assert b * 0.97 < w.abs().max().item() <= b + 1e-12, name  # flat up to the edge, no tail
-    # nanochat builds its relu^2 MLP (up, down: no gate) whatever --ffn says
+    # nanochat builds its relu^2 MLP, mup-example its ReLU FFN (up, down: no gate) whatever --ffn says
     want = {"q", "k", "v", "o", "gate", "up", "down", "embed", "head", "pos"}
-    want -= {"gate"} if scheme == "nanochat" else set()
+    want -= {"gate"} if scheme in ("nanochat", "mup-example") else set()
     assert want <= checked
 
 

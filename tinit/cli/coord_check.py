@@ -84,7 +84,8 @@ def coord_check(
     (depth-stable) when the log-log slope of every quantity's RMS against width (depth)
     is within 0.25 of 0 at every step (the logits: at most 0.25, they may vanish).
     Placement: --norm-position (or --pre-norm/--post-norm) when given, else each scheme's
-    own, pre-norm for those that presume none (mup's and CompleteP's models are pre-norm).
+    own (mup-example: post-norm, as mup's Transformer example), pre-norm for those that
+    presume none (tinit's mup, CompleteP).
 
     Writes coord_check.csv (one row per scheme, width, depth, seed, step, layer,
     quantity), coord_check_fit.csv (slopes against width and depth per scheme, step and
@@ -151,10 +152,13 @@ def coord_check(
 
 def coord_title(opts: Options, model, widths, depths, seeds: int, lr: float, rules: str,
                 steps: int) -> str:  # fmt: skip
-    """What every figure and the table say the run was."""
+    """What every figure and the table say the run was (a scheme that builds its own FFN
+    is named beside --ffn)."""
+    init = opts.init_config()
+    own = [f"{n}: {s.ffn}" for n in opts.inits if (s := init.lookup(n)).ffn is not None]
     parts = [
         f"L={','.join(map(str, depths))}", f"d={','.join(map(str, widths))}", f"heads={model.n_heads}",
-        model.norm, model.ffn, f"sigma={opts.sigma}",
+        model.norm, model.ffn + (f" ({'; '.join(own)})" if own else ""), f"sigma={opts.sigma}",
         *([] if opts.embed_std is None else [f"embed std {opts.embed_std:g}"]),
         f"{'tied' if model.tie_embeddings else 'untied'} head", f"{seeds} seed{'s' if seeds > 1 else ''}",
         f"Adam lr {lr:g} (rules {rules})", f"{steps} step{'s' if steps > 1 else ''}",

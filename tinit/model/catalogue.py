@@ -21,6 +21,7 @@ TORCHSCALE = "microsoft/torchscale@4d1e0e8"
 OLMO_CORE = "allenai/OLMo-core@fa6c5014c src/olmo_core/nn/transformer/init.py"
 MEGATRON = "NVIDIA/Megatron-LM@d98e8a64dd"
 NANOCHAT = "karpathy/nanochat@92d63d4 nanochat/gpt.py"
+MUP = "microsoft/mup@1981497"
 
 _SMALL = "sqrt(2 / (5 * d))"
 _XAVIER = "sqrt(2 / (fan_in + fan_out))"
@@ -373,10 +374,12 @@ _DEPTH = [
 _WIDTH = [
     scheme(
         "mup",
-        "muP relative to base width d0 (m = d/d0): hidden matrices sigma/sqrt(m), embeddings unchanged, "
-        "q zero, untied readout zero (the Transformer example zero-initialises MuReadout), logits x 1/m, "
-        "attention q.k/d_h; optimizer rules (MuAdamW): hidden matrices lr / m, weight decay x m. With a tied "
-        "head the readout is the embedding.",
+        "muP as the mup library applies it to a model at tinit's sigma (m = d/d0): every hidden matrix "
+        "mup.init.normal_(std=sigma) (sigma at the base width d0, sigma/sqrt(m) at d), embeddings unchanged "
+        "(vector-like), q zero and an untied readout zero (mup's README: MuReadout(readout_zero_init=True)), "
+        "logits x 1/m (MuReadout), attention q.k/d_h; optimizer rules (MuAdamW): hidden matrices lr / m, "
+        "weight decay x m. With a tied head the readout is the embedding at sigma_emb (no sqrt(m) rescale). "
+        "Not mup's Transformer example's constants: that is mup-example.",
         ["Yang et al. 2022 (Tensor Programs V)"],
         {
             **_all(rule(_MUP_HIDDEN), ("k", "v", "o", "gate", "up", "down")),
@@ -384,9 +387,10 @@ _WIDTH = [
             "head": rule(0, "zero"),
         },
         upstream=[
-            "microsoft/mup@1981497 examples/Transformer/model.py (MultiheadAttention._reset_parameters, "
-            "TransformerModel.init_weights)",
-            "microsoft/mup@1981497 mup/layer.py (MuReadout)",
+            f"{MUP} mup/init.py (normal_: std x width_mult^-1/2 for a matrix with two infinite dimensions)",
+            f"{MUP} mup/layer.py (MuReadout: readout_zero_init, x output_mult / width_mult)",
+            f"{MUP} mup/optim.py (MuAdamW)",
+            f"{MUP} README.md (Coord Check: zero readout and query at init)",
         ],
         logit_mult="d0 / d",
         attn_scale="1 / d_h",
@@ -439,6 +443,40 @@ _WIDTH = [
         depth_factor=("1 / (2 * L)", "1 / (2 * L)"),
         closed_form="v0 + s^2",
         param_rules=MEGATRON_MUP_RULES,
+    ),
+    scheme(
+        "mup-example",
+        "microsoft/mup's examples/Transformer as it runs (main.py defaults: init_var 1, d0 = 256, "
+        "MuAdam): k, v, o, up, down N(0, init_var/d), 1/sqrt(d) at every width (sigma is not used); q "
+        "zero; embedding N(0, 1) (nn.Embedding's default); untied readout zero (init_weights); tied, "
+        "set_base_shapes rescales the shared matrix (MuSharedReadout) to N(0, d/d0); logits x 1/m; "
+        "q.k/d_h; optimizer rules MuAdam's. Its model: post-norm LayerNorm blocks (torch's "
+        "TransformerEncoder, no final norm), a ReLU FFN of width d, no biases but LayerNorm's, untied by "
+        "default. Not modelled: its fixed sinusoidal positions (tinit runs --positions), its dropout 0.2, "
+        "and its layers being copies of one layer at init (TransformerEncoder deep-copies it; tinit "
+        "draws each layer).",
+        ["Yang et al. 2022 (Tensor Programs V)", "microsoft/mup examples/Transformer"],
+        {
+            "embed": rule(1),
+            **_all(rule("1 / sqrt(d)"), ("k", "v", "o", "up", "down")),
+            "q": rule(0, "zero"),
+            "head": rule(0, "zero"),
+        },
+        upstream=[
+            f"{MUP} examples/Transformer/model.py (MultiheadAttention._reset_parameters, "
+            "TransformerEncoderLayer.reset_parameters, TransformerModel.__init__, init_weights)",
+            f"{MUP} examples/Transformer/main.py (argument defaults, coord_check, --save_base_shapes)",
+            f"{MUP} mup/layer.py (MuReadout, MuSharedReadout, _rescale_parameters)",
+            f"{MUP} mup/shape.py (set_base_shapes)",
+        ],
+        tied_embed=rule("sqrt(d / d0)"),
+        logit_mult="d0 / d",
+        attn_scale="1 / d_h",
+        ffn="relu",
+        d_ff="d",
+        placement="post",
+        closed_form="v0 + 2L s^2",
+        param_rules=MUP_RULES,
     ),
     scheme(
         "scaled-embed",
@@ -601,7 +639,7 @@ ORDER = (
     "naive", "gpt2", "megatron", "depth-init", "small-wang", "mitchell", "full-megatron", "olmo2", "deepnet",
     "t-fixup", "rezero", "zero-out", "nanochat", "mup", "completep", "depth-mup", "gemma", "scaled-embed",
     "deepnet-torchscale", "magneto", "megatron-mup", "olmo-llama", "olmo-llama-depth", "olmo-fan-in",
-    "olmo-normalized", "gemma2", "gemma3",
+    "olmo-normalized", "gemma2", "gemma3", "mup-example",
 )  # fmt: skip
 _BY_NAME = {s.name: s for s in (*_BASE, *_DEPTH, *_WIDTH, *_OLMO_CORE, *_GEMMA)}
 CATALOGUE_LIST = [_BY_NAME[n] for n in ORDER]

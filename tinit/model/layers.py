@@ -141,6 +141,7 @@ ACTIVATIONS = {
     "geglu": lambda x: F.gelu(x, approximate="tanh"),  # Gemma's gelu_pytorch_tanh
     "gelu": F.gelu,  # Vaswani et al. 2017, with GELU
     "relu2": lambda x: F.relu(x).square(),  # nanochat's MLP
+    "relu": F.relu,  # Vaswani et al. 2017 (a scheme's own FFN only: microsoft/mup's example)
 }
 
 
@@ -165,8 +166,8 @@ class GatedFFN(nn.Module):
 
 
 class PlainFFN(nn.Module):
-    """Two-matrix FFN: W_2 act(W_1 x), act GELU (Vaswani et al. 2017) or relu^2
-    (nanochat); W_1 has role up. With ``subln`` a norm over d_ff before W_2."""
+    """Two-matrix FFN: W_2 act(W_1 x), act GELU (Vaswani et al. 2017), relu^2
+    (nanochat) or ReLU (mup's example); W_1 has role up. With ``subln`` a norm over d_ff before W_2."""
 
     def __init__(self, cfg: ModelConfig, kind: str = "gelu", d_ff: int | None = None, device=None,
                  dtype=None, subln: bool = False, norm_offset: float = 0.0):  # fmt: skip

@@ -43,8 +43,9 @@ DISTRIBUTIONS = ("normal", "trunc", "uniform", "zero", "const")
 MATRIX_ROLES = ("embed", "pos", "q", "k", "v", "o", "gate", "up", "down", "head")
 ROLES = MATRIX_ROLES + ("norm", "bias", "gain")
 #: FFNs a scheme's codebase may run (its own, built whatever --ffn says): GeGLU
-#: (Gemma: gelu-tanh gate) and relu^2 (nanochat: W_down relu(W_up x)^2).
-SCHEME_FFNS = ("geglu", "relu2")
+#: (Gemma: gelu-tanh gate), relu^2 (nanochat: W_down relu(W_up x)^2) and ReLU
+#: (microsoft/mup's Transformer example: torch's TransformerEncoderLayer FFN).
+SCHEME_FFNS = ("geglu", "relu2", "relu")
 #: What a truncation bound may use: the rule's variables and the role's own std.
 _BOUND_VARS = (*VARIABLES, "std")
 

@@ -73,6 +73,7 @@ SCHEME_COLORS = (
     "#637939", "#8c6d31", "#843c39", "#7b4173", "#5254a3", "#b5cf6b", "#e7969c", "#de9ed6", "#000000",
     # the schemes added from their upstream code (deepnet-torchscale ... gemma3)
     "#6b6ecf", "#cedb9c", "#a55194", "#c49c94", "#dbdb8d", "#9edae5", "#756bb1", "#636363", "#bd9e39",
+    "#ce6dbd",  # mup-example
 )  # fmt: skip
 #: Markers of the schemes of a placement without a marker of its own (pre, post).
 SCHEME_MARKERS = ("o", "s", "^", "v", "<", ">", "p", "h", "*", "d")
