@@ -29,7 +29,6 @@ depth, seed); its numbers depend on that point alone, so a sweep gathers the sam
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from ...model.catalogue import placements_for
-from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ...model.config import MAX_SEEDS, ConfigError, InitConfig, ModelConfig, RunConfig, check_count, check_lr
 from ...model.param_rules import optimizer_groups, rules_summary
 from ...model.transformer import Transformer
 from ..configs import check_configs, grid
@@ -70,8 +69,7 @@ class CoordConfig:
     def __post_init__(self) -> None:
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
             raise ConfigError("steps", f"must be a whole number >= 1, got {self.steps!r}")
-        if not (isinstance(self.lr, int | float) and math.isfinite(self.lr) and self.lr > 0):
-            raise ConfigError("lr", f"must be a positive number, got {self.lr!r}")
+        check_lr("lr", self.lr)
 
 
 def coord_optimizer(model: Transformer, init: InitConfig, coord: CoordConfig) -> torch.optim.Optimizer:
@@ -191,8 +189,7 @@ def make_grid(
         check_configs(cfg, init, run, configs, depths)
     if d_ff is not None and len(widths) > 1:
         raise ConfigError("d_ff", "a list of widths takes each width's default FFN width; leave --d-ff out")
-    if seeds < 1:
-        raise ConfigError("seeds", f"must be a whole number >= 1, got {seeds}")
+    check_count("seeds", seeds, MAX_SEEDS)
     return CoordGrid(configs, tuple(widths), tuple(depths), tuple(init.seed + i for i in range(seeds)))
 
 
