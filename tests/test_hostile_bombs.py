@@ -109,8 +109,6 @@ def _cases(f: dict[str, str], out: Path) -> list[tuple[str, list[str], str, dict
         ("lr-inf", ["train", *M, "--lr", "inf", *quick], "--lr", None),
         # an optimizer multiplier of 1e300 from a TOML scheme, checked at the run's shape
         ("mult-train", ["train", *M, "--layers", "1", "--init-file", f["lr"], *quick], "--init-file", None),
-        ("mult-coord", ["coord-check", *M, "--d-model", "32", "--layers", "1", "--seeds", "1", "--steps", "1",
-                        "--init-file", f["lr"]], "--init-file", None),  # fmt: skip
     ]
     if HAS_HF:
         sets = ("n_embd=32", "n_head=2", "vocab_size=64", "n_positions=32")
