@@ -22,20 +22,20 @@ def claims(
                           show_default=True)
     ] = 24,
     seeds: Annotated[
-        int, typer.Option("--seeds", min=2, rich_help_panel=TRAIN, show_default=True,
+        int, typer.Option("--seeds", min=2, max=opt.MAX_SEEDS, rich_help_panel=TRAIN, show_default=True,
                           help="Seeds per configuration (>= 2: each verdict needs a standard error).")
     ] = 5,
     lr: Annotated[
-        float, typer.Option("--lr", help="Ordinary peak lr.", callback=opt.positive, rich_help_panel=TRAIN,
-                            show_default=True)
+        float, typer.Option("--lr", help="Ordinary peak lr.", callback=opt.learning_rate,
+                            rich_help_panel=TRAIN, show_default=True)
     ] = 1e-2,
     warmup: Annotated[
         int, typer.Option("--warmup", min=0, rich_help_panel=TRAIN, show_default=True,
                           help="Ordinary warmup steps (and the unstable setting's comparison).")
     ] = 50,
     high_lr: Annotated[
-        float, typer.Option("--high-lr", help="The deliberately unstable peak lr.", callback=opt.positive,
-                            rich_help_panel=TRAIN, show_default=True)
+        float, typer.Option("--high-lr", help="The deliberately unstable peak lr.",
+                            callback=opt.learning_rate, rich_help_panel=TRAIN, show_default=True)
     ] = 1.5e-2,
     tol: Annotated[
         float, typer.Option("--tol", callback=opt.positive, rich_help_panel=TRAIN, show_default=True,

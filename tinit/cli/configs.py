@@ -32,8 +32,24 @@ def default_threads() -> int:
     return n if n >= 1 else 1
 
 
+def max_threads() -> int:
+    """The most CPU threads a run takes: 4 per CPU (more only wait for each other, and
+    tens of thousands crash OpenMP as it starts them)."""
+    return 4 * (os.cpu_count() or 1)
+
+
 def set_threads(n: int | None) -> int:
-    """Set torch's intra-op CPU threads (``None``: :func:`default_threads`); returns it."""
+    """Set torch's intra-op CPU threads (``None``: :func:`default_threads`); returns it.
+    More than :func:`max_threads` (given, or from $OMP_NUM_THREADS) is a usage error
+    naming --threads."""
+    most = max_threads()
+    if n is not None and n > most:
+        raise typer.BadParameter(f"{n} is more than {most} (4 per CPU, {most // 4} CPUs here): give 1 to "
+                                 f"{most}", param_hint="'--threads'")  # fmt: skip
+    if n is None and default_threads() > most:
+        raise typer.BadParameter(f"$OMP_NUM_THREADS={default_threads()} is more than {most} (4 per CPU, "
+                                 f"{most // 4} CPUs here): set it, or give --threads, from 1 to {most}",
+                                 param_hint="'--threads'")  # fmt: skip
     import torch
 
     n = default_threads() if n is None else n

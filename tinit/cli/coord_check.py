@@ -21,7 +21,8 @@ def coord_check(
     widths: opt.Widths = "64,128,256,512",
     layers: opt.Depths = "2,8",
     seeds: Annotated[
-        int, _opt("--seeds", help="Seeds per (scheme, width, depth): --seed, --seed+1, ...", min=1)
+        int, _opt("--seeds", help="Seeds per (scheme, width, depth): --seed, --seed+1, ...", min=1,
+             max=opt.MAX_SEEDS)
     ] = 3,
     steps: Annotated[
         int, _opt("--steps", help="Optimizer steps; the RMS is recorded at steps 0..N.", min=1)
@@ -31,7 +32,7 @@ def coord_check(
         _opt(
             "--lr",
             help="Constant Adam learning rate (the scheme's rules scale it per group).",
-            callback=opt.positive,
+            callback=opt.learning_rate,
         ),
     ] = 1e-2,
     param_rules: Annotated[

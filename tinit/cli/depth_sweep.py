@@ -20,6 +20,7 @@ def depth_sweep(
             "--seeds",
             help="Independent seeds per depth (weights and tokens re-drawn): --seed, --seed+1, ...",
             min=1,
+            max=opt.MAX_SEEDS,
             rich_help_panel=SWEEP,
             show_default=True,
         ),

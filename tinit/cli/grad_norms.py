@@ -18,6 +18,7 @@ def grad_norms(
             "--batches",
             help="Average the gradients over N seeded batches before taking norms.",
             min=1,
+            max=opt.MAX_BATCHES,
             rich_help_panel=GRADIENTS,
         ),
     ] = 1,

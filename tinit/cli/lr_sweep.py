@@ -15,7 +15,8 @@ def lr_sweep(
     ctx: typer.Context,
     layers: opt.Depths = "2,4,8",
     seeds: Annotated[
-        int, typer.Option("--seeds", help="Seeds per configuration.", min=1, rich_help_panel=TRAIN,
+        int, typer.Option("--seeds", help="Seeds per configuration.", min=1, max=opt.MAX_SEEDS,
+                          rich_help_panel=TRAIN,
                           show_default=True)
     ] = 1,
     lr: Annotated[

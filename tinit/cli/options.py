@@ -22,7 +22,18 @@ import typer
 
 from ..model.catalogue import names as scheme_names
 from ..model.catalogue import parse_init_list
-from ..model.config import AttentionKind, BranchKind, DTypeName, FfnKind, NormKind, PositionsKind
+from ..model.config import (  # noqa: F401 -- the commands' bounds, as opt.MAX_*
+    LR_WHY,
+    MAX_BATCHES,
+    MAX_LR,
+    MAX_SEEDS,
+    AttentionKind,
+    BranchKind,
+    DTypeName,
+    FfnKind,
+    NormKind,
+    PositionsKind,
+)
 from ..model.placements import PLACEMENTS
 from ..model.presets import PRESETS, Preset
 from ..results.formats import FORMATS
@@ -97,6 +108,13 @@ def _formats(value: str) -> list[str]:
 def positive(value: float | None) -> float | None:
     if value is not None and not (math.isfinite(value) and value > 0):
         raise typer.BadParameter(f"{value} is not a positive number")
+    return value
+
+
+def learning_rate(value: float) -> float:
+    """A learning rate: a positive number up to MAX_LR (tinit.model.config says why)."""
+    if not (math.isfinite(value) and 0 < value <= MAX_LR):
+        raise typer.BadParameter(f"{value} is not a number > 0 and <= {MAX_LR:g} ({LR_WHY})")
     return value
 
 

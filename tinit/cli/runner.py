@@ -311,7 +311,8 @@ def _finish(
         raise typer.Exit(1)
     console = Console()
     if not opts.quiet and not stopped_writing:
-        print_tables(console, outputs.tables(result))
+        if result.frames:  # (a run that failed before its first row has no table to print)
+            print_tables(console, outputs.tables(result))
         for note in outputs.notes:
             console.print(note)
         cost = cost_line(result.meta)

@@ -20,7 +20,7 @@ def train(
             "--seeds",
             help="Seeds per configuration: --seed, --seed+1, ... (init and "
             "batch order re-drawn; the data stays that of --seed).",
-            min=1, rich_help_panel=TRAIN, show_default=True,
+            min=1, max=opt.MAX_SEEDS, rich_help_panel=TRAIN, show_default=True,
         ),
     ] = 1,
     lr: Annotated[str, typer.Option("--lr", help="Peak learning rates, a comma list.", metavar="1e-2,...",

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from ..model.config import ConfigError
+from ..model.config import LR_WHY, MAX_LR, ConfigError
 from .clickcompat import given
 from .configs import Options, configs_or_exit
 
@@ -15,15 +15,16 @@ if TYPE_CHECKING:
     from ..experiments.training.trainer import TrainConfig
 
 
-def floats(value: str, option: str) -> list[float]:
-    """A comma list of positive numbers, each once."""
+def floats(value: str, option: str, most: float = math.inf, why: str = "") -> list[float]:
+    """A comma list of positive numbers up to ``most``, each once."""
     try:
         out = [float(v) for v in str(value).split(",")]
     except ValueError:
         out = []
-    if not out or not all(math.isfinite(v) and v > 0 for v in out):
+    if not out or not all(math.isfinite(v) and 0 < v <= most for v in out):
+        upto = f" <= {most:g}{why}" if math.isfinite(most) else ""
         raise typer.BadParameter(
-            f"{value!r}: give a comma list of positive numbers", param_hint=f"'{option}'"
+            f"{value!r}: give a comma list of positive numbers{upto}", param_hint=f"'{option}'"
         )
     return _once(out, value, option)
 
@@ -122,7 +123,8 @@ def grid(ctx: typer.Context, opts: Options):
     data and the runs' title."""
     from ..experiments.measure.depth_sweep import parse_layers
 
-    lrs, warmups = floats(opts.lr, "--lr"), ints(opts.warmup, "--warmup")
+    lrs = floats(opts.lr, "--lr", MAX_LR, f" ({LR_WHY})")
+    warmups = ints(opts.warmup, "--warmup")
     depths = configs_or_exit(lambda: parse_layers(opts.layers))
 
     def build():

@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..model.config import InitConfig, ModelConfig, RunConfig
+from ..model.config import MAX_SEEDS, InitConfig, ModelConfig, RunConfig, check_count
 from .configs import check_configs, grid
 from .measure.depth_sweep import (
     SWEEP_COLUMNS,
@@ -125,6 +125,7 @@ def depth_sweep_plan(
 ) -> Plan:  # fmt: skip
     """``depth-sweep`` as one point per (L, seed, init, norm position); gathering is
     :func:`tinit.experiments.measure.depth_sweep.assemble` over every point's rows."""
+    check_count("seeds", seeds, MAX_SEEDS)
     ref = transfer_reference(depths, transfer_from)
     if grads:
         require_gradients(model, run)

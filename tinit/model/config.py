@@ -29,6 +29,22 @@ DTypeName = Literal["float32", "bfloat16", "float64"]
 GATED_FFNS = ("swiglu", "geglu")
 
 
+#: The most seeds a command runs per configuration. A mean over n seeds has a standard
+#: error of sd/sqrt(n): 10,000 seeds put it at 1% of one seed's spread, finer than any
+#: verdict tinit draws (each seed is a whole run, so more only costs time); and the
+#: seed list, recorded in config.json, stays small.
+MAX_SEEDS = 10_000
+#: The largest learning rate a command takes. Adam moves every weight by about lr per
+#: step, so any lr above ~1 already diverges (recorded as such, which is worth studying);
+#: far beyond, the step overflows float32 (torch converts lr / (1 - beta1) to it) and the
+#: run ends in an internal error instead of a divergence.
+MAX_LR = 1e4
+LR_WHY = "Adam moves each weight by about lr a step: above ~1 a run diverges"
+#: The most batches grad-norms averages its gradients over: the average's noise falls as
+#: 1/sqrt(N), 1% of one batch's at 10,000; each batch's data seed is recorded in config.json.
+MAX_BATCHES = 10_000
+
+
 class ConfigError(ValueError):
     """An invalid configuration value. ``field`` names the offending config field."""
 
@@ -67,6 +83,19 @@ def _check_bool(name: str, value: Any, optional: bool = False) -> None:
 def _check_positive_int(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(name, f"must be a whole number >= 1, got {value!r}")
+
+
+def check_count(name: str, value: Any, most: int, least: int = 1, why: str = "") -> None:
+    """A whole number in ``least..most``, checked before anything is built from it (a
+    list of ``value`` items is never made first)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+        raise ConfigError(name, f"must be a whole number from {least} to {most:,}{why}, got {value!r}")
+
+
+def check_lr(name: str, value: Any) -> None:
+    """A learning rate: a finite number in (0, MAX_LR]."""
+    if not (_is_real(value) and math.isfinite(value) and 0 < value <= MAX_LR):
+        raise ConfigError(name, f"must be a number > 0 and <= {MAX_LR:g} ({LR_WHY}), got {value!r}")
 
 
 def swiglu_hidden(d_model: int, multiple_of: int = 64) -> int:

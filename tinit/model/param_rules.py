@@ -26,9 +26,10 @@ rule multiplies it.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from .config import InitConfig
+from .config import ConfigError, InitConfig
 from .schemes import PARAM_GROUPS, GroupRule, ParamRules, environment, evaluate
 
 
@@ -85,9 +86,30 @@ def optimizer_groups(
         m_lr, m_wd, m_eps = mult[group]
         matrices = group in ("embedding", "hidden_matrix", "readout")
         decay = weight_decay * m_wd if matrices else 0.0
-        out.append({"params": params[group], "name": group, "lr": lr * m_lr, "weight_decay": decay,
-                    "eps": eps * m_eps})  # fmt: skip
+        g = {"params": params[group], "name": group, "lr": lr * m_lr, "weight_decay": decay,
+             "eps": eps * m_eps}  # fmt: skip
+        _check_group(g, init)
+        out.append(g)
     return out
+
+
+#: The largest learning rate, lr x weight decay and eps an optimizer group may get: torch
+#: converts Adam's step, lr / (1 - beta1) = 10 lr at the first step, and these to float32
+#: (at most 3.4e38); beyond, the step raises an overflow error instead of diverging.
+MAX_GROUP_VALUE = 1e30
+
+
+def _check_group(g: dict[str, Any], init: InitConfig) -> None:
+    """A group's lr, lr x weight decay and eps are finite numbers in [0, MAX_GROUP_VALUE]
+    (a rule's multiplier at this model's shape may make them huge, negative or NaN). A
+    ConfigError names --init-file for the user's scheme, else --lr."""
+    values = {"lr": g["lr"], "lr x weight decay": g["lr"] * g["weight_decay"], "eps": g["eps"]}
+    for what, v in values.items():
+        if not (math.isfinite(v) and 0 <= v <= MAX_GROUP_VALUE):
+            user = any(s.name == init.recipe for s in init.schemes)
+            raise ConfigError("init_file" if user else "lr",
+                              f"{init.recipe}'s optimizer rules give the {g['name']} group {what} = {v:g} at "
+                              f"this model's shape: not a number from 0 to {MAX_GROUP_VALUE:g}")  # fmt: skip
 
 
 def describe_groups(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:

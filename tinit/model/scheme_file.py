@@ -34,8 +34,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import tomllib
-
+from ..userfile import UserFileError, load_toml
 from .catalogue import check_user_scheme
 from .formula import VARIABLES, Formula, FormulaError
 from .placements import PLACEMENTS
@@ -176,12 +175,8 @@ def load_scheme(path: str | Path) -> Scheme:
     """Read, parse and check the scheme of the TOML file ``path``. Raises FormulaError
     (the file cannot be read, is not TOML, or declares a bad scheme)."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise FormulaError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FormulaError(f"{path}: cannot read it ({exc})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise FormulaError(f"{path}: not valid TOML ({exc})") from None
+    try:  # (a regular file of at most 1 MiB, nested at most 32 levels: tinit.userfile)
+        data = load_toml(path)
+    except UserFileError as exc:
+        raise FormulaError(str(exc)) from None
     return parse_scheme(data, path)

@@ -89,6 +89,28 @@ def stop_helpers(tracker: bool = True) -> None:
                 pass
 
 
+def start_tracker() -> None:
+    """Start multiprocessing's resource tracker now, with SIGHUP blocked in it. A closed
+    terminal sends SIGHUP to the whole process group; the tracker ignores SIGINT and
+    SIGTERM but died of SIGHUP, and the one multiprocessing then relaunched printed a
+    traceback for every semaphore it had never seen. The sweep itself still gets the
+    signal (it is blocked only while the tracker is spawned, and delivered after), and
+    the tracker exits with the sweep (its pipe closes; :func:`stop_helpers`)."""
+    from multiprocessing import resource_tracker
+
+    block = getattr(signal, "pthread_sigmask", None)
+    hup = getattr(signal, "SIGHUP", None)
+    if block is None or hup is None or threading.current_thread() is not threading.main_thread():
+        resource_tracker.ensure_running()
+        return
+    before = block(signal.SIG_BLOCK, {hup})
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        if hup not in before:
+            block(signal.SIG_UNBLOCK, {hup})
+
+
 _STOP_REGISTERED = False
 
 
@@ -162,6 +184,7 @@ class LocalExecutor:
         """Start the workers (at most one per point) now: forked workers must be made
         before any other thread of this process exists (a progress bar's)."""
         if self._pools is None:
+            start_tracker()
             self._pools = [self._new_pool(k, self.fork) for k in range(max(1, min(self.workers, points)))]
 
     def run(

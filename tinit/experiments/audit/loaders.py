@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import math
 import os
 import re
 import sys
@@ -30,14 +31,23 @@ import torch
 from torch import nn
 
 from ...model.config import ConfigError
+from ...userfile import MAX_DEPTH, UserFileError, depth_problem, load_json
 from ..result import is_run_failure
 
 HF_INSTALL = "pip install -e '.[hf]' (or pip install 'transformers>=5')"
 
 
+#: The most layers an audited Hugging Face config may declare. Counting a model's
+#: parameters on the meta device (before anything is allocated) costs ~55 KiB and ~10 ms
+#: of Python objects per layer, and building it as much again: 1,000 layers is a minute
+#: of the audit, and eight times the deepest published decoders (~130 layers).
+MAX_HF_LAYERS = 1000
+
+
 def parse_set(items: list[str]) -> dict[str, Any]:
     """``key=value`` pairs; a value is JSON when it parses (numbers, true/false/null,
-    lists), else a string."""
+    lists), else a string. A number that is not finite (NaN, Infinity, 1e400) and a value
+    nested deeper than :data:`tinit.userfile.MAX_DEPTH` are refused, naming ``--set``."""
     out = {}
     for item in items:
         key, sep, raw = item.partition("=")
@@ -46,10 +56,48 @@ def parse_set(items: list[str]) -> dict[str, Any]:
         low = raw.strip()
         try:
             value = json.loads(low)
+        except RecursionError:
+            raise ConfigError("--set", f"{key.strip()}: nested deeper than {MAX_DEPTH} levels") from None
         except ValueError:
             value = {"none": None, "true": True, "false": False}.get(low.lower(), low)
+        why = json_problem(value)
+        if why:
+            raise ConfigError("--set", f"{key.strip()}={low[:40]}: {why}")
         out[key.strip()] = value
     return out
+
+
+def json_problem(value: Any) -> str | None:
+    """What makes a parsed JSON value unusable as a config value, or None: nesting deeper
+    than :data:`tinit.userfile.MAX_DEPTH`, or a number that is not finite (JSON's NaN,
+    Infinity, or 1e400, which parses as inf; transformers checks few of its fields)."""
+    why = depth_problem(value)
+    if why:
+        return why
+    todo: list[tuple[str, Any]] = [("", value)]
+    while todo:
+        where, v = todo.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            return f"{where + ': ' if where else ''}{v} is not a finite number"
+        if isinstance(v, dict):
+            todo += [(where or str(k), x) for k, x in v.items()]
+        elif isinstance(v, list):
+            todo += [(where, x) for x in v]
+    return None
+
+
+def _check_depth(model_type: str, cls, kw: dict[str, Any], sets: dict[str, Any], spec: str) -> None:
+    """The config's layer count at most :data:`MAX_HF_LAYERS`, before the config is made
+    (some make a list per layer) and the model counted on the meta device."""
+    amap = getattr(cls, "attribute_map", {}) or {}
+    real = amap.get("num_hidden_layers", "num_hidden_layers")
+    layers = kw.get(real)
+    if isinstance(layers, int) and not isinstance(layers, bool) and layers > MAX_HF_LAYERS:
+        given = [k for k in sets if amap.get(k, k) == real]
+        option = "--set" if given else "--hf"
+        where = f"{given[0]}={layers}" if given else f"{spec}: {real} = {layers}"
+        raise ConfigError(option, f"{where}: at most {MAX_HF_LAYERS} layers (counting a {model_type} model "
+                          "costs ~10 ms and 55 KiB a layer before any weight exists)")  # fmt: skip
 
 
 def _transformers():
@@ -71,13 +119,15 @@ def hf_config(spec: str, sets: dict[str, Any]):
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     path = Path(spec)
-    if spec.endswith(".json") or path.is_file():
-        if not path.is_file():
-            raise ConfigError("--hf", f"no such config file {spec!r}")
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise ConfigError("--hf", f"cannot read {spec} as JSON: {exc}") from None
+    # (a FIFO, a device or a symlink loop is a file given: refused as such, not taken for a hub id)
+    if spec.endswith(".json") or (os.path.lexists(spec) and not path.is_dir()):
+        try:  # (a regular file of at most 1 MiB, nested at most 32 levels; no NaN or Infinity)
+            doc = load_json(path)
+            why = json_problem(doc)
+        except UserFileError as exc:
+            raise ConfigError("--hf", f"cannot read it as a config.json: {exc}") from None
+        if why:
+            raise ConfigError("--hf", f"{spec}: {why}")
         if not isinstance(doc, dict) or not isinstance(doc.get("model_type"), str):
             raise ConfigError("--hf", f"{spec} has no model_type string: not a transformers config.json")
         if doc.get("auto_map"):
@@ -114,6 +164,7 @@ def hf_config(spec: str, sets: dict[str, Any]):
         kw[real] = value
     kw.pop("transformers_version", None)
     doc.pop("transformers_version", None)
+    _check_depth(model_type, cls, kw, sets, spec)
     try:
         return cls(**kw)
     except Exception as exc:  # transformers' validation raises its own classes, not only ValueError

@@ -29,7 +29,7 @@ import pandas as pd
 
 from ...criteria import LAW_TOL, SPREAD_K, TRANSFER_TOL
 from ...model.catalogue import get_scheme, known
-from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ...model.config import MAX_SEEDS, ConfigError, InitConfig, ModelConfig, RunConfig, check_count
 from ..configs import check_configs, grid
 from ..device import resolve_device
 from ..driver import Meter, Run
@@ -183,8 +183,7 @@ def run_depth_sweep(
     ref = transfer_reference(depths, transfer_from)
     if grads:
         require_gradients(model, run)
-    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-        raise ConfigError("seeds", f"must be a whole number >= 1, got {seeds!r}")
+    check_count("seeds", seeds, MAX_SEEDS)
     configs = list(grid(inits, norm_positions, init.schemes))
     check_configs(model, init, run, configs, depths)
     device = resolve_device(run.device)

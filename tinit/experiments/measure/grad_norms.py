@@ -35,7 +35,7 @@ import pandas as pd
 import torch
 
 from ... import theory
-from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ...model.config import MAX_BATCHES, ConfigError, InitConfig, ModelConfig, RunConfig, check_count
 from ...model.init import draw_seed
 from ...model.placements import Placement, get_placement, normed_stream_names
 from ...model.transformer import Transformer
@@ -267,8 +267,7 @@ def run_grad_norms(
     """
     model, init, run = model or ModelConfig(), init or InitConfig(), run or RunConfig()
     require_gradients(model, run)
-    if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
-        raise ConfigError("batches", f"must be a whole number >= 1, got {batches!r}")
+    check_count("batches", batches, MAX_BATCHES)
     device, dtype = resolve_device(run.device), resolve_dtype(run.dtype)
     stats = stat_dtype(dtype)
     configs = list(grid(inits, norm_positions, init.schemes))

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ...model.config import MAX_SEEDS, ConfigError, InitConfig, ModelConfig, RunConfig, check_count, check_lr
 from ..driver import extended
 from ..result import ExperimentResult, Partial, Progress
 from .data import TrainData
@@ -74,10 +74,8 @@ class ClaimsConfig:
                 raise ConfigError(
                     name, f"must be a whole number >= {0 if name == 'warmup' else 1}, got {v!r}"
                 )
-        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 2:
-            raise ConfigError("seeds", f"claims need >= 2 seeds for a standard error, got {self.seeds!r}")
-        if not (math.isfinite(self.high_lr) and self.high_lr > 0):
-            raise ConfigError("high_lr", f"must be a positive number, got {self.high_lr!r}")
+        check_count("seeds", self.seeds, MAX_SEEDS, 2, " (a standard error needs two)")
+        check_lr("high_lr", self.high_lr)
         if not (math.isfinite(self.tol) and self.tol > 0):
             raise ConfigError("tol", f"must be a positive number, got {self.tol!r}")
         # each claim compares two different configurations: equal depths, or no warmup

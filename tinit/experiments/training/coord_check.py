@@ -29,7 +29,6 @@ depth, seed); its numbers depend on that point alone, so a sweep gathers the sam
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,8 +38,9 @@ import torch
 import torch.nn.functional as F
 
 from ...model.catalogue import placements_for
-from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ...model.config import MAX_SEEDS, ConfigError, InitConfig, ModelConfig, RunConfig, check_count, check_lr
 from ...model.param_rules import optimizer_groups, rules_summary
+from ...model.params import count_params
 from ...model.transformer import Transformer
 from ..configs import check_configs, grid
 from ..device import matmul_precision, resolve_device
@@ -70,8 +70,7 @@ class CoordConfig:
     def __post_init__(self) -> None:
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
             raise ConfigError("steps", f"must be a whole number >= 1, got {self.steps!r}")
-        if not (isinstance(self.lr, int | float) and math.isfinite(self.lr) and self.lr > 0):
-            raise ConfigError("lr", f"must be a positive number, got {self.lr!r}")
+        check_lr("lr", self.lr)
 
 
 def coord_optimizer(model: Transformer, init: InitConfig, coord: CoordConfig) -> torch.optim.Optimizer:
@@ -191,9 +190,34 @@ def make_grid(
         check_configs(cfg, init, run, configs, depths)
     if d_ff is not None and len(widths) > 1:
         raise ConfigError("d_ff", "a list of widths takes each width's default FFN width; leave --d-ff out")
-    if seeds < 1:
-        raise ConfigError("seeds", f"must be a whole number >= 1, got {seeds}")
+    check_count("seeds", seeds, MAX_SEEDS)
+    check_fits(model, init, run, configs, max(widths), max(depths))
     return CoordGrid(configs, tuple(widths), tuple(depths), tuple(init.seed + i for i in range(seeds)))
+
+
+def check_fits(model: ModelConfig, init: InitConfig, run: RunConfig, configs, width: int, depth: int) -> None:
+    """Before anything is built: the grid's largest point (widest and deepest) must fit in
+    the device's free memory: its built backward (weights, gradients, every block's saved
+    activations and the logits: :func:`tinit.experiments.memory.gradient_pass_bounds`, an
+    upper bound from the shapes) and AdamW's two moments. Else a ConfigError naming
+    --layers or --d-model, whichever is further beyond the default shape (L 12, d 256;
+    memory grows as L and as d^2)."""
+    from ..memory import available_memory, gradient_pass_bounds
+
+    device = resolve_device(run.device)
+    free = available_memory(device)
+    seq = run.seq_len
+    for recipe, placement in configs:
+        cfg = dataclasses.replace(model, d_model=width, n_layers=depth, d_ff=None, norm_position=placement,
+                                  max_seq_len=max(model.max_seq_len, seq))  # fmt: skip
+        ini = dataclasses.replace(init, recipe=recipe)
+        n = count_params(cfg, ini.scheme).total
+        need = gradient_pass_bounds(cfg, ini, run.batch, seq, torch.float32)[1] + 2 * 4 * n
+        if need > free:
+            field = "n_layers" if depth / 12 > (width / 256) ** 2 else "d_model"
+            raise ConfigError(field, f"the largest point ({recipe}, L={depth}, d={width}, {n:.3g} params) "
+                              f"needs about {need / 2**30:.3g} GiB for its weights, gradients, activations "
+                              f"and AdamW state, more than the {free / 2**30:.3g} GiB free")  # fmt: skip
 
 
 def gather(frames: Sequence[pd.DataFrame]) -> dict[str, pd.DataFrame]:

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ...model.config import ConfigError
+from ...userfile import UserFileError, regular_file
 
 #: Fraction of a token file (or corpus) held out at its end for evaluation.
 EVAL_FRACTION = 0.1
@@ -172,8 +173,10 @@ def file_tokens(path: Path) -> tuple[np.ndarray, dict[str, Any]]:
     """A user's file, memory-mapped: ``.npy`` (integer tokens), ``.bin`` (raw uint16
     tokens, as nanoGPT's prepare.py writes them) or anything else as bytes (vocab 256)."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError("data", f"{path} is not a file (give markov, stdlib or a path)")
+    try:  # a regular file (not a FIFO, a device, a directory or a symlink loop): tinit.userfile
+        regular_file(path)
+    except UserFileError as exc:
+        raise ConfigError("data", f"{exc} (give markov, stdlib or a path)") from None
     if path.stat().st_size == 0:
         raise ConfigError("data", f"{path} is empty")
     suffix = path.suffix.lower()

@@ -261,7 +261,7 @@ def check_specs(specs: Sequence[RunSpec], data: TrainData, device: torch.device)
                           [(spec.init.recipe, spec.model.norm_position)])  # fmt: skip
     if not specs:
         return
-    big = max(specs, key=lambda s: count_params(s.model, s.init.recipe).total).model
+    big = max(specs, key=lambda s: count_params(s.model, s.init.scheme).total).model
     n = count_params(big).total
     free = available_memory(device)
     if n * TRAIN_BYTES_PER_PARAM > free:

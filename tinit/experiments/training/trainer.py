@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch.optim.lr_scheduler import LambdaLR
 
-from ...model.config import ConfigError, InitConfig, ModelConfig
+from ...model.config import ConfigError, InitConfig, ModelConfig, check_lr
 from ...model.param_rules import describe_groups, optimizer_groups
 from ...model.transformer import Transformer
 from ..measure.probes import VarianceProbe
@@ -116,6 +116,7 @@ class TrainConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ConfigError(name, f"must be a whole number >= 0, got {v!r}")
+        check_lr("lr", self.lr)
         for name in ("lr", "eps"):
             v = getattr(self, name)
             if not (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0):
