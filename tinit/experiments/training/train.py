@@ -108,7 +108,7 @@ def run_specs(
         raise ConfigError(
             "dtype", "training keeps float32 master weights (bf16 autocast on CUDA); use float32"
         )
-    check_specs(specs, data, device)
+    check_specs(specs, data, device, train.param_rules)
     torch.manual_seed(0)  # nothing draws from the global generator; fixed in case a kernel does
     records: list[RunRecord] = []
     base = specs[0] if specs else RunSpec(ModelConfig(), InitConfig(), train.lr, train.warmup)
@@ -236,9 +236,23 @@ def grid_specs(
 TRAIN_BYTES_PER_PARAM = 16
 
 
-def check_specs(specs: Sequence[RunSpec], data: TrainData, device: torch.device) -> None:
+def check_schemes(specs: Sequence[RunSpec], seq_len: int, rules: bool = True) -> None:
+    """Before anything trains: every run's scheme is defined at every layer of its model
+    and, with ``rules`` (--param-rules on), its optimizer rules are in range at that
+    model's shape (a ConfigError naming --init-file or --init otherwise)."""
+    checked = set()
+    for spec in specs:
+        key = (spec.model, spec.init.recipe)
+        if key not in checked:
+            checked.add(key)
+            check_configs(spec.model, spec.init, RunConfig(seq_len=seq_len),
+                          [(spec.init.recipe, spec.model.norm_position)], optimizer=rules)  # fmt: skip
+
+
+def check_specs(specs: Sequence[RunSpec], data: TrainData, device: torch.device, rules: bool = True) -> None:
     """Before anything trains: no run repeats another (a repeat would be counted as a
-    seed), every vocabulary covers the data, every scheme is defined at every layer, and
+    seed), every vocabulary covers the data, every scheme is defined at every layer (and
+    its optimizer rules, with ``rules``, in range at the run's shape), and
     the largest model's weights, gradients and AdamW state fit in the device's free
     memory (else a ConfigError naming what makes it large, not an out-of-memory stop)."""
     seen: set = set()
@@ -252,17 +266,11 @@ def check_specs(specs: Sequence[RunSpec], data: TrainData, device: torch.device)
             raise ConfigError(
                 "vocab_size", f"the data needs a vocabulary of {data.vocab}, got {spec.model.vocab_size}"
             )
-    checked = set()
-    for spec in specs:
-        key = (spec.model, spec.init.recipe)
-        if key not in checked:
-            checked.add(key)
-            check_configs(spec.model, spec.init, RunConfig(seq_len=data.seq_len),
-                          [(spec.init.recipe, spec.model.norm_position)])  # fmt: skip
+    check_schemes(specs, data.seq_len, rules)
     if not specs:
         return
-    big = max(specs, key=lambda s: count_params(s.model, s.init.recipe).total).model
-    n = count_params(big).total
+    big_spec = max(specs, key=lambda s: count_params(s.model, s.init.scheme).total)
+    big, n = big_spec.model, count_params(big_spec.model, big_spec.init.scheme).total
     free = available_memory(device)
     if n * TRAIN_BYTES_PER_PARAM > free:
         embedding = big.vocab_size * big.d_model
