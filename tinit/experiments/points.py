@@ -255,4 +255,4 @@ def lr_sweep_plan(
                "warmups": list(warmups)}  # fmt: skip
     meta = _grid_meta(big, init, run, train=dataclasses.asdict(train), data=data_args, grid=grid_of,
                       lr_criterion=lr_sweep.LR_CRITERION)  # fmt: skip
-    return Plan("lr-sweep", points, gather, meta, lr_sweep.sweep_not_applicable(train, floor))
+    return Plan("lr-sweep", points, gather, meta, lr_sweep.sweep_not_applicable(train, floor, init.schemes))

@@ -24,6 +24,7 @@ import torch
 
 from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ...model.params import count_params
+from ...model.schemes import Scheme
 from ..configs import check_configs
 from ..device import matmul_precision, resolve_device
 from ..driver import Run
@@ -147,7 +148,8 @@ def run_specs(
 
     # (a progress step is an optimizer step; each run's time is recorded without a Meter's
     # memory figures, which training's config.json does not carry)
-    driver = Run(meta, frames, lambda _frames: not_applicable(train, device, data.floor),
+    custom = base.init.schemes
+    driver = Run(meta, frames, lambda _frames: not_applicable(train, device, data.floor, custom),
                  on_partial=on_partial, progress=progress, total=len(specs) * train.steps)  # fmt: skip
 
     def measure(unit: tuple[int, RunSpec]) -> tuple[RunRecord, float]:
@@ -281,7 +283,8 @@ def check_specs(specs: Sequence[RunSpec], data: TrainData, device: torch.device,
                           f"state, more than the {gib:.3g} GiB free")  # fmt: skip
 
 
-def not_applicable(train: TrainConfig, device: torch.device, floor: float | None = 0.0) -> dict:
+def not_applicable(train: TrainConfig, device: torch.device, floor: float | None = 0.0,
+                   custom: Sequence[Scheme] = ()) -> dict:  # fmt: skip
     """The cells the training frames leave empty by design (see
     :attr:`ExperimentResult.not_applicable`): the step-0 row has no lr, train loss or
     gradient yet; the held-out loss exists only every ``eval_every`` steps and at the
@@ -308,7 +311,7 @@ def not_applicable(train: TrainConfig, device: torch.device, floor: float | None
     no_mfu = device.type != "cuda"
     return {
         "train": {"lr": init_row, "train_loss": init_row, "grad_norm": init_row, "eval_loss": no_eval},
-        "update_ratios": {"update_ratio": zero_before},
+        "update_ratios": {"update_ratio": lambda df: zero_before(df, custom)},
         "variance_during_training": {"branch_var": lambda df: df["k"] == 0,
                                      "cross_corr": lambda df: (df["k"] == 0) | (df["branch_var"] == 0)},
         "runs": {"mfu": no_mfu, "diverged_step": lambda df: ~diverged(df), "final_eval_loss": diverged},
@@ -320,13 +323,14 @@ def not_applicable(train: TrainConfig, device: torch.device, floor: float | None
     }  # fmt: skip
 
 
-def zero_before(df: pd.DataFrame):
-    """Update ratios with no meaning: step 1 of a matrix the scheme initialises to zero
-    (its ||W_before|| is 0; any other NaN is a measurement, written nan)."""
+def zero_before(df: pd.DataFrame, custom: Sequence[Scheme] = ()):
+    """Update ratios with no meaning: step 1 of a matrix the scheme (the catalogue's or
+    one of the user's, ``custom``) initialises to zero (its ||W_before|| is 0; any other
+    NaN is a measurement, written nan)."""
     from ...model.catalogue import get_scheme, known
 
     def zero_role(name: str, tensor: str) -> bool:
-        return known(name) and get_scheme(name).rule(tensor).dist == "zero"
+        return known(name, custom) and get_scheme(name, custom).rule(tensor).dist == "zero"
 
     zero = [zero_role(str(i), str(t)) for i, t in zip(df["init"], df["tensor"], strict=True)]
     return (df["step"] == 1).to_numpy() & np.asarray(zero, dtype=bool)
