@@ -230,9 +230,9 @@ def audit(
         lookup = {s.name: s for s in custom}
         device, dtype = resolve_device(opts.device), resolve_dtype(opts.dtype)
         if hf is not None:
-            model = load_hf(hf, parse_set(sets), device, dtype)
+            model = load_hf(hf, parse_set(sets), device, dtype, opts.seed)
         else:
-            model = load_module(module)
+            model = load_module(module, opts.seed)
             model = model.to(device=device, dtype=dtype if given(ctx, "dtype") else None)
         option = "--hf" if hf else "--module"
         check_parameters(model, option)

@@ -22,4 +22,14 @@ def given(ctx: typer.Context, name: str) -> bool:
     return source is not None and source not in (type(source).DEFAULT, type(source).DEFAULT_MAP)
 
 
-__all__ = ["Abort", "ClickException", "Exit", "UsageError", "given"]
+def current_context() -> typer.Context | None:
+    """The context of the command running now (click's ``get_current_context``), or None
+    outside a command. click keeps it in its ``globals`` module, beside the module that
+    defines its Context (Typer's own copy or the installed click)."""
+    import importlib
+
+    core = next(c for c in typer.Context.__mro__ if c.__module__.endswith(".core")).__module__
+    return importlib.import_module(core.rsplit(".", 1)[0] + ".globals").get_current_context(silent=True)
+
+
+__all__ = ["Abort", "ClickException", "Exit", "UsageError", "current_context", "given"]

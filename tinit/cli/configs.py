@@ -16,6 +16,7 @@ import typer
 from ..model.catalogue import parse_init_list
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ..model.presets import get_preset
+from .clickcompat import current_context, given
 from .init_file import load_init_file
 from .options import FIELDS, NEGATED, OPTION_OF
 
@@ -121,15 +122,26 @@ class Options:
 
     @property
     def inits(self) -> tuple[str, ...]:
-        """The schemes of --init (a comma list, ``all`` or ``both``); with --init-file and
-        --init left at its default, the file's scheme alone."""
+        """The schemes to run: with --init-file and no --init, the file's scheme alone;
+        else those of --init (a comma list, ``all`` or ``both``), and the file's scheme
+        after them when --init does not name it (every command alike: a file given is
+        never dropped)."""
         custom = self.custom_schemes
-        if custom and self.values["init"] == "both":
-            return (custom[0].name,)
+        if custom and not self._init_given():
+            return tuple(s.name for s in custom)
         try:
-            return parse_init_list(self.values["init"], custom)
+            named = parse_init_list(self.values["init"], custom)
         except KeyError as exc:
             raise typer.BadParameter(str(exc.args[0]), param_hint="'--init'") from None
+        return named + tuple(s.name for s in custom if s.name not in named)
+
+    def _init_given(self) -> bool:
+        """Whether the user gave --init (on the command line, not its default or a
+        preset's); outside a command (a library caller), whether it differs from ``both``."""
+        ctx = current_context()
+        if ctx is not None and "init" in ctx.params:
+            return given(ctx, "init")
+        return self.values["init"] != "both"
 
     @property
     def placements(self) -> tuple[str, ...] | None:

@@ -237,7 +237,7 @@ Init = option(
 )  # fmt: skip
 InitFile = option("init_file", Path | None, "--init-file", panel=INIT, show_default=False,
                   help="A TOML file declaring your own scheme (per-role std formulas); "
-                  "see docs/reference/inits.md. Runs alone unless --init names it (or 'all').")  # fmt: skip
+                  "see docs/reference/inits.md. Alone without --init, else with its schemes.")  # fmt: skip
 BaseWidth = option("base_width", int, "--base-width", help="Base width d0 of mup/completep/depth-mup.",
                    panel=INIT, min=1)  # fmt: skip
 BaseDepth = option("base_depth", int, "--base-depth", help="Base depth L0 of completep/depth-mup.",

@@ -311,8 +311,13 @@ def _finish(
         raise typer.Exit(1)
     console = Console()
     if not opts.quiet and not stopped_writing:
-        if result.frames:  # (a run that failed before its first row has no table to print)
-            print_tables(console, outputs.tables(result))
+        try:
+            tables = outputs.tables(result)
+        except KeyError:  # a run that stopped before the frame a table shows has no table
+            if failure is None:
+                raise
+            tables = []
+        print_tables(console, tables)
         for note in outputs.notes:
             console.print(note)
         cost = cost_line(result.meta)

@@ -58,16 +58,18 @@ def configure(
 
 def check_configs(
     model: ModelConfig, init: InitConfig, run: RunConfig, configs: Iterable[tuple[str, str]],
-    depths: Iterable[int] | None = None,
+    depths: Iterable[int] | None = None, optimizer: bool = False,
 ) -> None:  # fmt: skip
     """Before anything runs: every (recipe, norm position) of ``configs`` at every depth
     (default ``model.n_layers``) has rules and multipliers defined at every layer
-    (:func:`tinit.model.rulecheck.check_scheme`). A ConfigError naming ``--init-file``
-    (a user's scheme) or ``--init`` otherwise, so a bad formula never stops a run
-    part-way."""
+    (:func:`tinit.model.rulecheck.check_scheme`), and with ``optimizer`` (a run that
+    trains with the scheme's optimizer rules) every optimizer rule in range at that shape
+    (:func:`tinit.model.rulecheck.check_param_rules`). A ConfigError naming
+    ``--init-file`` (a user's scheme) or ``--init`` otherwise, so a bad formula never
+    stops a run part-way."""
     from ..model.catalogue import CATALOGUE
     from ..model.formula import FormulaError
-    from ..model.rulecheck import check_scheme
+    from ..model.rulecheck import check_param_rules, check_scheme
 
     configs = list(configs)
     for L in depths if depths is not None else [model.n_layers]:
@@ -75,6 +77,8 @@ def check_configs(
             cfg, ini = configure(dataclasses.replace(model, n_layers=L), init, run, recipe, norm_position)
             try:
                 check_scheme(cfg, ini)
+                if optimizer:
+                    check_param_rules(cfg, ini)
             except FormulaError as exc:
                 if ini.scheme.name in CATALOGUE:
                     raise ConfigError("recipe", str(exc)) from None

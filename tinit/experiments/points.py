@@ -206,7 +206,7 @@ def coord_check_plan(
     """``coord-check`` as one point per training run (scheme, norm position, depth,
     width, seed), in the single run's order; gathering is the single run's
     (:func:`tinit.experiments.training.coord_check.gather`: concatenate, then fit)."""
-    g = coord_check.make_grid(model, init, run, inits, norm_positions, widths, depths, seeds, d_ff)
+    g = coord_check.make_grid(model, init, run, inits, norm_positions, widths, depths, seeds, d_ff, coord)
     points = [
         Point(coord_check.coord_point,
               {"d": p["d_model"], "n_layers": p["n_layers"], "seed": p["seed"], "init": p["recipe"],
@@ -233,9 +233,10 @@ def lr_sweep_plan(
     lr, warmup, seed), in the single run's order; gathering concatenates the runs'
     frames and derives the summary, optima and drifts as the single run does
     (:func:`tinit.experiments.training.lr_sweep.gather_points`)."""
-    from .training.train import grid_specs
+    from .training.train import check_schemes, grid_specs
 
     specs = grid_specs(model, init, schemes, norm_positions, depths, seeds, lrs, warmups, widths)
+    check_schemes(specs, data_args["seq_len"], train.param_rules)  # before any point starts
     points = [
         Point(lr_sweep.lr_sweep_point,
               {"n_layers": s.model.n_layers, "d": s.model.d_model, "lr": f"{s.lr:g}", "warmup": s.warmup,
@@ -255,4 +256,4 @@ def lr_sweep_plan(
                "warmups": list(warmups)}  # fmt: skip
     meta = _grid_meta(big, init, run, train=dataclasses.asdict(train), data=data_args, grid=grid_of,
                       lr_criterion=lr_sweep.LR_CRITERION)  # fmt: skip
-    return Plan("lr-sweep", points, gather, meta, lr_sweep.sweep_not_applicable(train, floor))
+    return Plan("lr-sweep", points, gather, meta, lr_sweep.sweep_not_applicable(train, floor, init.schemes))

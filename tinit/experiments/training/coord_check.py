@@ -174,10 +174,11 @@ class CoordGrid:
 def make_grid(
     model: ModelConfig, init: InitConfig, run: RunConfig, inits: Sequence[str],
     norm_positions: Sequence[str] | None, widths: Sequence[int], depths: Sequence[int], seeds: int,
-    d_ff: int | None = None,
+    d_ff: int | None = None, coord: CoordConfig | None = None,
 ) -> CoordGrid:  # fmt: skip
     """The grid, checked before anything runs: every width a valid model (heads divide
-    it, RoPE's head size even), every scheme defined at every depth and width.
+    it, RoPE's head size even), every scheme defined at every depth and width (and its
+    optimizer rules in range there, unless ``coord`` turns the rules off).
     ``norm_positions`` None: each scheme in its presumed placement, else pre-norm (the
     placement of mup's and CompleteP's models)."""
     configs = (
@@ -187,7 +188,7 @@ def make_grid(
     )
     for d in widths:
         cfg = dataclasses.replace(model, d_model=d, d_ff=None)  # raises ConfigError (n_heads, d_model)
-        check_configs(cfg, init, run, configs, depths)
+        check_configs(cfg, init, run, configs, depths, optimizer=coord is None or coord.param_rules)
     if d_ff is not None and len(widths) > 1:
         raise ConfigError("d_ff", "a list of widths takes each width's default FFN width; leave --d-ff out")
     check_count("seeds", seeds, MAX_SEEDS)
@@ -249,7 +250,7 @@ def run_coord_check(
 ) -> ExperimentResult:  # fmt: skip
     """Every point of the grid in order (:func:`coord_point`) under the run driver
     (time and resident memory per point, rows on disk after each), then the fit."""
-    g = make_grid(model, init, run, inits, norm_positions, widths, depths, seeds, d_ff)
+    g = make_grid(model, init, run, inits, norm_positions, widths, depths, seeds, d_ff, coord)
     device = resolve_device(run.device)
     points = g.points()
     big = dataclasses.replace(model, d_model=max(widths), n_layers=max(depths))

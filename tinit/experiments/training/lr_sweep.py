@@ -319,12 +319,12 @@ def gather_points(frames: Sequence[dict[str, pd.DataFrame]], train: TrainConfig,
     return {**out, **analyse(summary, runs)}
 
 
-def sweep_not_applicable(train: TrainConfig, floor: float | None):
+def sweep_not_applicable(train: TrainConfig, floor: float | None, custom: Sequence = ()):
     """The empty cells of the gathered frames, as the single run declares them (MFU:
-    empty where the points measured none, on a CPU)."""
+    empty where the points measured none, on a CPU; ``custom``: the user's schemes)."""
 
     def rules(frames: dict[str, pd.DataFrame]) -> dict:
-        out = not_applicable(train, torch.device("cpu"), floor)
+        out = not_applicable(train, torch.device("cpu"), floor, custom)
         for stem in ("runs", "summary"):
             out[stem]["mfu"] = lambda df: ~np.isfinite(df["mfu"].astype(float))
         return {**out, **drift_not_applicable()}

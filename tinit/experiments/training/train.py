@@ -24,6 +24,7 @@ import torch
 
 from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ...model.params import count_params
+from ...model.schemes import Scheme
 from ..configs import check_configs
 from ..device import matmul_precision, resolve_device
 from ..driver import Run
@@ -108,7 +109,7 @@ def run_specs(
         raise ConfigError(
             "dtype", "training keeps float32 master weights (bf16 autocast on CUDA); use float32"
         )
-    check_specs(specs, data, device)
+    check_specs(specs, data, device, train.param_rules)
     torch.manual_seed(0)  # nothing draws from the global generator; fixed in case a kernel does
     records: list[RunRecord] = []
     base = specs[0] if specs else RunSpec(ModelConfig(), InitConfig(), train.lr, train.warmup)
@@ -147,7 +148,8 @@ def run_specs(
 
     # (a progress step is an optimizer step; each run's time is recorded without a Meter's
     # memory figures, which training's config.json does not carry)
-    driver = Run(meta, frames, lambda _frames: not_applicable(train, device, data.floor),
+    custom = base.init.schemes
+    driver = Run(meta, frames, lambda _frames: not_applicable(train, device, data.floor, custom),
                  on_partial=on_partial, progress=progress, total=len(specs) * train.steps)  # fmt: skip
 
     def measure(unit: tuple[int, RunSpec]) -> tuple[RunRecord, float]:
@@ -236,9 +238,23 @@ def grid_specs(
 TRAIN_BYTES_PER_PARAM = 16
 
 
-def check_specs(specs: Sequence[RunSpec], data: TrainData, device: torch.device) -> None:
+def check_schemes(specs: Sequence[RunSpec], seq_len: int, rules: bool = True) -> None:
+    """Before anything trains: every run's scheme is defined at every layer of its model
+    and, with ``rules`` (--param-rules on), its optimizer rules are in range at that
+    model's shape (a ConfigError naming --init-file or --init otherwise)."""
+    checked = set()
+    for spec in specs:
+        key = (spec.model, spec.init.recipe)
+        if key not in checked:
+            checked.add(key)
+            check_configs(spec.model, spec.init, RunConfig(seq_len=seq_len),
+                          [(spec.init.recipe, spec.model.norm_position)], optimizer=rules)  # fmt: skip
+
+
+def check_specs(specs: Sequence[RunSpec], data: TrainData, device: torch.device, rules: bool = True) -> None:
     """Before anything trains: no run repeats another (a repeat would be counted as a
-    seed), every vocabulary covers the data, every scheme is defined at every layer, and
+    seed), every vocabulary covers the data, every scheme is defined at every layer (and
+    its optimizer rules, with ``rules``, in range at the run's shape), and
     the largest model's weights, gradients and AdamW state fit in the device's free
     memory (else a ConfigError naming what makes it large, not an out-of-memory stop)."""
     seen: set = set()
@@ -252,17 +268,11 @@ def check_specs(specs: Sequence[RunSpec], data: TrainData, device: torch.device)
             raise ConfigError(
                 "vocab_size", f"the data needs a vocabulary of {data.vocab}, got {spec.model.vocab_size}"
             )
-    checked = set()
-    for spec in specs:
-        key = (spec.model, spec.init.recipe)
-        if key not in checked:
-            checked.add(key)
-            check_configs(spec.model, spec.init, RunConfig(seq_len=data.seq_len),
-                          [(spec.init.recipe, spec.model.norm_position)])  # fmt: skip
+    check_schemes(specs, data.seq_len, rules)
     if not specs:
         return
-    big = max(specs, key=lambda s: count_params(s.model, s.init.scheme).total).model
-    n = count_params(big).total
+    big_spec = max(specs, key=lambda s: count_params(s.model, s.init.scheme).total)
+    big, n = big_spec.model, count_params(big_spec.model, big_spec.init.scheme).total
     free = available_memory(device)
     if n * TRAIN_BYTES_PER_PARAM > free:
         embedding = big.vocab_size * big.d_model
@@ -273,7 +283,8 @@ def check_specs(specs: Sequence[RunSpec], data: TrainData, device: torch.device)
                           f"state, more than the {gib:.3g} GiB free")  # fmt: skip
 
 
-def not_applicable(train: TrainConfig, device: torch.device, floor: float | None = 0.0) -> dict:
+def not_applicable(train: TrainConfig, device: torch.device, floor: float | None = 0.0,
+                   custom: Sequence[Scheme] = ()) -> dict:  # fmt: skip
     """The cells the training frames leave empty by design (see
     :attr:`ExperimentResult.not_applicable`): the step-0 row has no lr, train loss or
     gradient yet; the held-out loss exists only every ``eval_every`` steps and at the
@@ -300,7 +311,7 @@ def not_applicable(train: TrainConfig, device: torch.device, floor: float | None
     no_mfu = device.type != "cuda"
     return {
         "train": {"lr": init_row, "train_loss": init_row, "grad_norm": init_row, "eval_loss": no_eval},
-        "update_ratios": {"update_ratio": zero_before},
+        "update_ratios": {"update_ratio": lambda df: zero_before(df, custom)},
         "variance_during_training": {"branch_var": lambda df: df["k"] == 0,
                                      "cross_corr": lambda df: (df["k"] == 0) | (df["branch_var"] == 0)},
         "runs": {"mfu": no_mfu, "diverged_step": lambda df: ~diverged(df), "final_eval_loss": diverged},
@@ -312,13 +323,14 @@ def not_applicable(train: TrainConfig, device: torch.device, floor: float | None
     }  # fmt: skip
 
 
-def zero_before(df: pd.DataFrame):
-    """Update ratios with no meaning: step 1 of a matrix the scheme initialises to zero
-    (its ||W_before|| is 0; any other NaN is a measurement, written nan)."""
+def zero_before(df: pd.DataFrame, custom: Sequence[Scheme] = ()):
+    """Update ratios with no meaning: step 1 of a matrix the scheme (the catalogue's or
+    one of the user's, ``custom``) initialises to zero (its ||W_before|| is 0; any other
+    NaN is a measurement, written nan)."""
     from ...model.catalogue import get_scheme, known
 
     def zero_role(name: str, tensor: str) -> bool:
-        return known(name) and get_scheme(name).rule(tensor).dist == "zero"
+        return known(name, custom) and get_scheme(name, custom).rule(tensor).dist == "zero"
 
     zero = [zero_role(str(i), str(t)) for i, t in zip(df["init"], df["tensor"], strict=True)]
     return (df["step"] == 1).to_numpy() & np.asarray(zero, dtype=bool)
