@@ -6,7 +6,6 @@ import math
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.text import Text
 
 from ..model.catalogue import names as scheme_names
@@ -219,6 +218,7 @@ def audit(
         weights_table,
         write_audit_md,
     )
+    from ..results.tables import output_console
     from .runner import Outputs, execute
 
     sets = set_ or []
@@ -300,7 +300,7 @@ def audit(
         import transformers
 
         meta["transformers_version"] = transformers.__version__
-    console = Console()
+    console = output_console()
     if not opts.quiet:
         for line in found.describe():
             console.print(line, highlight=False)
