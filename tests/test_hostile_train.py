@@ -71,7 +71,7 @@ def test_every_run_diverging_still_draws_every_figure(tmp_path):
             "train",
             *M,
             "--layers",
-            "2",
+            "2,3",
             "--steps",
             "20",
             "--lr",

@@ -359,7 +359,7 @@ def plot_variance(variance: pd.DataFrame, title: str = "", no_closed_form: Itera
     key.axis("off")
     key.legend(handles=handles, loc="center", ncol=min(len(handles), ncol), handlelength=2.0,
                columnspacing=1.0, frameon=False)  # fmt: skip
-    shown = sorted({i for i, _ in groups if i in no_closed})
+    shown = list(dict.fromkeys(i for (i, _p), _df in groups if i in no_closed))
     if shown:
         notes.append(", ".join(shown) + ": no closed form drawn (the audit computes no scheme's closed"
                      " form; dashed: the law from the measured s_k^2)")  # fmt: skip
