@@ -48,7 +48,7 @@ from ..results.rundir import (
     write_config,
     write_csvs,
 )
-from ..results.tables import cost_line, print_tables
+from ..results.tables import cost_line, output_console, print_tables
 from .clickcompat import ClickException, Exit
 from .common import SWEEP_CAPTURE
 from .configs import OptionError, Options
@@ -309,7 +309,7 @@ def _finish(
         _fail(f"run incomplete{f' ({failure})' if failure else ''}, {write_error}", run_dir)
         typer.echo(str(run_dir))
         raise typer.Exit(1)
-    console = Console()
+    console = output_console()
     if not opts.quiet and not stopped_writing:
         try:
             tables = outputs.tables(result)

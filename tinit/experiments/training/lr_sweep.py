@@ -157,6 +157,11 @@ def lr_drift(optima: pd.DataFrame) -> pd.DataFrame:
                 row["note"] = f"{row['at_edge']} optima not bracketed (grid edge or a diverged neighbour)"
             elif not row["se_method"]:
                 row["note"] = "no standard error: give 2 seeds or 3 points"
+            elif row["verdict"] == "not resolved" and row["se_method"] == "regression":
+                # one seed: the interval rests on the fit's few residual degrees of freedom
+                dof = int(row["dof"])
+                row["note"] = (f"one seed: {dof} degree{'s' if dof != 1 else ''} of freedom, t = "
+                               f"{t_quantile(1 - LR_LEVEL, dof):.3g}; give --seeds 3 or more")  # fmt: skip
             rows.append(row)
     return pd.DataFrame(rows, columns=DRIFT_COLUMNS)
 

@@ -31,6 +31,8 @@ from ..driver import Run
 from ..memory import available_memory
 from ..meta import run_meta
 from ..result import ExperimentResult, Partial, Progress
+from .compare import compare_schemes
+from .compare import not_applicable as compare_not_applicable
 from .data import TrainData
 from .trainer import (
     CONFIG_COLUMNS,
@@ -98,12 +100,14 @@ def run_specs(
     progress: Progress | None = None,
     meta_extra: dict | None = None,
     on_partial: Partial | None = None,
+    compare: bool = False,
 ) -> ExperimentResult:
     """Train every spec in order (``on_partial`` gets the result so far after each run,
     so a finished run is on disk before the next starts). Frames: ``train``, ``update_ratios``,
     ``variance_during_training``, ``runs`` (one row per run) and ``summary`` (over seeds).
-    A run that fails part-way (out of memory, interrupted) raises :class:`IncompleteRun`
-    holding the finished runs."""
+    With ``compare``, also ``compare``: each scheme against the first, paired by seed
+    (:func:`.compare.compare_schemes`). A run that fails part-way (out of memory,
+    interrupted) raises :class:`IncompleteRun` holding the finished runs."""
     device = resolve_device(run.device)
     if run.dtype != "float32":
         raise ConfigError(
@@ -141,6 +145,8 @@ def run_specs(
             "runs": runs,
             "summary": summarize_runs(runs, data.floor) if len(runs) else frame([], SUMMARY_COLUMNS),
         }
+        if compare:
+            out["compare"] = compare_schemes(runs)
         if train.probe_points == 0:  # none asked for: no empty CSV (and the plots still get written)
             del out["variance_during_training"]
         meta["complete_runs"] = len(records)
@@ -149,7 +155,12 @@ def run_specs(
     # (a progress step is an optimizer step; each run's time is recorded without a Meter's
     # memory figures, which training's config.json does not carry)
     custom = base.init.schemes
-    driver = Run(meta, frames, lambda _frames: not_applicable(train, device, data.floor, custom),
+
+    def empty_cells(_frames) -> dict:
+        rules = not_applicable(train, device, data.floor, custom)
+        return {**rules, "compare": compare_not_applicable()} if compare else rules
+
+    driver = Run(meta, frames, empty_cells,
                  on_partial=on_partial, progress=progress, total=len(specs) * train.steps)  # fmt: skip
 
     def measure(unit: tuple[int, RunSpec]) -> tuple[RunRecord, float]:
@@ -354,6 +365,8 @@ def run_train(
 ) -> ExperimentResult:
     """Train the grid schemes x norm positions x depths x widths x lrs x warmups x seeds
     on ``data`` (``widths``: d_model values, each with its default d_ff; None: the model's).
+    With two or more schemes the result has ``compare``: each against the first, paired
+    by seed.
 
     >>> from tinit.experiments.training.data import load_data
     >>> data = load_data("markov", vocab=64, seq_len=16, batch=8, seed=0)
@@ -390,4 +403,5 @@ def run_train(
             }
         },
         on_partial,
+        compare=len(schemes) > 1,
     )
