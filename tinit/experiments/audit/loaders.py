@@ -48,6 +48,9 @@ def parse_set(items: list[str]) -> dict[str, Any]:
             value = json.loads(low)
         except ValueError:
             value = {"none": None, "true": True, "false": False}.get(low.lower(), low)
+        if key.strip() in out:
+            raise ConfigError("--set", f"{key.strip()} is set twice ({key.strip()}={out[key.strip()]!r}, "
+                              f"{item.strip()}): give it once")  # fmt: skip
         out[key.strip()] = value
     return out
 
