@@ -69,6 +69,7 @@ class Options:
             self.values["threads"] = set_threads(self.values["threads"])
         if "init" in self.values:
             self.inits  # noqa: B018 -- loads --init-file and checks --init
+        self.placements  # noqa: B018 -- checks --norm-position against --pre-norm/--post-norm
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -148,7 +149,12 @@ class Options:
         """The placements the user chose (--norm-position, --pre-norm, --post-norm), or
         None: each scheme then runs in its presumed placement, or pre and post."""
         if self.values.get("norm_positions"):
-            return tuple(self.values["norm_positions"].split(","))
+            given = self.values["norm_positions"]
+            for flag, name in (("--pre-norm", "pre_norm"), ("--post-norm", "post_norm")):
+                if self.values.get(name):
+                    raise typer.BadParameter(f"{flag} conflicts with --norm-position {given}: give one",
+                                             param_hint="'--norm-position'")  # fmt: skip
+            return tuple(given.split(","))
         flags = (("pre", self.values.get("pre_norm")), ("post", self.values.get("post_norm")))
         return tuple(p for p, on in flags if on) or None
 

@@ -16,14 +16,56 @@ from ..model.placements import PLACEMENTS
 DEFAULT_PLACEMENTS = ("pre", "post")
 
 
+def scheme_list(inits: str | Iterable[str], custom: Iterable = ()) -> list[str]:
+    """The schemes a library caller gave: a list of names, or one string read as --init
+    reads it (``"gpt2"``, ``"naive,gpt2"``, ``"all"``) -- never iterated by character. A
+    ConfigError (field ``init``) for an empty list, a name that is no string, or two
+    names of one scheme."""
+    from ..model.catalogue import ALIASES, parse_init_list
+
+    if isinstance(inits, str):
+        try:
+            return list(parse_init_list(inits, custom))
+        except KeyError as exc:
+            raise ConfigError("init", str(exc.args[0])) from None
+    out = list(inits)
+    if not out:
+        raise ConfigError("init", "no init scheme given")
+    bad = [v for v in out if not isinstance(v, str)]
+    if bad:
+        raise ConfigError("init", f"{bad[0]!r} is not a scheme's name")
+    seen: dict[str, str] = {}
+    for v in out:
+        if seen.setdefault(ALIASES.get(v, v), v) != v:
+            raise ConfigError("init", f"{seen[ALIASES.get(v, v)]!r} and {v!r} are the same scheme: give one")
+    return list(dict.fromkeys(out))
+
+
+def position_list(norm_positions: str | Iterable[str] | None) -> list[str] | None:
+    """The norm placements a library caller gave: None, a list, or a comma string
+    (``"pre,post"``); each a name of PLACEMENTS, at least one. ConfigError (field
+    ``norm_position``) otherwise."""
+    if norm_positions is None:
+        return None
+    out = norm_positions.split(",") if isinstance(norm_positions, str) else list(norm_positions)
+    out = [v.strip() if isinstance(v, str) else v for v in out]
+    bad = [v for v in out if v not in PLACEMENTS]
+    if bad or not out:
+        got = repr(bad[0]) if bad else "none"
+        raise ConfigError("norm_position", f"{got} is not a placement; give some of {', '.join(PLACEMENTS)}")
+    return list(dict.fromkeys(out))
+
+
 def grid(
-    inits: Iterable[str], norm_positions: Iterable[str] | None, custom: Iterable = ()
+    inits: str | Iterable[str], norm_positions: str | Iterable[str] | None, custom: Iterable = ()
 ) -> Iterator[tuple[str, str]]:
     """The (init scheme, norm position) configurations of a run, in a fixed order
     (placement, then scheme). ``norm_positions`` None: each scheme in the placement
     it presumes (olmo2 reordered, deepnet post, ...), the others in pre and post.
-    ``custom``: the user's schemes the run's InitConfig carries."""
-    inits, custom = list(inits), tuple(custom)
+    ``custom``: the user's schemes the run's InitConfig carries. A string is a comma
+    list (:func:`scheme_list`, :func:`position_list`)."""
+    custom = tuple(custom)
+    inits, norm_positions = scheme_list(inits, custom), position_list(norm_positions)
     if norm_positions is None:
         wanted = {recipe: placements_for(recipe, DEFAULT_PLACEMENTS, custom) for recipe in inits}
         norm_positions = [p for p in PLACEMENTS if any(p in w for w in wanted.values())]

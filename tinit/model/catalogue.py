@@ -677,31 +677,46 @@ def get_scheme(name: str, custom: Iterable[Scheme] = ()) -> Scheme:
     raise KeyError(f"unknown init scheme {name!r}; choose from {', '.join(names(custom))}")
 
 
+#: Words --init reads as lists of schemes, not as a scheme's name.
+RESERVED = ("all", "both")
+
+
 def check_user_scheme(s: Scheme) -> Scheme:
-    """A user's scheme may not take a catalogue name."""
+    """A user's scheme may not take a catalogue name or alias, nor a word --init reserves
+    (``all``, ``both``)."""
     if s.name in CATALOGUE or s.name in ALIASES:
         raise FormulaError(f"scheme name {s.name!r} is taken by the catalogue")
+    if s.name.lower() in RESERVED:
+        raise FormulaError(f"scheme name {s.name!r} is taken: --init reads it as a list of schemes "
+                           f"({', '.join(RESERVED)})")  # fmt: skip
     return s
 
 
 def parse_init_list(spec: str, custom: Iterable[Scheme] = ()) -> tuple[str, ...]:
     """``naive,gpt2``, ``all`` (the catalogue and the user's schemes) or ``both``
-    (naive,scaled). Raises KeyError naming the unknown scheme."""
+    (naive,scaled). Raises KeyError naming the unknown scheme, or the two names of one
+    scheme given both (``gpt2,scaled``: the same scheme would run twice under two names).
+    A scheme that ``all`` or ``both`` also brings runs once, under the first name it came by."""
     custom = tuple(custom)
     items = [s.strip() for s in spec.split(",") if s.strip()]
-    out: list[str] = []
+    out: dict[str, str] = {}  # scheme -> the name it runs under
+    named: dict[str, str] = {}  # scheme -> the name the user wrote for it
     for item in items:
-        if item == "all":
-            out += names(custom)
-        elif item == "both":
-            out += ["naive", "scaled"]
+        if item in RESERVED:
+            for name in names(custom) if item == "all" else ["naive", "scaled"]:
+                out.setdefault(ALIASES.get(name, name), name)
         elif known(item, custom):
-            out.append(item)
+            canonical = ALIASES.get(item, item)
+            if named.get(canonical, item) != item:
+                raise KeyError(f"{named[canonical]!r} and {item!r} are the same scheme "
+                               f"({'/'.join(sorted({named[canonical], item}))}): give one")  # fmt: skip
+            named[canonical] = item
+            out.setdefault(canonical, item)
         else:
             raise KeyError(f"unknown init scheme {item!r}; choose from {', '.join(names(custom))}, all, both")
     if not out:
         raise KeyError(f"no init scheme given; choose from {', '.join(names(custom))}, all, both")
-    return tuple(dict.fromkeys(out))
+    return tuple(out.values())
 
 
 def placements_for(name: str, default: tuple[str, ...], custom: Iterable[Scheme] = ()) -> tuple[str, ...]:

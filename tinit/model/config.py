@@ -149,7 +149,11 @@ class ModelConfig:
         _check_choice("attention", self.attention, AttentionKind)
         _check_choice("branch", self.branch, BranchKind)
         if self.positions == "rope" and self.head_dim % 2:
-            raise ConfigError("n_heads", f"RoPE needs an even head size, got d_h={self.head_dim}")
+            # the width is to blame when no head count gives it an even head size (odd) or
+            # it is too narrow for any (d_h = 1); else the head count
+            field = "d_model" if self.d_model % 2 or self.head_dim == 1 else "n_heads"
+            raise ConfigError(field, f"RoPE needs an even head size, got d_h = d_model {self.d_model} / "
+                              f"{self.n_heads} heads = {self.head_dim}")  # fmt: skip
         if self.d_ff is None:
             d_ff = swiglu_hidden(self.d_model) if self.ffn in GATED_FFNS else 4 * self.d_model
             object.__setattr__(self, "d_ff", d_ff)

@@ -64,6 +64,9 @@ def parse_set(items: list[str]) -> dict[str, Any]:
         why = json_problem(value)
         if why:
             raise ConfigError("--set", f"{key.strip()}={low[:40]}: {why}")
+        if key.strip() in out:
+            raise ConfigError("--set", f"{key.strip()} is set twice ({key.strip()}={out[key.strip()]!r}, "
+                              f"{item.strip()}): give it once")  # fmt: skip
         out[key.strip()] = value
     return out
 

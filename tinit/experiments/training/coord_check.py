@@ -42,7 +42,7 @@ from ...model.config import MAX_SEEDS, ConfigError, InitConfig, ModelConfig, Run
 from ...model.param_rules import optimizer_groups, rules_summary
 from ...model.params import count_params
 from ...model.transformer import Transformer
-from ..configs import check_configs, grid
+from ..configs import check_configs, grid, parse_widths, position_list, scheme_list
 from ..device import matmul_precision, resolve_device
 from ..driver import Meter, ProgressCounter, Run
 from ..meta import run_meta
@@ -64,10 +64,16 @@ class CoordConfig:
 
     steps: int = 4  # optimizer steps; the RMS is recorded at steps 0..steps
     lr: float = 1e-2  # constant Adam lr (mup's Transformer example checks Adam at 0.01)
-    param_rules: bool = True  # the scheme's optimizer rules (per-group lr); off: one lr
+    param_rules: bool = True  # the scheme's optimizer rules (per-group lr); off: one lr ("on"/"off" too)
     markov_k: int = 4  # successors per token of the Markov language
 
     def __post_init__(self) -> None:
+        if self.param_rules in ("on", "off"):  # as --param-rules says it
+            object.__setattr__(self, "param_rules", self.param_rules == "on")
+        if not isinstance(self.param_rules, bool):
+            raise ConfigError("param_rules", f"must be True or False ('on', 'off'), got {self.param_rules!r}")
+        if isinstance(self.markov_k, bool) or not isinstance(self.markov_k, int) or self.markov_k < 1:
+            raise ConfigError("markov_k", f"must be a whole number >= 1, got {self.markov_k!r}")
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
             raise ConfigError("steps", f"must be a whole number >= 1, got {self.steps!r}")
         check_lr("lr", self.lr)
@@ -181,6 +187,11 @@ def make_grid(
     optimizer rules in range there, unless ``coord`` turns the rules off).
     ``norm_positions`` None: each scheme in its presumed placement, else pre-norm (the
     placement of mup's and CompleteP's models)."""
+    inits, norm_positions = scheme_list(inits, init.schemes), position_list(norm_positions)
+    from ..measure.depth_sweep import parse_layers
+
+    widths = parse_widths(widths)  # each a whole number >= 1, once (ConfigError otherwise)
+    depths = parse_layers(depths)
     configs = (
         tuple(grid(inits, norm_positions, init.schemes))
         if norm_positions
@@ -253,7 +264,7 @@ def run_coord_check(
     g = make_grid(model, init, run, inits, norm_positions, widths, depths, seeds, d_ff, coord)
     device = resolve_device(run.device)
     points = g.points()
-    big = dataclasses.replace(model, d_model=max(widths), n_layers=max(depths))
+    big = dataclasses.replace(model, d_model=max(g.widths), n_layers=max(g.depths))
     meta = run_meta(big, init, run, device, configurations=list(g.configs), **grid_meta(g, coord, d_ff, init))
     frames: list[pd.DataFrame] = []
     driver = Run(meta, lambda: gather(frames), NOT_APPLICABLE, meter=Meter(device), on_partial=on_partial,

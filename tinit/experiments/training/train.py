@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -25,7 +25,7 @@ import torch
 from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ...model.params import count_params
 from ...model.schemes import Scheme
-from ..configs import check_configs
+from ..configs import DEFAULT_PLACEMENTS, check_configs, parse_widths, position_list, scheme_list
 from ..device import matmul_precision, resolve_device
 from ..driver import Run
 from ..memory import available_memory
@@ -210,6 +210,42 @@ def run_names(specs: Sequence[RunSpec]) -> list[str]:
             for x in labels]  # fmt: skip
 
 
+def _numbers(values, field: str, whole: bool, low: float) -> list:
+    """A list of numbers (never a string, iterated by character): finite, whole when
+    ``whole``, ``>= low`` (whole) or ``> low``; a ConfigError naming ``field`` otherwise."""
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise ConfigError(field, f"give a list of numbers, got {values!r}")
+    out = list(values)
+    for v in out:
+        real = isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool)
+        ok = real and math.isfinite(v) and (v == int(v) and v >= low if whole else v > low)
+        if not ok:
+            want = f"a whole number >= {low:g}" if whole else f"a finite number > {low:g}"
+            raise ConfigError(field, f"{v!r} is not {want}")
+    if not out:
+        raise ConfigError(field, "the list is empty")
+    return [int(v) for v in out] if whole else [float(v) for v in out]
+
+
+def grid_axes(model: ModelConfig, init: InitConfig, train: TrainConfig, schemes, norm_positions, depths,
+              seeds, lrs, warmups, widths) -> tuple:  # fmt: skip
+    """The axes of a training grid as a library caller gave them, checked: schemes and
+    placements (a string is a comma list, as --init reads it), depths and widths (each
+    once), seeds and warmups (whole numbers >= 0), lrs (positive); lrs None: the
+    config's, warmups None: the config's. A ConfigError naming the axis otherwise."""
+    from ..measure.depth_sweep import parse_layers
+
+    return (
+        scheme_list(schemes, init.schemes),
+        position_list(norm_positions) or list(DEFAULT_PLACEMENTS),
+        parse_layers(depths),
+        _numbers(seeds, "seed", True, 0),
+        _numbers(lrs, "lr", False, 0) if lrs is not None else [train.lr],
+        _numbers(warmups, "warmup", True, 0) if warmups is not None else [train.warmup],
+        parse_widths(widths) if widths is not None else None,
+    )
+
+
 def grid_specs(
     model: ModelConfig,
     init: InitConfig,
@@ -223,12 +259,17 @@ def grid_specs(
 ) -> list[RunSpec]:
     """schemes x norm positions x depths x widths x lrs x warmups x seeds, seeds
     innermost. A scheme is whatever ``InitConfig.recipe`` accepts: the run only passes it
-    on. ``widths`` (d_model values; None: the model's) each take their default FFN width
-    (d_ff grows with d, as a width-transfer study needs)."""
+    on. ``widths`` (d_model values; None: the model's): several each take their default FFN
+    width (d_ff grows with d, as a width-transfer study needs); the model's own width alone
+    keeps the model's d_ff."""
+    schemes, norm_positions, depths, seeds, lrs, warmups, widths = grid_axes(
+        model, init, TrainConfig(), schemes, norm_positions, depths, seeds, lrs, warmups, widths
+    )
+    own = widths is None or widths == [model.d_model]
     return [
         RunSpec(
             dataclasses.replace(model, norm_position=pos, n_layers=L)
-            if widths is None
+            if own
             else dataclasses.replace(model, norm_position=pos, n_layers=L, d_model=d, d_ff=None),
             dataclasses.replace(init, recipe=scheme, seed=seed),
             lr,
@@ -287,7 +328,11 @@ def check_specs(specs: Sequence[RunSpec], data: TrainData, device: torch.device,
     free = available_memory(device)
     if n * TRAIN_BYTES_PER_PARAM > free:
         embedding = big.vocab_size * big.d_model
-        field = ("data" if data.chain is None else "vocab_size") if 2 * embedding > n else "d_model"
+        if 2 * embedding > n:
+            field = "data" if data.chain is None else "vocab_size"
+        else:  # the stack: its depth when one layer of this width would fit, else its width
+            one = count_params(dataclasses.replace(big, n_layers=1)).total
+            field = "n_layers" if one * TRAIN_BYTES_PER_PARAM <= free else "d_model"
         need, gib = n * TRAIN_BYTES_PER_PARAM / 2**30, free / 2**30
         raise ConfigError(field, f"a model of {n:.3g} parameters (L={big.n_layers}, d={big.d_model}, "
                           f"V={big.vocab_size}) needs {need:.3g} GiB for its weights, gradients and AdamW "
@@ -374,17 +419,10 @@ def run_train(
     ...                 RunConfig(device="cpu"), TrainConfig(steps=20), data, ["scaled"], ["pre"], [2], [0])
     >>> res["summary"]["final_eval_loss_mean"]  # doctest: +SKIP
     """
-    specs = grid_specs(
-        model,
-        init,
-        schemes,
-        norm_positions,
-        depths,
-        seeds,
-        lrs or [train.lr],
-        warmups if warmups is not None else [train.warmup],
-        widths,
+    schemes, norm_positions, depths, seeds, lrs, warmups, widths = grid_axes(
+        model, init, train, schemes, norm_positions, depths, seeds, lrs, warmups, widths
     )
+    specs = grid_specs(model, init, schemes, norm_positions, depths, seeds, lrs, warmups, widths)
     return run_specs(
         specs,
         train,
@@ -398,8 +436,8 @@ def run_train(
                 "depths": list(depths),
                 "widths": list(widths or [model.d_model]),
                 "seeds": list(seeds),
-                "lrs": list(lrs or [train.lr]),
-                "warmups": list(warmups if warmups is not None else [train.warmup]),
+                "lrs": list(lrs),
+                "warmups": list(warmups),
             }
         },
         on_partial,
