@@ -177,9 +177,9 @@ def test_every_role_and_layer_matches_the_source_formula(scheme):
         if dist == "uniform":
             b = math.sqrt(3) * std
             assert b * 0.97 < w.abs().max().item() <= b + 1e-12, name  # flat up to the edge, no tail
-    # nanochat builds its relu^2 MLP (up, down: no gate) whatever --ffn says
+    # nanochat builds its relu^2 MLP, torchscale its GELU one (up, down: no gate) whatever --ffn says
     want = {"q", "k", "v", "o", "gate", "up", "down", "embed", "head", "pos"}
-    want -= {"gate"} if scheme == "nanochat" else set()
+    want -= {"gate"} if get_scheme(scheme).ffn in ("relu2", "gelu") else set()
     assert want <= checked
 
 

@@ -36,6 +36,7 @@ from ..experiments.result import (
     is_run_failure,
 )
 from ..model.config import ConfigError
+from ..model.structure import override_lines
 from ..results.rundir import (
     CONFIG,
     FolderTaken,
@@ -311,6 +312,9 @@ def _finish(
         raise typer.Exit(1)
     console = Console()
     if not opts.quiet and not stopped_writing:
+        for line in override_lines(result.meta.get("structure") or {}):
+            # the header: where a configuration is not the model its scheme's upstream runs
+            console.print(f"Overrides the scheme's structure: {line}", highlight=False, soft_wrap=True)
         print_tables(console, outputs.tables(result))
         for note in outputs.notes:
             console.print(note)

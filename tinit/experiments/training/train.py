@@ -22,9 +22,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ...model.catalogue import placements_for
 from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ...model.params import count_params
-from ..configs import check_configs
+from ...model.structure import apply_scheme
+from ..configs import DEFAULT_PLACEMENTS, check_configs
 from ..device import matmul_precision, resolve_device
 from ..driver import Run
 from ..memory import available_memory
@@ -201,7 +203,7 @@ def grid_specs(
     model: ModelConfig,
     init: InitConfig,
     schemes: Sequence[str],
-    norm_positions: Sequence[str],
+    norm_positions: Sequence[str] | None,
     depths: Sequence[int],
     seeds: Sequence[int],
     lrs: Sequence[float],
@@ -209,20 +211,25 @@ def grid_specs(
     widths: Sequence[int] | None = None,
 ) -> list[RunSpec]:
     """schemes x norm positions x depths x widths x lrs x warmups x seeds, seeds
-    innermost. A scheme is whatever ``InitConfig.recipe`` accepts: the run only passes it
+    innermost; each model with its scheme's structure
+    (:func:`tinit.model.structure.apply_scheme`, as ``ModelConfig.from_scheme``), and
+    ``norm_positions`` None: each scheme in its own placement, else pre and post. A
+    scheme is whatever ``InitConfig.recipe`` accepts: the run only passes it
     on. ``widths`` (d_model values; None: the model's) each take their default FFN width
     (d_ff grows with d, as a width-transfer study needs)."""
+    def shape(pos: str, scheme: str, L: int, d: int) -> ModelConfig:
+        sized = {"n_layers": L} if widths is None else {"n_layers": L, "d_model": d, "d_ff": None}
+        return apply_scheme(dataclasses.replace(model, **sized), scheme, init.schemes, norm_position=pos)
+
+    def positions(scheme: str) -> tuple[str, ...]:
+        if norm_positions is None:
+            return placements_for(scheme, DEFAULT_PLACEMENTS, init.schemes)
+        return tuple(norm_positions)
+
     return [
-        RunSpec(
-            dataclasses.replace(model, norm_position=pos, n_layers=L)
-            if widths is None
-            else dataclasses.replace(model, norm_position=pos, n_layers=L, d_model=d, d_ff=None),
-            dataclasses.replace(init, recipe=scheme, seed=seed),
-            lr,
-            warmup,
-        )
+        RunSpec(shape(pos, scheme, L, d), dataclasses.replace(init, recipe=scheme, seed=seed), lr, warmup)
         for scheme in schemes
-        for pos in norm_positions
+        for pos in positions(scheme)
         for L in depths
         for d in (widths or [model.d_model])
         for lr in lrs
@@ -369,7 +376,7 @@ def run_train(
         {
             "grid": {
                 "schemes": list(schemes),
-                "norm_positions": list(norm_positions),
+                "norm_positions": None if norm_positions is None else list(norm_positions),
                 "depths": list(depths),
                 "widths": list(widths or [model.d_model]),
                 "seeds": list(seeds),
