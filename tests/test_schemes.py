@@ -55,6 +55,8 @@ def expected(scheme: str, role: str, l: int, fan_in: int, fan_out: int):  # noqa
         return ("trunc", std, 3 * std)
     if scheme == "olmo2":
         return ("trunc", s, 3 * s)
+    if scheme in ("deepnet-torchscale-lm", "magneto-lm"):  # the same weights (the embedding output x sqrt(d))
+        scheme = scheme.removesuffix("-lm")
     if scheme in ("deepnet", "deepnet-torchscale", "magneto"):
         if emb or role == "head":
             return ("normal", D**-0.5, None)

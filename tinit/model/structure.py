@@ -139,6 +139,38 @@ def structure_record(name: str | Scheme, cfg: ModelConfig, schemes: Iterable[Sch
     }
 
 
+def describe_structure(scheme: str | Scheme, cfg: ModelConfig, schemes: Iterable[Scheme] = ()) -> str:
+    """The model ``cfg`` builds under the scheme, in words, for ``tinit inits NAME``:
+    placement, tying, norm, biases, QK-norm and its span, FFN, soft-caps, embedding scale
+    (each marked "(set)" where the user overrode the scheme)."""
+    s = _scheme(scheme, schemes)
+    over = scheme_overrides(s, cfg)
+    ffn, d_ff = ffn_of(cfg, s)
+
+    def mark(field: str, text: str) -> str:
+        return text + (f" (set; its upstream: {over[field][0]!r})" if field in over else "")
+
+    qk = s.qk_norm if cfg.qk_norm is None else cfg.qk_norm
+    span = (s.qk_norm_span if cfg.qk_norm_span is None else cfg.qk_norm_span) if qk else None
+    parts = [
+        mark("norm_position", f"placement {cfg.norm_position}"),
+        mark("tie_embeddings", "head tied to the embedding" if cfg.tie_embeddings else "untied head"),
+        mark("norm", cfg.norm) + mark("norm_eps", f" eps {cfg.norm_eps:g}"),
+        mark("bias", ("biases" + (f" (like weights on {', '.join(s.bias_like)})" if s.bias_like else " 0"))
+             if cfg.bias else "no biases"),
+        mark("qk_norm", "no QK-norm" if not qk else "QK-norm " + ("per head" if span == "head" else "across "
+                                                                   "the full width")),
+        f"FFN {ffn} of width {d_ff}",
+        mark("rope_base", f"RoPE base {cfg.rope_base:g}") if cfg.positions == "rope" else f"{cfg.positions} "
+        "positions",
+        "embedding" + (f" x {s.embed_mult}" if s.embed_mult.text != "1" else " x 1")
+        + (", RMS-normed" if s.embed_norm else ""),
+    ]  # fmt: skip
+    caps = [f"{what} {c}" for what, c in (("attention", s.attn_softcap), ("logits", s.logit_softcap)) if c]
+    parts.append("soft-caps: " + ", ".join(caps) if caps else "no soft-caps")
+    return "; ".join(parts)
+
+
 def override_lines(records: dict[str, dict[str, Any]]) -> list[str]:
     """One line per scheme whose structure the user overrode, for the terminal's header:
     ``nanochat: tie_embeddings True (nanochat's upstream: False)``."""
@@ -173,5 +205,5 @@ def structure_warning(scheme: Scheme, cfg: ModelConfig) -> str | None:
             "config's user_set is kept without this warning)")
 
 
-__all__ = ["apply_scheme", "from_scheme", "override_lines", "scheme_overrides", "scheme_structure",
-           "structure_record", "structure_warning"]  # fmt: skip
+__all__ = ["apply_scheme", "describe_structure", "from_scheme", "override_lines", "scheme_overrides",
+           "scheme_structure", "structure_record", "structure_warning"]  # fmt: skip
