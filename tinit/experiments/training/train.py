@@ -26,7 +26,7 @@ from ...model.catalogue import placements_for
 from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ...model.params import count_params
 from ...model.structure import apply_scheme
-from ..configs import DEFAULT_PLACEMENTS, check_configs
+from ..configs import DEFAULT_PLACEMENTS, check_configs, structure_meta
 from ..device import matmul_precision, resolve_device
 from ..driver import Run
 from ..memory import available_memory
@@ -382,7 +382,11 @@ def run_train(
                 "seeds": list(seeds),
                 "lrs": list(lrs or [train.lr]),
                 "warmups": list(warmups if warmups is not None else [train.warmup]),
-            }
+            },
+            # per (scheme, placement): what its model took from the scheme, what the user overrode
+            "structure": structure_meta(
+                model, init, run, list(dict.fromkeys((s.init.recipe, s.model.norm_position) for s in specs))
+            ),
         },
         on_partial,
     )
