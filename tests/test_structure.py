@@ -225,3 +225,19 @@ def test_overrides_are_recorded_in_config_json_and_the_header(tmp_path):
     header = "Overrides the scheme's structure: gemma/pre: tie_embeddings False (its upstream: True)"
     assert header in res.output
     assert "nanochat/pre:" not in res.output
+
+
+def test_training_grids_build_each_scheme_as_its_upstream_runs_it():
+    """train and lr-sweep (grid_specs): without --norm-position each scheme runs in its own
+    placement, and every model has its scheme's structure, the user's fields on top."""
+    from tinit.experiments.training.train import grid_specs
+
+    base = ModelConfig(n_layers=2, d_model=32, n_heads=2, vocab_size=32)
+    specs = grid_specs(base, InitConfig(), ["deepnet", "nanochat", "naive"], None, [2], [0], [1e-3], [0])
+    got = [(s.init.recipe, s.model.norm_position, s.model.tie_embeddings) for s in specs]
+    assert got == [("deepnet", "post", True), ("nanochat", "pre", False), ("naive", "pre", True),
+                   ("naive", "post", True)]  # fmt: skip
+    user = ModelConfig(n_layers=2, d_model=32, n_heads=2, vocab_size=32, tie_embeddings=True,
+                       user_set=("tie_embeddings",))  # fmt: skip
+    (spec,) = grid_specs(user, InitConfig(), ["nanochat"], ["pre"], [2], [0], [1e-3], [0])
+    assert spec.model.tie_embeddings is True and spec.model.ffn == "relu2"
