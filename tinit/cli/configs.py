@@ -12,9 +12,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import typer
+from typer.main import get_current_context
 
 from ..model.catalogue import parse_init_list
-from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ..model.config import STRUCTURE_FIELDS, ConfigError, InitConfig, ModelConfig, RunConfig
 from ..model.presets import get_preset
 from .clickcompat import current_context, given
 from .init_file import load_init_file
@@ -104,7 +105,19 @@ class Options:
             kw.update({f: v for f, v in preset.model.items() if f not in set_by_options})
             # the context sizes the learned table (a run may use less)
             kw["max_seq_len"] = max(kw.get("max_seq_len", ModelConfig.max_seq_len), preset.context)
-        return self.config(ModelConfig, **{**kw, **override})
+        return self.config(ModelConfig, **{**kw, **override, "user_set": self.user_set})
+
+    @property
+    def user_set(self) -> tuple[str, ...]:
+        """The structure fields (:data:`STRUCTURE_FIELDS`) whose option was given on the
+        command line (not a default, nor a preset's): they override each init scheme's
+        structure (:func:`tinit.model.structure.apply_scheme`); the others take it."""
+        ctx = get_current_context(silent=True)
+        if ctx is None or ctx.command is None:
+            return ()
+        fields = [f for p in ctx.command.params if p.name in self.values and given(ctx, p.name)
+                  for f in FIELDS.get(p.name, (p.name,)) if f in STRUCTURE_FIELDS]  # fmt: skip
+        return tuple(dict.fromkeys(fields))
 
     def init_config(self) -> InitConfig:
         return self.config(InitConfig, schemes=self.custom_schemes)

@@ -36,6 +36,7 @@ from ..experiments.result import (
     is_run_failure,
 )
 from ..model.config import ConfigError
+from ..model.structure import override_lines
 from ..results.rundir import (
     CONFIG,
     FolderTaken,
@@ -311,6 +312,9 @@ def _finish(
         raise typer.Exit(1)
     console = output_console()
     if not opts.quiet and not stopped_writing:
+        for line in override_lines(result.meta.get("structure") or {}):
+            # the header: where a configuration is not the model its scheme's upstream runs
+            console.print(f"Overrides the scheme's structure: {line}", highlight=False, soft_wrap=True)
         try:
             tables = outputs.tables(result)
         except KeyError:  # a run that stopped before the frame a table shows has no table

@@ -150,7 +150,8 @@ def grid(ctx: typer.Context, opts: Options):
 
     data, model, init, run, tcfg = configs_or_exit(build)
     seed_list = list(range(opts.seed, opts.seed + opts.seeds))
-    args = (model, init, run, tcfg, data, opts.inits, opts.norm_positions, depths, seed_list, lrs, warmups)
+    # norm positions: the user's, else each scheme its own placement (pre and post when it has none)
+    args = (model, init, run, tcfg, data, opts.inits, opts.placements, depths, seed_list, lrs, warmups)
     return args, data, describe(opts, model, data, tcfg)
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from ..model.catalogue import placements_for
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ..model.placements import PLACEMENTS
+from ..model.structure import apply_scheme, structure_record
 
 #: Placements a run uses when neither the user nor the scheme chose one.
 DEFAULT_PLACEMENTS = ("pre", "post")
@@ -90,12 +91,24 @@ def config_label(config: tuple[str, str]) -> str:
 def configure(
     model: ModelConfig, init: InitConfig, run: RunConfig, recipe: str, norm_position: str
 ) -> tuple[ModelConfig, InitConfig]:
-    """The model and init of one configuration; the model's sequence cache fits the run.
-    (QK-norm left unset in ``model`` is decided by the scheme when the blocks are built.)"""
-    cfg = dataclasses.replace(
-        model, norm_position=norm_position, max_seq_len=max(model.max_seq_len, run.seq_len)
-    )
+    """The model and init of one configuration: ``model`` with the scheme's structure
+    (:func:`tinit.model.structure.apply_scheme`: its tying, norm, biases, QK-norm span,
+    FFN, ... on every field the user did not set, ``model.user_set``; the same resolution
+    as ``ModelConfig.from_scheme``) in ``norm_position``; the sequence cache fits the run."""
+    cfg = dataclasses.replace(model, max_seq_len=max(model.max_seq_len, run.seq_len))
+    cfg = apply_scheme(cfg, recipe, init.schemes, norm_position=norm_position)
     return cfg, dataclasses.replace(init, recipe=recipe)
+
+
+def structure_meta(model: ModelConfig, init: InitConfig, run: RunConfig,
+                   configs: Iterable[tuple[str, str]]) -> dict[str, dict]:  # fmt: skip
+    """config.json's ``structure``: per configuration (``naive/pre``) what its model took
+    from the scheme and what the user overrode (:func:`tinit.model.structure.structure_record`)."""
+    out = {}
+    for recipe, norm_position in configs:
+        cfg, ini = configure(model, init, run, recipe, norm_position)
+        out[config_name((recipe, norm_position))] = structure_record(ini.scheme, cfg)
+    return out
 
 
 def check_configs(

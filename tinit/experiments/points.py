@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from ..model.config import MAX_SEEDS, InitConfig, ModelConfig, RunConfig, check_count
-from .configs import check_configs, grid
+from .configs import check_configs, grid, structure_meta
 from .measure.depth_sweep import (
     SWEEP_COLUMNS,
     assemble,
@@ -109,6 +109,9 @@ def run_point(point: Point, progress: Progress | None = None) -> ExperimentResul
 def _grid_meta(model: ModelConfig, init: InitConfig, run: RunConfig, **extra: Any) -> dict[str, Any]:
     """The resolved settings, like :func:`run_meta` but without the device, which each
     point resolves where it runs (a login node may have no GPU)."""
+    configs = extra.get("configurations") or []
+    if configs and all(isinstance(c, tuple | list) and len(c) == 2 for c in configs):
+        extra = {**extra, "structure": structure_meta(model, init, run, [tuple(c) for c in configs])}
     return {
         "model": model.to_dict(),
         "init": init.to_dict(),
@@ -251,7 +254,9 @@ def lr_sweep_plan(
         return lr_sweep.gather_points(done, train, floor, per_config)
 
     big = dataclasses.replace(model, n_layers=max(depths))
-    grid_of = {"schemes": list(schemes), "norm_positions": list(norm_positions), "depths": list(depths),
+    grid_of = {"schemes": list(schemes),
+               "norm_positions": None if norm_positions is None else list(norm_positions),
+               "depths": list(depths),
                "widths": list(widths or [model.d_model]), "seeds": list(seeds), "lrs": list(lrs),
                "warmups": list(warmups)}  # fmt: skip
     meta = _grid_meta(big, init, run, train=dataclasses.asdict(train), data=data_args, grid=grid_of,

@@ -41,6 +41,7 @@ from ...model.catalogue import placements_for
 from ...model.config import MAX_SEEDS, ConfigError, InitConfig, ModelConfig, RunConfig, check_count, check_lr
 from ...model.param_rules import optimizer_groups, rules_summary
 from ...model.params import count_params
+from ...model.structure import apply_scheme
 from ...model.transformer import Transformer
 from ..configs import check_configs, grid, parse_widths, position_list, scheme_list
 from ..device import matmul_precision, resolve_device
@@ -128,8 +129,8 @@ def coord_point(
     None: the FFN width follows d (8d/3 or 4d). Frame ``coord_check``."""
     device = resolve_device(run.device)
     cfg = dataclasses.replace(model, d_model=d_model, n_layers=n_layers, d_ff=d_ff,
-                              norm_position=norm_position,
                               max_seq_len=max(model.max_seq_len, run.seq_len))  # fmt: skip
+    cfg = apply_scheme(cfg, recipe, init.schemes, norm_position=norm_position)  # as ModelConfig.from_scheme
     ini = dataclasses.replace(init, recipe=recipe, seed=seed)
     data = load_data("markov", vocab=cfg.vocab_size, seq_len=run.seq_len, batch=run.batch,
                      seed=init.seed, eval_batches=1, markov_k=coord.markov_k)  # fmt: skip

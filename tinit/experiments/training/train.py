@@ -22,10 +22,19 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ...model.catalogue import placements_for
 from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ...model.params import count_params
 from ...model.schemes import Scheme
-from ..configs import DEFAULT_PLACEMENTS, check_configs, parse_widths, position_list, scheme_list
+from ...model.structure import apply_scheme
+from ..configs import (
+    DEFAULT_PLACEMENTS,
+    check_configs,
+    parse_widths,
+    position_list,
+    scheme_list,
+    structure_meta,
+)
 from ..device import matmul_precision, resolve_device
 from ..driver import Run
 from ..memory import available_memory
@@ -237,7 +246,7 @@ def grid_axes(model: ModelConfig, init: InitConfig, train: TrainConfig, schemes,
 
     return (
         scheme_list(schemes, init.schemes),
-        position_list(norm_positions) or list(DEFAULT_PLACEMENTS),
+        position_list(norm_positions) or None,
         parse_layers(depths),
         _numbers(seeds, "seed", True, 0),
         _numbers(lrs, "lr", False, 0) if lrs is not None else [train.lr],
@@ -250,7 +259,7 @@ def grid_specs(
     model: ModelConfig,
     init: InitConfig,
     schemes: Sequence[str],
-    norm_positions: Sequence[str],
+    norm_positions: Sequence[str] | None,
     depths: Sequence[int],
     seeds: Sequence[int],
     lrs: Sequence[float],
@@ -258,25 +267,31 @@ def grid_specs(
     widths: Sequence[int] | None = None,
 ) -> list[RunSpec]:
     """schemes x norm positions x depths x widths x lrs x warmups x seeds, seeds
-    innermost. A scheme is whatever ``InitConfig.recipe`` accepts: the run only passes it
-    on. ``widths`` (d_model values; None: the model's): several each take their default FFN
+    innermost; each model with its scheme's structure
+    (:func:`tinit.model.structure.apply_scheme`, as ``ModelConfig.from_scheme``), and
+    ``norm_positions`` None: each scheme in its own placement (pre and post for a scheme
+    scheme is whatever ``InitConfig.recipe`` accepts: the run only passes it on.
+    ``widths`` (d_model values; None: the model's): several each take their default FFN
     width (d_ff grows with d, as a width-transfer study needs); the model's own width alone
     keeps the model's d_ff."""
     schemes, norm_positions, depths, seeds, lrs, warmups, widths = grid_axes(
         model, init, TrainConfig(), schemes, norm_positions, depths, seeds, lrs, warmups, widths
     )
     own = widths is None or widths == [model.d_model]
+
+    def shape(pos: str, scheme: str, L: int, d: int) -> ModelConfig:
+        sized = {"n_layers": L} if own else {"n_layers": L, "d_model": d, "d_ff": None}
+        return apply_scheme(dataclasses.replace(model, **sized), scheme, init.schemes, norm_position=pos)
+
+    def positions(scheme: str) -> tuple[str, ...]:
+        if norm_positions is None:
+            return placements_for(scheme, DEFAULT_PLACEMENTS, init.schemes)
+        return tuple(norm_positions)
+
     return [
-        RunSpec(
-            dataclasses.replace(model, norm_position=pos, n_layers=L)
-            if own
-            else dataclasses.replace(model, norm_position=pos, n_layers=L, d_model=d, d_ff=None),
-            dataclasses.replace(init, recipe=scheme, seed=seed),
-            lr,
-            warmup,
-        )
+        RunSpec(shape(pos, scheme, L, d), dataclasses.replace(init, recipe=scheme, seed=seed), lr, warmup)
         for scheme in schemes
-        for pos in norm_positions
+        for pos in positions(scheme)
         for L in depths
         for d in (widths or [model.d_model])
         for lr in lrs
@@ -432,13 +447,17 @@ def run_train(
         {
             "grid": {
                 "schemes": list(schemes),
-                "norm_positions": list(norm_positions),
+                "norm_positions": None if norm_positions is None else list(norm_positions),
                 "depths": list(depths),
                 "widths": list(widths or [model.d_model]),
                 "seeds": list(seeds),
                 "lrs": list(lrs),
                 "warmups": list(warmups),
-            }
+            },
+            # per (scheme, placement): what its model took from the scheme, what the user overrode
+            "structure": structure_meta(
+                model, init, run, list(dict.fromkeys((s.init.recipe, s.model.norm_position) for s in specs))
+            ),
         },
         on_partial,
         compare=len(schemes) > 1,
