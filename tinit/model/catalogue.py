@@ -341,6 +341,13 @@ _DEPTH = [
         ],
         embed_mult="sqrt(d)",
         placement="none",
+        bias=True,
+        bias_like=("q", "k", "v"),
+        bias_rule=rule(_LINEAR_DEFAULT, "uniform"),
+        not_modelled="fairseq's sinusoidal positions (added after the sqrt(d) scale; tinit runs "
+        "--positions); its ReLU FFN (tinit builds --ffn); the output projection's bias (fairseq has none; "
+        "tinit's untied head with --bias has one at 0). q, k, v keep nn.Linear's biases "
+        "U(±1/sqrt(fan_in)); out_proj's and the FFN's are 0 (fairseq's Linear)",
         depth_factor=("1 / (9 * L)", "(9 * L)^(-3/2)"),
         closed_form="v0 prod_k (1 + rho_k r_k) (approximate; bounded in L)",
     ),

@@ -20,7 +20,7 @@ from .schemes import Scheme
 
 NormKind = Literal["rmsnorm", "layernorm"]
 NormPosition = str  # a name of tinit.model.placements.PLACEMENTS (validated against the registry)
-FfnKind = Literal["swiglu", "gelu", "geglu", "relu2"]
+FfnKind = Literal["swiglu", "gelu", "geglu", "relu2", "relu"]
 PositionsKind = Literal["rope", "none", "learned"]
 AttentionKind = Literal["causal", "bidirectional"]
 BranchKind = Literal["model", "gaussian"]
@@ -124,7 +124,7 @@ class ModelConfig:
     norm_position: NormPosition = "pre"  # pre x+F(N(x)); post N(x+F(x)); sandwich; reordered; none
     qk_norm: bool | None = None  # RMSNorm on q and k per head; None -> what the init scheme presumes
     n_kv_heads: int | None = None  # grouped-query attention: K/V heads (None -> n_heads)
-    ffn: FfnKind = "swiglu"  # gated (swiglu, geglu: 3 matrices) or 2 matrices (gelu, relu^2)
+    ffn: FfnKind = "swiglu"  # gated (swiglu, geglu: 3 matrices) or 2 matrices (gelu, relu^2, relu)
     positions: PositionsKind = "rope"  # RoPE has no parameters; learned adds a table to x0
     attention: AttentionKind = "causal"  # causal mask or full bidirectional attention
     attn_scale: bool = True  # divide logits by sqrt(d_h); off only to study why it is there

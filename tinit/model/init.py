@@ -62,13 +62,14 @@ def role_shape_of(cfg: ModelConfig, role: str, init: InitConfig | None = None) -
 
 
 def role_rule(
-    init: InitConfig, cfg: ModelConfig, role: str, layer: int = 0, shape: tuple[int, ...] | None = None
+    init: InitConfig, cfg: ModelConfig, role: str, layer: int = 0, shape: tuple[int, ...] | None = None,
+    rule=None,
 ) -> Draw:
     """What ``role`` is drawn from at ``layer`` under the init's scheme, for a weight of
     ``shape`` (default: the role's): :func:`tinit.model.schemes.resolve` in the model's
     environment (distribution, std or constant, absolute bound, the draws' std)."""
     env = environment(cfg, init, layer, role_shape_of(cfg, role, init) if shape is None else shape)
-    return resolve(init.scheme, role, env)
+    return resolve(init.scheme, role, env, rule)
 
 
 def role_std(init: InitConfig, cfg: ModelConfig, role: str, layer: int = 0) -> float:
@@ -130,11 +131,14 @@ def init_weights_(
             continue
         shape = tuple(p.shape)
         owner = name.split(".")[-2] if "." in name else ""
+        rule = None
         if role == "bias" and bias_role(init.scheme, owner) != "bias":
             # nn.Linear's bias as the scheme's upstream keeps it: the weight's rule at the
-            # weight's fan_in (torchscale: U(+-1/sqrt(fan_in)) times the weight's scale)
+            # weight's fan_in (torchscale: U(+-1/sqrt(fan_in)) times the weight's scale), or
+            # the scheme's bias_rule there (fairseq's q, k, v under Xavier weights)
             role, shape = owner, tuple(params[name[: -len("bias")] + "weight"].shape)
-        draw = role_rule(init, cfg, role, layer, shape)
+            rule = init.scheme.bias_rule
+        draw = role_rule(init, cfg, role, layer, shape, rule)
         fill_(p, draw, generator(init.seed, layer, key, p.device))
 
 

@@ -148,7 +148,7 @@ ACTIVATIONS = {
     "geglu": lambda x: F.gelu(x, approximate="tanh"),  # Gemma's gelu_pytorch_tanh
     "gelu": F.gelu,  # Vaswani et al. 2017, with GELU
     "relu2": lambda x: F.relu(x).square(),  # nanochat's MLP
-    "relu": F.relu,  # Vaswani et al. 2017 (a scheme's own FFN only: microsoft/mup's example)
+    "relu": F.relu,  # Vaswani et al. 2017 (microsoft/mup's example, ReZero, fairseq)
 }
 
 

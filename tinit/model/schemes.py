@@ -242,6 +242,9 @@ class Scheme:
     tied: bool | None = None  # True: the upstream always ties the head to the embedding; False: never
     bias: bool | None = None  # its linear layers carry biases (True) or not (False)
     bias_like: tuple[str, ...] = ()  # roles whose bias is drawn by the weight's rule at the weight's fan_in
+    # the rule of those biases when it is not the weight's (fairseq's q, k, v: nn.Linear's
+    # U(+-1/sqrt(fan_in)) under Xavier weights), at the weight's shape; None: the weight's rule
+    bias_rule: Rule | None = None
     norm: str | None = None  # "rmsnorm" or "layernorm"
     norm_eps: float | None = None  # the eps of its norms
     rope_base: float | None = None  # its RoPE frequency base
@@ -369,14 +372,15 @@ def evaluate(formula: Formula, env: Mapping[str, float], what: str) -> float:
         raise FormulaError(f"{what}: {exc}") from None
 
 
-def resolve(scheme: Scheme, role: str, env: Mapping[str, float]) -> Draw:
+def resolve(scheme: Scheme, role: str, env: Mapping[str, float], rule: Rule | None = None) -> Draw:
     """The one resolution of a scheme: what ``role`` is drawn from in ``env`` (the
     variables of :func:`environment`: layer, shape, widths, sigma, and ``tied``).
 
     With a tied head (``env["tied"]``) the embedding takes the scheme's tied rule when it
     has one (torchtitan skips the embedding's init and keeps the output layer's).
+    ``rule`` replaces the role's own (a bias drawn by the scheme's ``bias_rule``).
     Raises :class:`FormulaError` for a negative std or a bound that is not positive."""
-    r = scheme.rule(role)
+    r = scheme.rule(role) if rule is None else rule
     if role == "embed" and env.get("tied") and scheme.tied_embed is not None:
         r = scheme.tied_embed
     std = 0.0 if r.dist == "zero" else evaluate(r.std, env, f"{scheme.name}: role {role}")
