@@ -122,6 +122,8 @@ def _cases(f: dict[str, str], out: Path) -> list[tuple[str, list[str], str, dict
         ("d-model-sweep", ["sweep", "variance", *W, "--layers", "1"], "--d-model", None),
         ("batch-check", ["check", "--batch", HUGE], "--batch", None),
         ("deep-check", ["check", "--deep-layers", HUGE], "--deep-layers", None),
+        ("seq-len-attention", ["attention-scale", "--seq-len", HUGE], "--seq-len", None),
+        ("head-dims-attention", ["attention-scale", "--head-dims", f"16,{HUGE}"], "--head-dims", None),
         # --layers 1e8: the per-layer rule checks filled 3 GiB in 22 s (grad-norms) or ran for hours
         ("layers-grad-norms", ["grad-norms", *M, "--layers", "100000000"], "--layers", None),
         ("layers-variance", ["variance", *M, "--layers", "100000000"], "--layers", None),
