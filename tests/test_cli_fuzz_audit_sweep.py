@@ -168,8 +168,10 @@ def audit_source(draw) -> tuple[list[str], object]:
     if kind == "file":
         return ["--hf", "CONFIG"], draw(st.sampled_from(CONFIG_FILES))
     family = draw(st.sampled_from(sorted(HF_BASE)))
-    sets = list(HF_BASE[family])
-    sets += draw(st.lists(st.sampled_from(HOSTILE_SETS), max_size=2, unique=True))
+    hostile = draw(st.lists(st.sampled_from(HOSTILE_SETS), max_size=2, unique=True))
+    # a key is set once (a repeat is refused): the hostile value replaces the base's
+    keys = {s.split("=")[0] for s in hostile}
+    sets = [s for s in HF_BASE[family] if s.split("=")[0] not in keys] + hostile
     return ["--hf", family, *itertools.chain.from_iterable(("--set", s) for s in sets)], None
 
 

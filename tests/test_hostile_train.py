@@ -62,7 +62,7 @@ def test_run_specs_refuses_a_repeated_run():
 
 
 def test_every_run_diverging_still_draws_every_figure(tmp_path):
-    """--lr 1 diverges every run: final_vs_depth.png had no finite point and matplotlib
+    """--lr 3 diverges every run: final_vs_depth.png had no finite point and matplotlib
     failed on its log axis (no plot, config.json error null, a traceback)."""
     out = tmp_path / "run"
     res = runner.invoke(
@@ -71,11 +71,11 @@ def test_every_run_diverging_still_draws_every_figure(tmp_path):
             "train",
             *M,
             "--layers",
-            "2",
+            "2,4",  # two depths: final_vs_depth.png is drawn only then (lr 1 left L=4 converging)
             "--steps",
             "20",
             "--lr",
-            "1",
+            "3",
             "--init",
             "naive",
             "--pre-norm",

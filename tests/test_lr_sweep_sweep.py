@@ -53,7 +53,7 @@ def test_local_pool_gives_the_single_process_csvs(tmp_path, reference, monkeypat
     same_csvs(out, reference)
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["complete"] is True and cfg["sweep"]["counts"]["done"] == 2 * 2 * 2 * 3 * 2
-    assert "L1-d16-lr0.003-warmup30-seed0-gpt2-pre" in cfg["sweep"]["points"]
+    assert "L1-d16-lr0.003-warmup3-seed0-gpt2-pre" in cfg["sweep"]["points"]  # default warmup cut to --steps
     for stem in ("lr_sweep", "lr_transfer", "loss_curves"):
         assert (out / f"{stem}.png").is_file(), stem
 

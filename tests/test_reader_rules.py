@@ -252,7 +252,7 @@ _STEMS = {
     "norms": ("norms",),
     "params": ("params",), "check": ("check_variance", "stream_grads", "params", "attention_scale"),
     "train": ("loss_curves", "final_vs_depth", "variance_during_training"),
-    "train_all_diverging": ("loss_curves", "final_vs_depth", "variance_during_training"),
+    "train_all_diverging": ("loss_curves", "variance_during_training"),  # one depth: no final_vs_depth
     "lr_sweep": ("lr_sweep", "lr_transfer", "loss_curves", "variance_during_training"),
     "claims": ("claims", "claims_deep_curves", "claims_shallow_curves", "variance_during_training"),
     "audit": ("weights", "variance", "grad_norms", "stream_grads"),

@@ -55,6 +55,8 @@ def expected(scheme: str, role: str, l: int, fan_in: int, fan_out: int):  # noqa
         return ("trunc", std, 3 * std)
     if scheme == "olmo2":
         return ("trunc", s, 3 * s)
+    if scheme in ("deepnet-torchscale-lm", "magneto-lm"):  # the same weights (the embedding output x sqrt(d))
+        scheme = scheme.removesuffix("-lm")
     if scheme in ("deepnet", "deepnet-torchscale", "magneto"):
         if emb or role == "head":
             return ("normal", D**-0.5, None)
@@ -185,9 +187,10 @@ def test_every_role_and_layer_matches_the_source_formula(scheme):
         if dist == "uniform":
             b = math.sqrt(3) * std
             assert b * 0.97 < w.abs().max().item() <= b + 1e-12, name  # flat up to the edge, no tail
-    # nanochat builds its relu^2 MLP, mup-example its ReLU FFN (up, down: no gate) whatever --ffn says
+    # nanochat builds its relu^2 MLP, torchscale its GELU one, mup-example its ReLU one (up,
+    # down: no gate) whatever --ffn says
     want = {"q", "k", "v", "o", "gate", "up", "down", "embed", "head", "pos"}
-    want -= {"gate"} if scheme in ("nanochat", "mup-example") else set()
+    want -= {"gate"} if get_scheme(scheme).ffn in ("relu2", "gelu", "relu") else set()
     assert want <= checked
 
 

@@ -123,3 +123,11 @@ LR_DRIFT_TOL, LR_RESOLVE_TOL, LR_LEVEL = 0.25, 0.5, 0.95
 LR_CRITERION = (f"transfers: |drift| < {LR_DRIFT_TOL:g} octave per doubling and the {LR_LEVEL:.0%} "
                 f"interval inside ±{LR_RESOLVE_TOL:g}; drifts: the interval excludes 0 and |drift| >= "
                 f"{LR_DRIFT_TOL:g}; otherwise not resolved")  # fmt: skip
+
+#: ``tinit train`` with two or more schemes: each scheme against the first, paired by seed
+#: (same seed, same data and batch order). The verdict is read off the Student-t interval
+#: of the mean paired difference of final held-out loss at TRAIN_COMPARE_LEVEL.
+TRAIN_COMPARE_LEVEL = 0.95
+TRAIN_COMPARE_CRITERION = (f"lower/higher: the {TRAIN_COMPARE_LEVEL:.0%} t interval of the paired difference "
+                           "(scheme - baseline, over the seeds neither diverged on) excludes 0; otherwise "
+                           "no difference resolved; fewer than 2 pairs: too few seeds")  # fmt: skip

@@ -14,7 +14,7 @@ import typer
 from typer.core import TyperGroup
 
 from ..interrupt import interrupted
-from .clickcompat import Abort, ClickException, UsageError
+from .clickcompat import Abort, ClickException, UsageError, plain_message, stray_after_comma
 from .help import Command, HelpContext
 from .registry import COMMANDS
 
@@ -31,7 +31,7 @@ class _OneLineErrors(TyperGroup):
         except UsageError as exc:
             if not standalone_mode:
                 raise
-            msg = " ".join(exc.format_message().split())
+            msg = " ".join(_usage_message(exc, sys.argv[1:] if args is None else list(args)).split())
             if not msg:  # (typer's rich help prints the help itself and leaves no message)
                 sys.exit(0)
             typer.echo(f"Error: {msg}", err=True)
@@ -64,6 +64,19 @@ class _OneLineErrors(TyperGroup):
             return super().invoke(ctx)
         except KeyboardInterrupt:
             interrupted()
+
+
+def _usage_message(exc: Exception, args: list[str]) -> str:
+    """A usage error's one line: a list written with a space after a comma is named with
+    its option (click would find a stray argument, or a value it cannot read); typer's
+    pydantic wording is put plainly, with the value given."""
+    stray = stray_after_comma(args)
+    if stray is not None:
+        return stray
+    plain = plain_message(exc)
+    if plain is not None:
+        exc.message = plain
+    return exc.format_message()
 
 
 def _print_version(value: bool) -> None:

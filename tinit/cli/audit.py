@@ -6,7 +6,6 @@ import math
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.text import Text
 
 from ..model.catalogue import names as scheme_names
@@ -19,7 +18,6 @@ if TYPE_CHECKING:
     from ..experiments.audit.audit import Expectation
 
 AUDIT = "Audit"
-ALIASES = {"gpt2": "scaled"}  # GPT-2's recipe is tinit's depth-scaled one
 #: The shared default of --seq-len here; a model with fewer positions gets its own.
 SEQ_LEN = 128
 #: The catalogue's schemes as --expect and --init list them (scaled is gpt2's alias).
@@ -28,14 +26,15 @@ SCHEMES_HELP = ", ".join(scheme_names(custom=False)) + " (scaled = gpt2); 'tinit
 
 def _scheme(value: str, option: str, extra: tuple[str, ...], custom: tuple = ()) -> str:
     """A scheme name --expect / --init accept: the catalogue's (aliases too), the
-    --init-file scheme's, or one of ``extra``."""
+    --init-file scheme's, or one of ``extra``; kept as the user wrote it (``gpt2`` stays
+    ``gpt2``, ``scaled`` stays ``scaled``), as every other command labels its rows."""
     from ..model.catalogue import ALIASES as SCHEME_ALIASES
     from ..model.catalogue import names
 
     allowed = list(dict.fromkeys((*extra, *names(custom), *SCHEME_ALIASES)))
     if value not in allowed:
         raise ConfigError(option, f"{value!r} is not one of {', '.join(allowed)}")
-    return ALIASES.get(value, value)
+    return value
 
 
 def _declared(model, sites, sigma: float | None) -> "Expectation":
@@ -55,12 +54,20 @@ def _declared(model, sites, sigma: float | None) -> "Expectation":
     rng = getattr(config, "initializer_range", None)
     if isinstance(rng, int | float):
         scheme = sites.declared_recipe or "naive"
-        rule = " with GPT-2's c_proj / sqrt(2 n_layer)" if scheme == "scaled" else ""
+        rule = " with GPT-2's c_proj / sqrt(2 n_layer)" if scheme == "gpt2" else ""
         s = float(rng) if sigma is None else sigma
         what = f"initializer_range {rng:g}" if sigma is None else f"--sigma {s:g}"
         return Expectation(scheme, s, s, f"the model's declared init ({what}{rule})")
     s = 0.02 if sigma is None else sigma
     return Expectation("naive", s, s, f"naive at sigma {s:g} (the model declares no init)")
+
+
+def _no_closed_form(summary) -> list[str]:
+    """The configurations of an audit whose summary has no closed form (all of them: the
+    audit sets each beside the law from its measured branch variances only)."""
+    if "closed_form" not in summary:
+        return list(summary["init"])
+    return list(summary.loc[summary["closed_form"].isna() | (summary["closed_form"] == ""), "init"])
 
 
 def audit(
@@ -206,10 +213,12 @@ def audit(
     from ..results.report_audit import (
         EXIT_DEVIATING,
         plot_weight_stds,
+        stream_lines,
         verdict,
         weights_table,
         write_audit_md,
     )
+    from ..results.tables import output_console
     from .runner import Outputs, execute
 
     sets = set_ or []
@@ -230,9 +239,9 @@ def audit(
         lookup = {s.name: s for s in custom}
         device, dtype = resolve_device(opts.device), resolve_dtype(opts.dtype)
         if hf is not None:
-            model = load_hf(hf, parse_set(sets), device, dtype)
+            model = load_hf(hf, parse_set(sets), device, dtype, opts.seed)
         else:
-            model = load_module(module)
+            model = load_module(module, opts.seed)
             model = model.to(device=device, dtype=dtype if given(ctx, "dtype") else None)
         option = "--hf" if hf else "--module"
         check_parameters(model, option)
@@ -291,7 +300,7 @@ def audit(
         import transformers
 
         meta["transformers_version"] = transformers.__version__
-    console = Console()
+    console = output_console()
     if not opts.quiet:
         for line in found.describe():
             console.print(line, highlight=False)
@@ -301,7 +310,8 @@ def audit(
     def figures(r):
         out = {
             "weights": plot_weight_stds(r["weights"], title),
-            "variance": plot_variance(r["variance"], title),
+            # the audit computes no scheme's closed form (as built, the model follows none)
+            "variance": plot_variance(r["variance"], title, no_closed_form=_no_closed_form(r["summary"])),
         }
         if grads:
             out["grad_norms"] = plot_grad_norms(r["grad_norms"], "both", title)
@@ -334,6 +344,7 @@ def audit(
             tables=lambda r: [
                 weights_table(r["weight_groups"], f"Weights against {expectation.source}"),
                 Text(verdict(r.meta)[1], style="green" if verdict(r.meta)[0] else "bold red"),
+                *(Text(line) for line in stream_lines(r.frames.get("summary"))),
             ],
             files=lambda r, d: [write_audit_md(r.frames, r.meta, d, figs)],
         ),

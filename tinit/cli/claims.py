@@ -8,7 +8,7 @@ import typer
 from . import options as opt
 from .configs import Options, configs_or_exit
 from .options import TRAIN
-from .training import data_for, describe, model_vocab, train_config, variance_figure
+from .training import data_for, describe, model_vocab, train_config, variance_figure, warmups_within
 
 
 def claims(
@@ -92,6 +92,8 @@ def claims(
     claims_shallow_curves.png, the files of `tinit train` and config.json.
     """
     opts = Options(locals())
+    warmup = warmups_within(ctx, [warmup], steps)[0]
+    opts = opts.replace(warmup=warmup)
     from ..experiments.training.claims import ClaimsConfig, run_claims
     from ..results.plot_train import claims_table, plot_claims, plot_loss_curves, write_claims_md
     from .runner import Outputs, execute

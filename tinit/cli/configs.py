@@ -12,10 +12,12 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import typer
+from typer.main import get_current_context
 
 from ..model.catalogue import parse_init_list
-from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ..model.config import STRUCTURE_FIELDS, ConfigError, InitConfig, ModelConfig, RunConfig
 from ..model.presets import get_preset
+from .clickcompat import current_context, given
 from .init_file import load_init_file
 from .options import FIELDS, NEGATED, OPTION_OF
 
@@ -68,6 +70,7 @@ class Options:
             self.values["threads"] = set_threads(self.values["threads"])
         if "init" in self.values:
             self.inits  # noqa: B018 -- loads --init-file and checks --init
+        self.placements  # noqa: B018 -- checks --norm-position against --pre-norm/--post-norm
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -102,7 +105,19 @@ class Options:
             kw.update({f: v for f, v in preset.model.items() if f not in set_by_options})
             # the context sizes the learned table (a run may use less)
             kw["max_seq_len"] = max(kw.get("max_seq_len", ModelConfig.max_seq_len), preset.context)
-        return self.config(ModelConfig, **{**kw, **override})
+        return self.config(ModelConfig, **{**kw, **override, "user_set": self.user_set})
+
+    @property
+    def user_set(self) -> tuple[str, ...]:
+        """The structure fields (:data:`STRUCTURE_FIELDS`) whose option was given on the
+        command line (not a default, nor a preset's): they override each init scheme's
+        structure (:func:`tinit.model.structure.apply_scheme`); the others take it."""
+        ctx = get_current_context(silent=True)
+        if ctx is None or ctx.command is None:
+            return ()
+        fields = [f for p in ctx.command.params if p.name in self.values and given(ctx, p.name)
+                  for f in FIELDS.get(p.name, (p.name,)) if f in STRUCTURE_FIELDS]  # fmt: skip
+        return tuple(dict.fromkeys(fields))
 
     def init_config(self) -> InitConfig:
         return self.config(InitConfig, schemes=self.custom_schemes)
@@ -121,22 +136,38 @@ class Options:
 
     @property
     def inits(self) -> tuple[str, ...]:
-        """The schemes of --init (a comma list, ``all`` or ``both``); with --init-file and
-        --init left at its default, the file's scheme alone."""
+        """The schemes to run: with --init-file and no --init, the file's scheme alone;
+        else those of --init (a comma list, ``all`` or ``both``), and the file's scheme
+        after them when --init does not name it (every command alike: a file given is
+        never dropped)."""
         custom = self.custom_schemes
-        if custom and self.values["init"] == "both":
-            return (custom[0].name,)
+        if custom and not self._init_given():
+            return tuple(s.name for s in custom)
         try:
-            return parse_init_list(self.values["init"], custom)
+            named = parse_init_list(self.values["init"], custom)
         except KeyError as exc:
             raise typer.BadParameter(str(exc.args[0]), param_hint="'--init'") from None
+        return named + tuple(s.name for s in custom if s.name not in named)
+
+    def _init_given(self) -> bool:
+        """Whether the user gave --init (on the command line, not its default or a
+        preset's); outside a command (a library caller), whether it differs from ``both``."""
+        ctx = current_context()
+        if ctx is not None and "init" in ctx.params:
+            return given(ctx, "init")
+        return self.values["init"] != "both"
 
     @property
     def placements(self) -> tuple[str, ...] | None:
         """The placements the user chose (--norm-position, --pre-norm, --post-norm), or
         None: each scheme then runs in its presumed placement, or pre and post."""
         if self.values.get("norm_positions"):
-            return tuple(self.values["norm_positions"].split(","))
+            given = self.values["norm_positions"]
+            for flag, name in (("--pre-norm", "pre_norm"), ("--post-norm", "post_norm")):
+                if self.values.get(name):
+                    raise typer.BadParameter(f"{flag} conflicts with --norm-position {given}: give one",
+                                             param_hint="'--norm-position'")  # fmt: skip
+            return tuple(given.split(","))
         flags = (("pre", self.values.get("pre_norm")), ("post", self.values.get("post_norm")))
         return tuple(p for p, on in flags if on) or None
 

@@ -113,7 +113,8 @@ def coord_check(
     )
     positions = opts.placements
     configs_or_exit(
-        lambda: make_grid(model, init_cfg, run, opts.inits, positions, widths, depths, seeds, opts.d_ff)
+        lambda: make_grid(model, init_cfg, run, opts.inits, positions, widths, depths, seeds, opts.d_ff,
+                          coord)
     )
     title = coord_title(opts, model, widths, depths, seeds, lr, param_rules, steps)
 

@@ -92,6 +92,8 @@ def inits(
     opts = Options(locals())
     from ..experiments.measure.inits import run_inits
     from ..model.catalogue import known, names
+    from ..model.schemes import ffn_of
+    from ..model.structure import apply_scheme, describe_structure
     from .runner import Outputs, execute
 
     custom = opts.custom_schemes
@@ -105,10 +107,12 @@ def inits(
         outputs = Outputs(tables=lambda r: [catalogue_table(r["inits"])])
     else:
         s = init_cfg.lookup(name)
-        title = (f"{name}: std per role at L={model.n_layers}, d={model.d_model}, d_ff={model.d_ff}, "
-                 f"sigma={sigma}")  # fmt: skip
-        notes = [Text(f"{s.name}: {s.description}"), Text(f"multipliers: {s.multipliers()}; architecture: "
-                 f"{s.architecture()}; v_2L: {s.closed_form or '-'}"),
+        built = apply_scheme(model, s, init_cfg.schemes)
+        title = (f"{name}: std per role at L={built.n_layers}, d={built.d_model}, "
+                 f"d_ff={ffn_of(built, s)[1]}, sigma={sigma}")  # fmt: skip
+        notes = [Text(f"{s.name}: {s.description}"), Text(f"structure: {describe_structure(s, built)}"),
+                 Text(f"multipliers: {s.multipliers()}; v_2L: {s.closed_form or '-'}"),
+                 Text(f"not modelled: {s.not_modelled or '-'}"),
                  Text("upstream: " + ("; ".join(s.upstream) or "-"))]  # fmt: skip
         outputs = Outputs(tables=lambda r: [stds_table(r["init_stds"], title), *notes])
     execute("inits", opts, lambda progress: run_inits(model, init_cfg, name, progress), outputs)

@@ -96,8 +96,9 @@ def lr_sweep(
     from .configs import configs_or_exit
     from .runner import Outputs, execute
 
-    ds = parse_widths(opts)
-    opts = opts.replace(d_model=ds[0])
+    ds = parse_widths(opts, ctx)
+    # several widths each take their default FFN width (a preset's d_ff is one width's)
+    opts = opts.replace(d_model=ds[0], **({"d_ff": None} if len(ds) > 1 else {}))
     args, data, title = grid(ctx, opts)
     for w in ds[1:]:  # every width a valid model (heads, RoPE's even head size)
         configs_or_exit(lambda w=w: opts.model_config(d_model=w))

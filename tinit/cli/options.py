@@ -78,7 +78,13 @@ def preset_defaults(preset: Preset, taken: Iterable[str]) -> dict[str, Any]:
             out[field] = value
         elif NEGATED.get(field) in taken:
             out[NEGATED[field]] = not value
+        elif LISTS.get(field) in taken:  # a command's list of widths: the preset's one
+            out[LISTS[field]] = str(value)
     return out
+
+
+#: Model field -> the parameter of a command that takes a comma list of its values (lr-sweep, coord-check).
+LISTS = {"d_model": "widths"}
 
 
 # --- checks of values that a type alone does not say ---
@@ -237,7 +243,7 @@ Init = option(
 )  # fmt: skip
 InitFile = option("init_file", Path | None, "--init-file", panel=INIT, show_default=False,
                   help="A TOML file declaring your own scheme (per-role std formulas); "
-                  "see docs/reference/inits.md. Runs alone unless --init names it (or 'all').")  # fmt: skip
+                  "see docs/reference/inits.md. Alone without --init, else with its schemes.")  # fmt: skip
 BaseWidth = option("base_width", int, "--base-width", help="Base width d0 of mup/completep/depth-mup.",
                    panel=INIT, min=1)  # fmt: skip
 BaseDepth = option("base_depth", int, "--base-depth", help="Base depth L0 of completep/depth-mup.",
@@ -275,7 +281,14 @@ Threads = option(
 
 # --- Output ---
 
-Out = option("out", Path | None, "--out", "-o", panel=OUTPUT, show_default=False,
+def _out(value: str | Path) -> Path:
+    """--out: a path (an empty one would be the current folder, unasked)."""
+    if not str(value).strip():
+        raise typer.BadParameter(f"{str(value)!r} is an empty path; give a folder (--out . for this one)")
+    return Path(value)
+
+
+Out = option("out", Path | None, "--out", "-o", panel=OUTPUT, show_default=False, parser=_out,
              help="Run folder (must be new or empty) (default: results/COMMAND/TIMESTAMP-ID).")  # fmt: skip
 Format = option("format", str, "--format", panel=OUTPUT, parser=_formats, metavar="png,pdf,svg",
                 help="Plot formats, a comma list of png, pdf, svg; the PNG is always written.")  # fmt: skip

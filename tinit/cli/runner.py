@@ -36,6 +36,7 @@ from ..experiments.result import (
     is_run_failure,
 )
 from ..model.config import ConfigError
+from ..model.structure import override_lines
 from ..results.rundir import (
     CONFIG,
     FolderTaken,
@@ -48,7 +49,7 @@ from ..results.rundir import (
     write_config,
     write_csvs,
 )
-from ..results.tables import cost_line, print_tables
+from ..results.tables import cost_line, output_console, print_tables
 from .clickcompat import ClickException, Exit
 from .common import SWEEP_CAPTURE
 from .configs import OptionError, Options
@@ -309,10 +310,18 @@ def _finish(
         _fail(f"run incomplete{f' ({failure})' if failure else ''}, {write_error}", run_dir)
         typer.echo(str(run_dir))
         raise typer.Exit(1)
-    console = Console()
+    console = output_console()
     if not opts.quiet and not stopped_writing:
-        if result.frames:  # (a run that failed before its first row has no table to print)
-            print_tables(console, outputs.tables(result))
+        for line in override_lines(result.meta.get("structure") or {}):
+            # the header: where a configuration is not the model its scheme's upstream runs
+            console.print(f"Overrides the scheme's structure: {line}", highlight=False, soft_wrap=True)
+        try:
+            tables = outputs.tables(result)
+        except KeyError:  # a run that stopped before the frame a table shows has no table
+            if failure is None:
+                raise
+            tables = []
+        print_tables(console, tables)
         for note in outputs.notes:
             console.print(note)
         cost = cost_line(result.meta)

@@ -347,7 +347,7 @@ def _write(run_dir: Path, command: str, opts, result, outputs, signals) -> None:
     fails, or a second signal, ends the sweep incomplete: one line, exit 1."""
     from ..results.plots import save_figure
     from ..results.rundir import OutputError, non_finite_counts, write_config, write_csvs
-    from ..results.tables import print_tables
+    from ..results.tables import output_console, print_tables
     from .runner import internal_error, non_finite_line
 
     counts = non_finite_counts(result.frames, result.not_applicable)
@@ -384,5 +384,5 @@ def _write(run_dir: Path, command: str, opts, result, outputs, signals) -> None:
     if n_bad:
         typer.echo(non_finite_line(counts, n_bad), err=True)
     if not opts.quiet and not signals.caught:
-        console = Console()
+        console = output_console()
         print_tables(console, outputs.tables(result))

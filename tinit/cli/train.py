@@ -84,12 +84,14 @@ def train(
     Writes train.csv (per step: configuration, step, tokens, lr, train loss, eval loss
     every --eval-every, grad norm, status), update_ratios.csv (per step and layer,
     ||dW||/||W|| of W_O and W_down), variance_during_training.csv, runs.csv, summary.csv
-    (final eval loss mean and SE over seeds, diverged count, tokens/s), loss_curves.png,
-    final_vs_depth.png and config.json.
+    (final eval loss mean and SE over seeds, diverged count, tokens/s), with two or more
+    schemes compare.csv (each against the first, paired by seed, with a verdict),
+    loss_curves.png, with two or more depths final_vs_depth.png, and config.json.
     """
     opts = Options(locals())
     from ..experiments.training.train import run_train
     from ..results.plot_train import plot_final_vs_depth, plot_loss_curves, train_table
+    from ..results.report_compare import compare_table
     from .runner import Outputs, execute
 
     args, data, title = grid(ctx, opts)
@@ -100,10 +102,13 @@ def train(
         Outputs(
             figures=lambda r: {
                 "loss_curves": plot_loss_curves(r["train"], data.floor, title),
-                "final_vs_depth": plot_final_vs_depth(r["summary"], data.floor, title),
+                # against depth only when there is more than one depth to set side by side
+                **({"final_vs_depth": plot_final_vs_depth(r["summary"], data.floor, title)}
+                   if r["summary"]["n_layers"].nunique() > 1 else {}),  # fmt: skip
                 **variance_figure(r, title),
             },
-            tables=lambda r: [train_table(r["summary"], f"tinit train ({title})")],
+            tables=lambda r: [train_table(r["summary"], f"tinit train ({title})")]
+            + ([compare_table(r["compare"])] if "compare" in r.frames else []),
             notes=rules_notes(opts),
         ),
     )

@@ -53,10 +53,24 @@ def _once(values: list, text: str, option: str) -> list:
     return values
 
 
-def parse_widths(opts: Options) -> list[int]:
+def warmups_within(ctx: typer.Context, warmups: list[int], steps: int) -> list[int]:
+    """The warmups, each reaching its peak lr by the last step (a warmup of w steps reaches
+    it at step w): a --warmup longer than --steps is refused (the lr it reports as the peak
+    would never be reached); the default warmup of a shorter run is cut to --steps."""
+    long = [w for w in warmups if w > steps]
+    if long and given(ctx, "warmup"):
+        raise typer.BadParameter(
+            f"{long[0]} is longer than --steps {steps}: the peak lr would never be reached; give a "
+            f"warmup <= {steps}", param_hint="'--warmup'",
+        )  # fmt: skip
+    return list(dict.fromkeys(min(w, steps) for w in warmups))
+
+
+def parse_widths(opts: Options, ctx: typer.Context | None = None) -> list[int]:
     """lr-sweep's and coord-check's --d-model: the width axis (the library's parser), each
     width divisible by --heads; a list takes each width's default FFN width (so --d-ff
-    goes with one width only)."""
+    goes with one width only; a --preset's d_ff, not given by the user (``ctx``), is left
+    to the caller to drop)."""
     from ..experiments.configs import parse_widths as width_axis
 
     out = configs_or_exit(lambda: width_axis(opts.widths))
@@ -64,7 +78,7 @@ def parse_widths(opts: Options) -> list[int]:
     if bad:
         raise typer.BadParameter(f"{bad[0]} is not divisible by --heads {opts.n_heads}",
                                  param_hint="'--d-model'")  # fmt: skip
-    if len(out) > 1 and opts.d_ff is not None:
+    if len(out) > 1 and opts.d_ff is not None and (ctx is None or given(ctx, "d_ff")):
         raise typer.BadParameter("a list of widths takes each width's default FFN width; leave --d-ff out",
                                  param_hint="'--d-ff'")  # fmt: skip
     return out
@@ -125,6 +139,7 @@ def grid(ctx: typer.Context, opts: Options):
 
     lrs = floats(opts.lr, "--lr", MAX_LR, f" ({LR_WHY})")
     warmups = ints(opts.warmup, "--warmup")
+    warmups = warmups_within(ctx, warmups, opts.steps)
     depths = configs_or_exit(lambda: parse_layers(opts.layers))
 
     def build():
@@ -135,7 +150,8 @@ def grid(ctx: typer.Context, opts: Options):
 
     data, model, init, run, tcfg = configs_or_exit(build)
     seed_list = list(range(opts.seed, opts.seed + opts.seeds))
-    args = (model, init, run, tcfg, data, opts.inits, opts.norm_positions, depths, seed_list, lrs, warmups)
+    # norm positions: the user's, else each scheme its own placement (pre and post when it has none)
+    args = (model, init, run, tcfg, data, opts.inits, opts.placements, depths, seed_list, lrs, warmups)
     return args, data, describe(opts, model, data, tcfg)
 
 

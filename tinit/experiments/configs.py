@@ -11,19 +11,62 @@ from collections.abc import Iterable, Iterator, Sequence
 from ..model.catalogue import placements_for
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ..model.placements import PLACEMENTS
+from ..model.structure import apply_scheme, structure_record
 
 #: Placements a run uses when neither the user nor the scheme chose one.
 DEFAULT_PLACEMENTS = ("pre", "post")
 
 
+def scheme_list(inits: str | Iterable[str], custom: Iterable = ()) -> list[str]:
+    """The schemes a library caller gave: a list of names, or one string read as --init
+    reads it (``"gpt2"``, ``"naive,gpt2"``, ``"all"``) -- never iterated by character. A
+    ConfigError (field ``init``) for an empty list, a name that is no string, or two
+    names of one scheme."""
+    from ..model.catalogue import ALIASES, parse_init_list
+
+    if isinstance(inits, str):
+        try:
+            return list(parse_init_list(inits, custom))
+        except KeyError as exc:
+            raise ConfigError("init", str(exc.args[0])) from None
+    out = list(inits)
+    if not out:
+        raise ConfigError("init", "no init scheme given")
+    bad = [v for v in out if not isinstance(v, str)]
+    if bad:
+        raise ConfigError("init", f"{bad[0]!r} is not a scheme's name")
+    seen: dict[str, str] = {}
+    for v in out:
+        if seen.setdefault(ALIASES.get(v, v), v) != v:
+            raise ConfigError("init", f"{seen[ALIASES.get(v, v)]!r} and {v!r} are the same scheme: give one")
+    return list(dict.fromkeys(out))
+
+
+def position_list(norm_positions: str | Iterable[str] | None) -> list[str] | None:
+    """The norm placements a library caller gave: None, a list, or a comma string
+    (``"pre,post"``); each a name of PLACEMENTS, at least one. ConfigError (field
+    ``norm_position``) otherwise."""
+    if norm_positions is None:
+        return None
+    out = norm_positions.split(",") if isinstance(norm_positions, str) else list(norm_positions)
+    out = [v.strip() if isinstance(v, str) else v for v in out]
+    bad = [v for v in out if v not in PLACEMENTS]
+    if bad or not out:
+        got = repr(bad[0]) if bad else "none"
+        raise ConfigError("norm_position", f"{got} is not a placement; give some of {', '.join(PLACEMENTS)}")
+    return list(dict.fromkeys(out))
+
+
 def grid(
-    inits: Iterable[str], norm_positions: Iterable[str] | None, custom: Iterable = ()
+    inits: str | Iterable[str], norm_positions: str | Iterable[str] | None, custom: Iterable = ()
 ) -> Iterator[tuple[str, str]]:
     """The (init scheme, norm position) configurations of a run, in a fixed order
     (placement, then scheme). ``norm_positions`` None: each scheme in the placement
     it presumes (olmo2 reordered, deepnet post, ...), the others in pre and post.
-    ``custom``: the user's schemes the run's InitConfig carries."""
-    inits, custom = list(inits), tuple(custom)
+    ``custom``: the user's schemes the run's InitConfig carries. A string is a comma
+    list (:func:`scheme_list`, :func:`position_list`)."""
+    custom = tuple(custom)
+    inits, norm_positions = scheme_list(inits, custom), position_list(norm_positions)
     if norm_positions is None:
         wanted = {recipe: placements_for(recipe, DEFAULT_PLACEMENTS, custom) for recipe in inits}
         norm_positions = [p for p in PLACEMENTS if any(p in w for w in wanted.values())]
@@ -48,26 +91,40 @@ def config_label(config: tuple[str, str]) -> str:
 def configure(
     model: ModelConfig, init: InitConfig, run: RunConfig, recipe: str, norm_position: str
 ) -> tuple[ModelConfig, InitConfig]:
-    """The model and init of one configuration; the model's sequence cache fits the run.
-    (QK-norm left unset in ``model`` is decided by the scheme when the blocks are built.)"""
-    cfg = dataclasses.replace(
-        model, norm_position=norm_position, max_seq_len=max(model.max_seq_len, run.seq_len)
-    )
+    """The model and init of one configuration: ``model`` with the scheme's structure
+    (:func:`tinit.model.structure.apply_scheme`: its tying, norm, biases, QK-norm span,
+    FFN, ... on every field the user did not set, ``model.user_set``; the same resolution
+    as ``ModelConfig.from_scheme``) in ``norm_position``; the sequence cache fits the run."""
+    cfg = dataclasses.replace(model, max_seq_len=max(model.max_seq_len, run.seq_len))
+    cfg = apply_scheme(cfg, recipe, init.schemes, norm_position=norm_position)
     return cfg, dataclasses.replace(init, recipe=recipe)
+
+
+def structure_meta(model: ModelConfig, init: InitConfig, run: RunConfig,
+                   configs: Iterable[tuple[str, str]]) -> dict[str, dict]:  # fmt: skip
+    """config.json's ``structure``: per configuration (``naive/pre``) what its model took
+    from the scheme and what the user overrode (:func:`tinit.model.structure.structure_record`)."""
+    out = {}
+    for recipe, norm_position in configs:
+        cfg, ini = configure(model, init, run, recipe, norm_position)
+        out[config_name((recipe, norm_position))] = structure_record(ini.scheme, cfg)
+    return out
 
 
 def check_configs(
     model: ModelConfig, init: InitConfig, run: RunConfig, configs: Iterable[tuple[str, str]],
-    depths: Iterable[int] | None = None,
+    depths: Iterable[int] | None = None, optimizer: bool = False,
 ) -> None:  # fmt: skip
     """Before anything runs: every (recipe, norm position) of ``configs`` at every depth
     (default ``model.n_layers``) has rules and multipliers defined at every layer
-    (:func:`tinit.model.rulecheck.check_scheme`). A ConfigError naming ``--init-file``
-    (a user's scheme) or ``--init`` otherwise, so a bad formula never stops a run
-    part-way."""
+    (:func:`tinit.model.rulecheck.check_scheme`), and with ``optimizer`` (a run that
+    trains with the scheme's optimizer rules) every optimizer rule in range at that shape
+    (:func:`tinit.model.rulecheck.check_param_rules`). A ConfigError naming
+    ``--init-file`` (a user's scheme) or ``--init`` otherwise, so a bad formula never
+    stops a run part-way."""
     from ..model.catalogue import CATALOGUE
     from ..model.formula import FormulaError
-    from ..model.rulecheck import check_scheme
+    from ..model.rulecheck import check_param_rules, check_scheme
 
     configs = list(configs)
     for L in depths if depths is not None else [model.n_layers]:
@@ -75,6 +132,8 @@ def check_configs(
             cfg, ini = configure(dataclasses.replace(model, n_layers=L), init, run, recipe, norm_position)
             try:
                 check_scheme(cfg, ini)
+                if optimizer:
+                    check_param_rules(cfg, ini)
             except FormulaError as exc:
                 if ini.scheme.name in CATALOGUE:
                     raise ConfigError("recipe", str(exc)) from None

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from ..model.config import InitConfig, ModelConfig, RunConfig
+from .configs import structure_meta
 from .device import device_name
 
 
@@ -24,8 +25,15 @@ def run_meta(
     """The resolved settings of a run, for config.json, with the versions that produced
     it. With ``configurations`` (the (recipe, norm position) grid that ran), the model's
     ``norm_position`` and the init's ``recipe`` name what ran (a list when more than one
-    value ran), not the single value of the base configs."""
+    value ran), not the single value of the base configs; and ``structure``, per
+    configuration, the structure fields its model took from the scheme and those the user
+    overrode (``{"naive/pre": {"from_scheme": {...}, "overridden": {field: {"scheme": ..,
+    "user": ..}}}}``)."""
     model_d, init_d = model.to_dict(), init.to_dict()
+    configs = extra.get("configurations") or []
+    if configs and all(isinstance(c, tuple | list) and len(c) == 2 for c in configs):
+        # per configuration, what its model took from the scheme and what the user overrode
+        extra = {**extra, "structure": structure_meta(model, init, run, [tuple(c) for c in configs])}
     if extra.get("configurations"):
         for d, key, i in ((init_d, "recipe", 0), (model_d, "norm_position", 1)):
             ran = list(dict.fromkeys(c[i] for c in extra["configurations"]))

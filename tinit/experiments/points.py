@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from ..model.config import MAX_SEEDS, InitConfig, ModelConfig, RunConfig, check_count
-from .configs import check_configs, grid
+from .configs import check_configs, grid, structure_meta
 from .measure.depth_sweep import (
     SWEEP_COLUMNS,
     assemble,
@@ -110,6 +110,9 @@ def run_point(point: Point, progress: Progress | None = None) -> ExperimentResul
 def _grid_meta(model: ModelConfig, init: InitConfig, run: RunConfig, **extra: Any) -> dict[str, Any]:
     """The resolved settings, like :func:`run_meta` but without the device, which each
     point resolves where it runs (a login node may have no GPU)."""
+    configs = extra.get("configurations") or []
+    if configs and all(isinstance(c, tuple | list) and len(c) == 2 for c in configs):
+        extra = {**extra, "structure": structure_meta(model, init, run, [tuple(c) for c in configs])}
     return {
         "model": model.to_dict(),
         "init": init.to_dict(),
@@ -210,7 +213,7 @@ def coord_check_plan(
     """``coord-check`` as one point per training run (scheme, norm position, depth,
     width, seed), in the single run's order; gathering is the single run's
     (:func:`tinit.experiments.training.coord_check.gather`: concatenate, then fit)."""
-    g = coord_check.make_grid(model, init, run, inits, norm_positions, widths, depths, seeds, d_ff)
+    g = coord_check.make_grid(model, init, run, inits, norm_positions, widths, depths, seeds, d_ff, coord)
     points = [
         Point(coord_check.coord_point,
               {"d": p["d_model"], "n_layers": p["n_layers"], "seed": p["seed"], "init": p["recipe"],
@@ -237,9 +240,10 @@ def lr_sweep_plan(
     lr, warmup, seed), in the single run's order; gathering concatenates the runs'
     frames and derives the summary, optima and drifts as the single run does
     (:func:`tinit.experiments.training.lr_sweep.gather_points`)."""
-    from .training.train import grid_specs
+    from .training.train import check_schemes, grid_specs
 
     specs = grid_specs(model, init, schemes, norm_positions, depths, seeds, lrs, warmups, widths)
+    check_schemes(specs, data_args["seq_len"], train.param_rules)  # before any point starts
     points = [
         Point(lr_sweep.lr_sweep_point,
               {"n_layers": s.model.n_layers, "d": s.model.d_model, "lr": f"{s.lr:g}", "warmup": s.warmup,
@@ -254,9 +258,11 @@ def lr_sweep_plan(
         return lr_sweep.gather_points(done, train, floor, per_config)
 
     big = dataclasses.replace(model, n_layers=max(depths))
-    grid_of = {"schemes": list(schemes), "norm_positions": list(norm_positions), "depths": list(depths),
+    grid_of = {"schemes": list(schemes),
+               "norm_positions": None if norm_positions is None else list(norm_positions),
+               "depths": list(depths),
                "widths": list(widths or [model.d_model]), "seeds": list(seeds), "lrs": list(lrs),
                "warmups": list(warmups)}  # fmt: skip
     meta = _grid_meta(big, init, run, train=dataclasses.asdict(train), data=data_args, grid=grid_of,
                       lr_criterion=lr_sweep.LR_CRITERION)  # fmt: skip
-    return Plan("lr-sweep", points, gather, meta, lr_sweep.sweep_not_applicable(train, floor))
+    return Plan("lr-sweep", points, gather, meta, lr_sweep.sweep_not_applicable(train, floor, init.schemes))

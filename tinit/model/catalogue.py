@@ -11,9 +11,10 @@ its own paper, the paper's scheme and the code's are separate entries (``deepnet
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
-from .formula import FormulaError
+from .formula import Formula, FormulaError
 from .schemes import ParamRules, Rule, Scheme, param_rules, rule, scheme
 
 HF = "huggingface/transformers@v5.24.0"
@@ -29,6 +30,14 @@ _XAVIER = "sqrt(2 / (fan_in + fan_out))"
 _LINEAR_DEFAULT = "1 / sqrt(3 * fan_in)"
 _MUP_HIDDEN = "sigma * sqrt(d0 / d)"
 _TRUNC3 = "3 * std"
+
+
+#: What torchscale's decoder runs that its entries do not build.
+_TORCHSCALE_NOT = (
+    "its positions (none in DecoderConfig by default: tinit's --positions applies); dropout; the LM "
+    "example's sqrt(d) embedding scale is the -lm entry"
+)
+_LM_NOTE = "; the LM example's sqrt(d) embedding scale is the -lm entry"
 
 
 def _all(r: Rule, roles) -> dict[str, Rule]:
@@ -207,9 +216,22 @@ _BASE = [
             **_all(rule("sigma", "trunc", _TRUNC3), ("q", "k", "v", "o", "gate", "up", "down", "head")),
             **_all(rule("sigma_emb", "trunc", _TRUNC3), ("embed", "pos")),
         },
-        upstream=[f"{OLMO_CORE} (InitMethod.normal, init_linear)"],
+        upstream=[
+            f"{OLMO_CORE} (InitMethod.normal, init_linear)",
+            "allenai/OLMo-core@fa6c5014c src/olmo_core/nn/attention/__init__.py (Attention: q_norm, k_norm "
+            "over n_heads * head_dim unless use_head_qk_norm)",
+            "allenai/OLMo-core@fa6c5014c src/olmo_core/nn/transformer/config.py (olmo2_*: qk_norm, "
+            "layer_norm_eps 1e-6, rope_theta 500000; tie_word_embeddings False)",
+        ],
         placement="reordered",
         qk_norm=True,
+        qk_norm_span="full",
+        tied=False,
+        bias=False,
+        norm="rmsnorm",
+        norm_eps=1e-6,
+        rope_base=500000.0,
+        not_modelled="clip_qkv (off in OLMo 2's configs); document masking",
         closed_form="v0 + 2L (normed branches)",
     ),
 ]
@@ -257,6 +279,13 @@ _DEPTH = [
         ],
         stream_mult="(2 * L)^(1/4)",
         placement="pre",
+        bias=True,
+        bias_like=("q", "k", "v", "o", "gate", "up", "down"),
+        norm="layernorm",
+        norm_eps=1e-5,
+        ffn="gelu",
+        tied=False,
+        not_modelled=_TORCHSCALE_NOT,
         depth_factor=("1 / (8 * L)", "(8 * L)^(-3/2)"),
         closed_form="a^(4L) v0 + s^2 sum_k a^(2(2L-k)) r_k, a = (2L)^(1/4)",
     ),
@@ -281,6 +310,13 @@ _DEPTH = [
         ],
         subln=True,
         placement="pre",
+        bias=True,
+        bias_like=("q", "k", "v", "o", "gate", "up", "down"),
+        norm="layernorm",
+        norm_eps=1e-5,
+        ffn="gelu",
+        tied=False,
+        not_modelled=_TORCHSCALE_NOT,
         aliases=("subln",),
         depth_factor=("log(2 * L)", "log(2 * L)"),
         closed_form="v0 + 2L log(2L) s^2",
@@ -326,6 +362,11 @@ _DEPTH = [
         branch_mult="0",
         branch_learned=True,
         placement="none",
+        bias=True,
+        bias_like=("gate", "up", "down"),
+        not_modelled="its FFN's ReLU (tinit builds --ffn: linear1, linear2 as up, down); its encoder's "
+        "bidirectional attention (--attention); nn.MultiheadAttention's in_proj and out_proj biases are 0 "
+        "(as tinit's)",
         closed_form="v0",
     ),
     scheme(
@@ -341,11 +382,11 @@ _DEPTH = [
     scheme(
         "nanochat",
         "nanochat: embedding N(0, 0.8^2) (its docstring says 1.0) then RMS-normalised; untied "
-        "head N(0, 0.001^2); q, k, v U(std 1/sqrt(d)), c_fc (up) 0.4 x that, o and down 0; relu^2 MLP of "
+        "head N(0, 0.001^2) (it never ties); RoPE base 1e5; q, k, v U(std 1/sqrt(d)), c_fc (up) 0.4 x "
+        "that, o and down 0; relu^2 MLP of "
         "width 4d; QK-norm then q, k x 1.2; before block l x <- lambda_l x + mu_l x0 (x0 the normed "
         "embedding); backout: x - 0.2 x_mid (x_mid after block L//2) before the final norm; logits "
-        "15 tanh(z / 15). Not modelled: the value embeddings of alternate layers and the smear (0 at init). "
-        "Its RMSNorm is weightless: tinit's has a gain of 1 (the same at init).",
+        "15 tanh(z / 15). Its RMSNorm is weightless: tinit's has a gain of 1 (the same at init).",
         ["karpathy/nanochat nanochat/gpt.py"],
         {
             "embed": rule(0.8),
@@ -366,10 +407,37 @@ _DEPTH = [
         d_ff="4 * d",
         placement="pre",
         qk_norm=True,
+        tied=False,
+        bias=False,
+        rope_base=100000.0,
+        not_modelled="the value embeddings of alternate layers; the smear gate (0 at init); the "
+        "sliding-window pattern SSSL (its short window, a quarter of the context rounded up to 128, "
+        "does not act on tinit's sequences up to that length); the RMSNorm eps of the dtype (tinit: "
+        "--norm's 1e-6)",
         depth_factor=("0", "0"),
         closed_form="(c_L - 0.2 c_mid)^2 v0, c <- lambda c + mu",
     ),
 ]
+
+
+
+def _lm(base: Scheme, name: str) -> Scheme:
+    """A torchscale entry as its language-model example runs it: fairseq's
+    no_scale_embedding is False there, so the decoder multiplies the embedding by sqrt(d)
+    (DecoderConfig alone leaves no_scale_embedding True: x1, the base entry)."""
+    return dataclasses.replace(
+        base, name=name, aliases=(), embed_mult=Formula("sqrt(d)"),
+        description=f"{base.description} As torchscale's language-model example runs it: the embedding "
+        "output x sqrt(d) (no_scale_embedding False; DecoderConfig alone, the entry without -lm, leaves "
+        "it x1).",
+        upstream=(*base.upstream,
+                  f"{TORCHSCALE} examples/fairseq/models/language_modeling.py (no_scale_embedding False)",
+                  f"{TORCHSCALE} torchscale/architecture/decoder.py (embed_scale)"),
+        not_modelled=base.not_modelled.replace(_LM_NOTE, ""),
+    )  # fmt: skip
+
+
+_DEPTH += [_lm(_DEPTH[1], "deepnet-torchscale-lm"), _lm(_DEPTH[2], "magneto-lm")]
 
 _WIDTH = [
     scheme(
@@ -475,6 +543,12 @@ _WIDTH = [
         ffn="relu",
         d_ff="d",
         placement="post",
+        tied=False,
+        bias=False,
+        norm="layernorm",
+        norm_eps=1e-5,
+        not_modelled="its fixed sinusoidal positions (tinit runs --positions); dropout 0.2; its layers "
+        "being copies of one layer at init (TransformerEncoder deep-copies it; tinit draws each layer)",
         closed_form="v0 + 2L s^2",
         param_rules=MUP_RULES,
     ),
@@ -558,8 +632,11 @@ _OLMO_CORE = [
     scheme(
         "olmo-normalized",
         "OLMo-core InitMethod.normalized (nGPT's init): q, k, v, gate, up TN(1/sqrt(d), ±3 "
-        "std); o and down TN(1/sqrt(d)/sqrt(2L)); embedding N(1/sqrt(d)); head TN(1/sqrt(d)). Only the init: "
-        "nGPT's normalised architecture (unit-norm weights and streams) is not modelled.",
+        "std); o and down TN(1/sqrt(d)/sqrt(2L)); embedding N(1/sqrt(d)); head TN(1/sqrt(d)); never tied "
+        "(OLMo-core refuses to tie the normalized transformer). Only the init formulas: OLMo-core's "
+        "NormalizedTransformer.init_weights then unit-normalises every matrix (rows; o and down by column: "
+        "every matrix at std 1/sqrt(d), 0.0361 at d 768) and runs the nGPT forward; tinit builds neither, "
+        "so its o and down keep the formula's 1/sqrt(2Ld).",
         ["allenai/OLMo-core nn/transformer/init.py"],
         {
             **_all(rule("1 / sqrt(d)", "trunc", _TRUNC3), ("q", "k", "v", "gate", "up", "head")),
@@ -569,7 +646,13 @@ _OLMO_CORE = [
         upstream=[
             f"{OLMO_CORE} (InitMethod.normalized)",
             "allenai/OLMo-core@fa6c5014c src/olmo_core/nn/attention/__init__.py (Attention.init_weights)",
+            "allenai/OLMo-core@fa6c5014c src/olmo_core/nn/transformer/config.py (tie_word_embeddings refused "
+            "for the normalized transformer)",
         ],
+        tied=False,
+        not_modelled="NormalizedTransformer.init_weights' unit-normalisation of every matrix after the init "
+        "(std 1/sqrt(d) everywhere); the nGPT forward (normalised streams, eigen learning rates, scaled "
+        "logits)",
         depth_factor=("1 / (2 * L)", "1 / (2 * L)"),
         closed_form="v0 + s^2",
     ),
@@ -579,6 +662,8 @@ _GEMMA_NOTE = (
     "every weight N(0, sigma^2) (HF _init_weights), RMSNorm gains applied as (1 + w) with w "
     "initialised to 0, embedding output x sqrt(d), GeGLU FFN (gelu-tanh gate)"
 )
+#: HF Gemma 1/2/3 configs: tie_word_embeddings True, attention_bias False, rms_norm_eps 1e-6.
+_GEMMA_STRUCTURE = {"tied": True, "bias": False, "norm": "rmsnorm", "norm_eps": 1e-6}
 _GEMMA = [
     scheme(
         "gemma",
@@ -592,6 +677,7 @@ _GEMMA = [
         norm_offset=1.0,
         ffn="geglu",
         placement="pre",
+        **_GEMMA_STRUCTURE,
         closed_form="v0 + 2L s^2 (v0 = d sigma_emb^2)",
     ),
     scheme(
@@ -612,6 +698,8 @@ _GEMMA = [
         attn_softcap="50",
         logit_softcap="30",
         placement="sandwich",
+        **_GEMMA_STRUCTURE,
+        not_modelled="the alternating sliding window (4096: does not act at tinit's lengths)",
         closed_form="v0 + 2L (normed branches; v0 = d sigma_emb^2)",
     ),
     scheme(
@@ -629,6 +717,9 @@ _GEMMA = [
         attn_scale="1 / sqrt(256)",
         placement="sandwich",
         qk_norm=True,
+        **_GEMMA_STRUCTURE,
+        not_modelled="its two RoPE bases (local 10000, global 1e6: tinit uses --rope-base's one); the "
+        "sliding window of its local layers (does not act at tinit's lengths)",
         closed_form="v0 + 2L (normed branches; v0 = d sigma_emb^2)",
     ),
 ]
@@ -639,7 +730,7 @@ ORDER = (
     "naive", "gpt2", "megatron", "depth-init", "small-wang", "mitchell", "full-megatron", "olmo2", "deepnet",
     "t-fixup", "rezero", "zero-out", "nanochat", "mup", "completep", "depth-mup", "gemma", "scaled-embed",
     "deepnet-torchscale", "magneto", "megatron-mup", "olmo-llama", "olmo-llama-depth", "olmo-fan-in",
-    "olmo-normalized", "gemma2", "gemma3", "mup-example",
+    "olmo-normalized", "gemma2", "gemma3", "mup-example", "deepnet-torchscale-lm", "magneto-lm",
 )  # fmt: skip
 _BY_NAME = {s.name: s for s in (*_BASE, *_DEPTH, *_WIDTH, *_OLMO_CORE, *_GEMMA)}
 CATALOGUE_LIST = [_BY_NAME[n] for n in ORDER]
@@ -677,31 +768,46 @@ def get_scheme(name: str, custom: Iterable[Scheme] = ()) -> Scheme:
     raise KeyError(f"unknown init scheme {name!r}; choose from {', '.join(names(custom))}")
 
 
+#: Words --init reads as lists of schemes, not as a scheme's name.
+RESERVED = ("all", "both")
+
+
 def check_user_scheme(s: Scheme) -> Scheme:
-    """A user's scheme may not take a catalogue name."""
+    """A user's scheme may not take a catalogue name or alias, nor a word --init reserves
+    (``all``, ``both``)."""
     if s.name in CATALOGUE or s.name in ALIASES:
         raise FormulaError(f"scheme name {s.name!r} is taken by the catalogue")
+    if s.name.lower() in RESERVED:
+        raise FormulaError(f"scheme name {s.name!r} is taken: --init reads it as a list of schemes "
+                           f"({', '.join(RESERVED)})")  # fmt: skip
     return s
 
 
 def parse_init_list(spec: str, custom: Iterable[Scheme] = ()) -> tuple[str, ...]:
     """``naive,gpt2``, ``all`` (the catalogue and the user's schemes) or ``both``
-    (naive,scaled). Raises KeyError naming the unknown scheme."""
+    (naive,scaled). Raises KeyError naming the unknown scheme, or the two names of one
+    scheme given both (``gpt2,scaled``: the same scheme would run twice under two names).
+    A scheme that ``all`` or ``both`` also brings runs once, under the first name it came by."""
     custom = tuple(custom)
     items = [s.strip() for s in spec.split(",") if s.strip()]
-    out: list[str] = []
+    out: dict[str, str] = {}  # scheme -> the name it runs under
+    named: dict[str, str] = {}  # scheme -> the name the user wrote for it
     for item in items:
-        if item == "all":
-            out += names(custom)
-        elif item == "both":
-            out += ["naive", "scaled"]
+        if item in RESERVED:
+            for name in names(custom) if item == "all" else ["naive", "scaled"]:
+                out.setdefault(ALIASES.get(name, name), name)
         elif known(item, custom):
-            out.append(item)
+            canonical = ALIASES.get(item, item)
+            if named.get(canonical, item) != item:
+                raise KeyError(f"{named[canonical]!r} and {item!r} are the same scheme "
+                               f"({'/'.join(sorted({named[canonical], item}))}): give one")  # fmt: skip
+            named[canonical] = item
+            out.setdefault(canonical, item)
         else:
             raise KeyError(f"unknown init scheme {item!r}; choose from {', '.join(names(custom))}, all, both")
     if not out:
         raise KeyError(f"no init scheme given; choose from {', '.join(names(custom))}, all, both")
-    return tuple(dict.fromkeys(out))
+    return tuple(out.values())
 
 
 def placements_for(name: str, default: tuple[str, ...], custom: Iterable[Scheme] = ()) -> tuple[str, ...]:

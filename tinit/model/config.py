@@ -10,6 +10,7 @@ be built.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, get_args
 
@@ -25,6 +26,11 @@ AttentionKind = Literal["causal", "bidirectional"]
 BranchKind = Literal["model", "gaussian"]
 RecipeName = str  # a scheme of tinit.model.schemes (naive, gpt2 alias scaled, ...)
 DTypeName = Literal["float32", "bfloat16", "float64"]
+QKNormSpan = Literal["head", "full"]
+#: The fields of a ModelConfig an init scheme's upstream may fix (tinit.model.structure):
+#: :meth:`ModelConfig.from_scheme` takes them from the scheme unless the user set them.
+STRUCTURE_FIELDS = ("norm_position", "tie_embeddings", "norm", "bias", "qk_norm", "qk_norm_span", "ffn",
+                    "d_ff", "norm_eps", "rope_base")  # fmt: skip
 #: FFNs with a gate (three matrices: gate, up, down).
 GATED_FFNS = ("swiglu", "geglu")
 
@@ -132,6 +138,9 @@ class ModelConfig:
     rope_base: float = 10000.0  # RoPE frequency base (Su et al. 2021)
     branch: BranchKind = "model"  # gaussian: every branch is an independent N(0, branch_var)
     branch_var: float = 1.0  # variance of a Gaussian branch (only with branch="gaussian")
+    qk_norm_span: QKNormSpan | None = None  # QK-norm per head ("head") or across q, k ("full"); None: scheme
+    # structure fields (STRUCTURE_FIELDS) the user set: an init scheme's structure does not replace them
+    user_set: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "d_model", "n_heads", "vocab_size", "max_seq_len"):
@@ -154,7 +163,11 @@ class ModelConfig:
         _check_choice("attention", self.attention, AttentionKind)
         _check_choice("branch", self.branch, BranchKind)
         if self.positions == "rope" and self.head_dim % 2:
-            raise ConfigError("n_heads", f"RoPE needs an even head size, got d_h={self.head_dim}")
+            # the width is to blame when no head count gives it an even head size (odd) or
+            # it is too narrow for any (d_h = 1); else the head count
+            field = "d_model" if self.d_model % 2 or self.head_dim == 1 else "n_heads"
+            raise ConfigError(field, f"RoPE needs an even head size, got d_h = d_model {self.d_model} / "
+                              f"{self.n_heads} heads = {self.head_dim}")  # fmt: skip
         if self.d_ff is None:
             d_ff = swiglu_hidden(self.d_model) if self.ffn in GATED_FFNS else 4 * self.d_model
             object.__setattr__(self, "d_ff", d_ff)
@@ -165,6 +178,24 @@ class ModelConfig:
         _check_real("rope_base", self.rope_base, 0, strict=True)
         for name in ("attn_scale", "tie_embeddings", "bias"):
             _check_bool(name, getattr(self, name))
+        _check_bool("qk_norm", self.qk_norm, optional=True)
+        if self.qk_norm_span is not None:
+            _check_choice("qk_norm_span", self.qk_norm_span, QKNormSpan)
+        if not isinstance(self.user_set, tuple) or any(f not in STRUCTURE_FIELDS for f in self.user_set):
+            allowed = ", ".join(STRUCTURE_FIELDS)
+            raise ConfigError("user_set", f"must be a tuple of {allowed}, got {self.user_set!r}")
+
+    @classmethod
+    def from_scheme(cls, name: str, *, schemes: Iterable[Scheme] = (), **overrides: Any) -> ModelConfig:
+        """The whole model the init scheme ``name`` (a catalogue name or alias, or the name
+        of one of the user's ``schemes``) runs upstream: its placement, tying, norm, biases,
+        QK-norm and its span, FFN, norm eps and RoPE base where it fixes them, the rest
+        ModelConfig's defaults. ``overrides`` are field values the user sets: they take
+        precedence (and are listed in ``user_set``; :func:`tinit.model.structure.scheme_overrides`
+        names those that contradict the scheme). A ConfigError names a bad field."""
+        from .structure import from_scheme
+
+        return from_scheme(name, schemes=schemes, **overrides)
 
     @property
     def placement(self) -> Placement:

@@ -40,7 +40,7 @@ from torch import nn
 # Roles drawn from a distribution; the others are constants.
 from .catalogue import ALIASES, CATALOGUE, get_scheme
 from .config import InitConfig, ModelConfig
-from .schemes import Draw, environment, ffn_of, resolve, role_shape
+from .schemes import Draw, bias_role, environment, ffn_of, resolve, role_shape
 
 GAUSSIAN_ROLES = ("embed", "pos", "q", "k", "v", "o", "gate", "up", "down", "head")
 CONSTANT_ROLES = ("norm", "bias", "gain")
@@ -123,11 +123,18 @@ def init_weights_(
     L for the final norm and head. ``prefix`` is the module's name inside the model
     when it is initialised on its own (``"embed"``, ``"head"``, ...).
     """
-    for name, p in module.named_parameters(prefix=prefix):
+    params = dict(module.named_parameters(prefix=prefix))
+    for name, p in params.items():
         role, key = role_of(name)  # every parameter needs a role, even on the meta device
         if p.device.type == "meta":  # shapes only (parameter counting): nothing to draw
             continue
-        draw = role_rule(init, cfg, role, layer, tuple(p.shape))
+        shape = tuple(p.shape)
+        owner = name.split(".")[-2] if "." in name else ""
+        if role == "bias" and bias_role(init.scheme, owner) != "bias":
+            # nn.Linear's bias as the scheme's upstream keeps it: the weight's rule at the
+            # weight's fan_in (torchscale: U(+-1/sqrt(fan_in)) times the weight's scale)
+            role, shape = owner, tuple(params[name[: -len("bias")] + "weight"].shape)
+        draw = role_rule(init, cfg, role, layer, shape)
         fill_(p, draw, generator(init.seed, layer, key, p.device))
 
 

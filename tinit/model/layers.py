@@ -93,14 +93,16 @@ class Attention(nn.Module):
     (muP's 1/d_h, Gemma's query_pre_attn_scalar^-1/2). With ``cfg.n_kv_heads`` < heads,
     K and V have that many heads, each shared by heads / kv_heads query heads
     (grouped-query attention, Ainslie et al. 2023). ``qk_norm`` normalises every head's
-    q and k over d_h before RoPE (a rotation: the order does not matter), then
+    q and k over d_h before RoPE (a rotation: the order does not matter), or with
+    ``qk_norm_span="full"`` the whole q (d wide) and k (kv_heads d_h wide) before they are
+    split into heads (OLMo-core's Attention unless use_head_qk_norm, as OLMo 2 runs it); then
     ``qk_gain`` multiplies both (nanochat's 1.2); ``softcap`` caps the logits (Gemma 2);
     ``subln`` puts a norm before W_O (torchscale's inner_attn_ln).
     """
 
     def __init__(self, cfg: ModelConfig, device=None, dtype=None, scale: float | None = None,
                  qk_norm: bool = False, qk_gain: float | None = None, softcap: float | None = None,
-                 norm_offset: float = 0.0, subln: bool = False):  # fmt: skip
+                 norm_offset: float = 0.0, subln: bool = False, qk_norm_span: str = "head"):  # fmt: skip
         super().__init__()
         d, kv = cfg.d_model, cfg.kv_heads * cfg.head_dim
         kw = {"bias": cfg.bias, "device": device, "dtype": dtype}
@@ -113,19 +115,24 @@ class Attention(nn.Module):
         self.causal = cfg.attention == "causal"
         self.scale = scale if scale is not None else 1.0 / math.sqrt(cfg.head_dim) if cfg.attn_scale else 1.0
         self.qk_gain, self.softcap = qk_gain, softcap
-        self.norm_q = make_norm(cfg, device, dtype, cfg.head_dim, norm_offset) if qk_norm else None
-        self.norm_k = make_norm(cfg, device, dtype, cfg.head_dim, norm_offset) if qk_norm else None
+        self.qk_full = qk_norm_span == "full"
+        q_dim, k_dim = (d, kv) if self.qk_full else (cfg.head_dim, cfg.head_dim)
+        self.norm_q = make_norm(cfg, device, dtype, q_dim, norm_offset) if qk_norm else None
+        self.norm_k = make_norm(cfg, device, dtype, k_dim, norm_offset) if qk_norm else None
         self.norm_o = make_norm(cfg, device, dtype, d, norm_offset) if subln else None
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
         b, t, d = x.shape
-        q = self.q(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.k(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = self.q(x), self.k(x)
+        if self.qk_full and self.norm_q is not None:
+            q, k = self.norm_q(q), self.norm_k(k)  # across the full width, before the heads
+        q = q.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+        k = k.view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
         if self.kv_heads != self.n_heads:
             group = self.n_heads // self.kv_heads
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        if self.norm_q is not None:
+        if self.norm_q is not None and not self.qk_full:
             q, k = self.norm_q(q), self.norm_k(k)
         if self.qk_gain is not None:
             q, k = q * self.qk_gain, k * self.qk_gain

@@ -71,7 +71,15 @@ def optimizer_groups(
     under its scheme's optimizer rules (``init`` defaults to the model's own): one dict per
     non-empty group, in :data:`PARAM_GROUPS` order, each with ``params``, ``name``, ``lr``,
     ``weight_decay`` (0 for vectors) and ``eps``. ``rules=False`` or a scheme without rules:
-    the base values for every group (one learning rate)."""
+    the base values for every group (one learning rate). A ConfigError naming ``lr``,
+    ``eps`` or ``weight_decay`` for a value torch would refuse only when it steps (or not
+    at all: a NaN lr)."""
+    for name, value, strict in (("lr", lr, True), ("eps", eps, True), ("weight_decay", weight_decay, False)):
+        real = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if not (real and (value > 0 if strict else value >= 0)):
+            raise ConfigError(name, f"must be a finite number {'>' if strict else '>='} 0, got {value!r}")
+    if not isinstance(rules, bool):
+        raise ConfigError("param_rules", f"must be True or False, got {rules!r}")
     init = init if init is not None else model.init
     scheme_rules = init.scheme.param_rules if rules else None
     mult = multipliers(scheme_rules, model.cfg, init)

@@ -51,12 +51,14 @@ def linear_params(d_in: int, d_out: int, bias: bool) -> int:
     return d_in * d_out + (d_out if bias else 0)
 
 
-def attention_params(cfg: ModelConfig, qk_norm: bool | None = None) -> int:
+def attention_params(cfg: ModelConfig, qk_norm: bool | None = None, span: str | None = None) -> int:
     """W_Q and W_O d x d; W_K and W_V d x (kv_heads d_h) (d x d without GQA); plus two
-    d_h norms with QK-norm."""
+    d_h norms with QK-norm (``span`` "full": one over d and one over kv_heads d_h)."""
+    span = cfg.qk_norm_span if span is None else span
     d, kv = cfg.d_model, cfg.kv_heads * cfg.head_dim
     qk = cfg.qk_norm if qk_norm is None else qk_norm
-    norms = 2 * (cfg.head_dim if cfg.norm == "rmsnorm" else 2 * cfg.head_dim) if qk else 0
+    width = d + kv if span == "full" else 2 * cfg.head_dim  # q's norm and k's
+    norms = (width if cfg.norm == "rmsnorm" else 2 * width) if qk else 0
     return 2 * linear_params(d, d, cfg.bias) + 2 * linear_params(d, kv, cfg.bias) + norms
 
 
@@ -119,7 +121,8 @@ def count_params(cfg: ModelConfig, scheme="naive") -> ParamCount:
     return ParamCount(
         embedding=V * d,
         positions=cfg.max_seq_len * d if cfg.positions == "learned" else 0,
-        attention=0 if gaussian else attention_params(cfg, qk),
+        attention=0 if gaussian else attention_params(
+            cfg, qk, sch.qk_norm_span if cfg.qk_norm_span is None else cfg.qk_norm_span),
         ffn=0 if gaussian else ffn_params(d, d_ff, ffn, cfg.bias),
         norms=per_block_norms + (1 if sch.branch_learned else 0),
         final_norm=norm_params(cfg) if cfg.placement.final_norm else 0,

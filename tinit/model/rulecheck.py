@@ -109,3 +109,36 @@ def check_scheme(cfg: ModelConfig, init: InitConfig) -> None:
         where = np.array([float(layer)])
         _check_rule(scheme, role, {**environment(cfg, init, layer, shape), "l": where}, where, L)
 
+
+
+def _groups(cfg: ModelConfig, init: InitConfig) -> set[str]:
+    """The parameter groups (:func:`tinit.model.param_rules.group_of`) the model ``cfg`` has."""
+    out = {"hidden_matrix" if len(shape) >= 2 else "hidden_vector" for _, shape in _block_params(cfg, init)}
+    outer = {"embed": "embedding", "pos": "embedding", "head": "readout", "norm": "final_vector",
+             "bias": "final_vector"}  # fmt: skip
+    return out | {outer[role] for role, _, _ in _outer_params(cfg)}
+
+
+def check_param_rules(cfg: ModelConfig, init: InitConfig) -> None:
+    """Raise :class:`FormulaError` (naming the scheme, the group and the key) when an
+    optimizer rule of ``init``'s scheme is undefined or out of range at the shape of
+    ``cfg`` (its L, d, d_ff, V, tying): a learning-rate or eps multiplier must be a finite
+    number > 0, a weight-decay multiplier a finite number >= 0. Only the groups the model
+    has are checked (a tied head has no readout). The file's own check looked at three
+    fixed shapes; this one looks at the run's, before the first step."""
+    rules = init.scheme.param_rules
+    if rules is None:
+        return
+    env = environment(cfg, init, -1)
+    have = _groups(cfg, init)
+    shape = f"L={cfg.n_layers}, d={cfg.d_model}, {'tied' if cfg.tie_embeddings else 'untied'} head"
+    for group, rule in rules.groups:
+        if group not in have:
+            continue
+        for key in ("lr", "weight_decay", "eps"):
+            formula = getattr(rule, key)
+            where = f"{init.scheme.name}: optimizer.{group}.{key}"
+            v = float(_values(formula, env, f"{where} at {shape}"))
+            if not (np.isfinite(v) and (v > 0 or (key == "weight_decay" and v == 0))):
+                need = "a finite number >= 0" if key == "weight_decay" else "a finite number > 0"
+                raise FormulaError(f"{where} {formula} is {v:g} at {shape} (the multiplier must be {need})")

@@ -6,6 +6,10 @@
     description = "gpt2, but per layer"   # optional
     placement = "pre"                      # optional: pre, post, sandwich, reordered, none
     qk_norm = false                        # optional
+    qk_norm_span = "head"                  # optional structure of the model it runs: "head" or "full",
+    tied = false                           #   the head never (false) or always (true) tied,
+    bias = false                           #   biases, norm = "rmsnorm" | "layernorm", norm_eps,
+                                           #   rope_base, bias_like = ["o"] (biases drawn like weights)
     stream_mult = "1"                      # optional multipliers (formulas)
     branch_mult = "1"
     embed_mult = "1"
@@ -50,8 +54,12 @@ from .schemes import (
     scheme,
 )
 
+#: The structure a scheme may declare (tinit.model.structure): key -> what it takes.
+_STRUCTURE = {"tied": "true or false", "bias": "true or false", "norm": "rmsnorm or layernorm",
+              "qk_norm_span": "head or full", "norm_eps": "a number > 0", "rope_base": "a number > 0",
+              "bias_like": "a list of roles (q, k, v, o, gate, up, down, head)"}  # fmt: skip
 _TOP = {"name", "description", "placement", "qk_norm", "stream_mult", "branch_mult", "embed_mult", "roles",
-        "sources", "optimizer"}  # fmt: skip
+        "sources", "optimizer", *_STRUCTURE}  # fmt: skip
 _RULE_VARS = tuple(v for v in VARIABLES if v != "std")
 #: A scheme's name: it becomes part of folder names (tinit sweep's points) and CSV cells.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
@@ -125,6 +133,33 @@ def _param_rules(path, table) -> ParamRules:
     return rules
 
 
+def _structure(path, data: dict) -> dict:
+    """The structure keys the file declares (the model its scheme runs: tying, biases,
+    norm, QK-norm span, eps, RoPE base), each checked, as Scheme fields."""
+    out = {}
+    for key, allowed in _STRUCTURE.items():
+        if key not in data:
+            continue
+        v = data[key]
+        if key in ("tied", "bias"):
+            ok = isinstance(v, bool)  # a TOML boolean, unquoted
+        elif key == "norm":
+            ok = v in ("rmsnorm", "layernorm")
+        elif key == "qk_norm_span":
+            ok = v in ("head", "full")
+        elif key == "bias_like":
+            linear = ("q", "k", "v", "o", "gate", "up", "down", "head")
+            ok = isinstance(v, list) and all(r in linear for r in v)
+            v = tuple(v) if ok else v
+        else:
+            ok = isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < float("inf")
+            v = float(v) if ok else v
+        if not ok:
+            raise _bad(path, key, f"{data[key]!r} is not {allowed}")
+        out[key] = v
+    return out
+
+
 def parse_scheme(data: dict, path: str | Path = "<toml>") -> Scheme:
     """The scheme a parsed TOML document declares (``path`` names it in errors)."""
     unknown = set(data) - _TOP
@@ -159,6 +194,7 @@ def parse_scheme(data: dict, path: str | Path = "<toml>") -> Scheme:
                 raise _bad(path, key, str(exc)) from None
     if "optimizer" in data:
         kw["param_rules"] = _param_rules(path, data["optimizer"])
+    kw.update(_structure(path, data))
     try:
         s = scheme(name.strip(), str(data.get("description", f"user scheme from {Path(path).name}")),
                    [str(path)], rules, placement=placement, qk_norm=qk_norm,

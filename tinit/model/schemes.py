@@ -43,9 +43,10 @@ DISTRIBUTIONS = ("normal", "trunc", "uniform", "zero", "const")
 MATRIX_ROLES = ("embed", "pos", "q", "k", "v", "o", "gate", "up", "down", "head")
 ROLES = MATRIX_ROLES + ("norm", "bias", "gain")
 #: FFNs a scheme's codebase may run (its own, built whatever --ffn says): GeGLU
-#: (Gemma: gelu-tanh gate), relu^2 (nanochat: W_down relu(W_up x)^2) and ReLU
-#: (microsoft/mup's Transformer example: torch's TransformerEncoderLayer FFN).
-SCHEME_FFNS = ("geglu", "relu2", "relu")
+#: (Gemma: gelu-tanh gate), relu^2 (nanochat: W_down relu(W_up x)^2), ReLU
+#: (microsoft/mup's Transformer example: torch's TransformerEncoderLayer FFN) and GELU
+#: (torchscale: fc2 gelu(fc1 x)).
+SCHEME_FFNS = ("geglu", "relu2", "relu", "gelu")
 #: What a truncation bound may use: the rule's variables and the role's own std.
 _BOUND_VARS = (*VARIABLES, "std")
 
@@ -234,7 +235,17 @@ class Scheme:
     norm_offset: float = 0.0  # norms scale by (offset + w); the gains' rule is w's (Gemma: 1, w = 0)
     subln: bool = False  # a norm inside each branch, before its output matrix (torchscale's sub-LN)
     placement: str | None = None  # presumed placement (a name of PLACEMENTS); None: the command's default
-    qk_norm: bool = False  # presumed QK-norm
+    qk_norm: bool = False  # presumed QK-norm (False: the codebase runs none, or leaves it open)
+    # --- structure: the rest of the model its upstream runs (tinit.model.structure);
+    # None: the upstream leaves it open (the command's default, the user's choice)
+    qk_norm_span: str = "head"  # QK-norm over each head's d_h ("head") or the whole q and k ("full")
+    tied: bool | None = None  # True: the upstream always ties the head to the embedding; False: never
+    bias: bool | None = None  # its linear layers carry biases (True) or not (False)
+    bias_like: tuple[str, ...] = ()  # roles whose bias is drawn by the weight's rule at the weight's fan_in
+    norm: str | None = None  # "rmsnorm" or "layernorm"
+    norm_eps: float | None = None  # the eps of its norms
+    rope_base: float | None = None  # its RoPE frequency base
+    not_modelled: str = ""  # what its upstream runs that tinit does not build (README, tinit inits)
     # theory: each branch's variance relative to an L-independent reference s^2 (the
     # depth dependence of its writing matrices' variances); None: no closed form
     depth_factor: tuple[Formula, Formula] | None = (Formula("1"), Formula("1"))
@@ -276,7 +287,17 @@ class Scheme:
     def architecture(self) -> str:
         """What the scheme's codebase runs besides its weights: the placement (and
         QK-norm) it presumes and the pieces tinit builds for it."""
-        parts = [(self.placement or "any") + (" + QK-norm" if self.qk_norm else "")]
+        span = " across the full width" if self.qk_norm_span == "full" else ""
+        parts = [(self.placement or "any") + (f" + QK-norm{span}" if self.qk_norm else "")]
+        if self.norm is not None:
+            parts.append(self.norm + (f" (eps {self.norm_eps:g})" if self.norm_eps is not None else ""))
+        if self.tied is not None:
+            parts.append("tied head" if self.tied else "untied head")
+        if self.bias is not None:
+            like = f" (nn.Linear's on {','.join(self.bias_like)})" if self.bias and self.bias_like else ""
+            parts.append(("biases" + like) if self.bias else "no biases")
+        if self.rope_base is not None:
+            parts.append(f"RoPE base {self.rope_base:g}")
         if self.norm_offset:
             parts.append(f"norm gains ({self.norm_offset:g} + w)")
         if self.subln:
@@ -430,6 +451,7 @@ def scheme(name: str, description: str, sources, rules=None, **kw) -> Scheme:
         raise FormulaError(f"{name}: ffn {kw['ffn']!r} is not one of {', '.join(SCHEME_FFNS)}")
     if kw.get("placement") is not None and kw["placement"] not in tuple(PLACEMENTS):
         raise FormulaError(f"{name}: placement {kw['placement']!r} is not one of {', '.join(PLACEMENTS)}")
+    _check_structure(name, kw)
     if kw.get("norm_offset") and "norm" not in rules:
         merged["norm"] = rule(1 - kw["norm_offset"], "const")
     touched = tuple(r for r in ROLES if r in rules and r != "gain")
@@ -439,6 +461,42 @@ def scheme(name: str, description: str, sources, rules=None, **kw) -> Scheme:
     return Scheme(name, description, tuple(sources), RuleTable(merged), touched, **kw)
 
 
+#: Values a scheme's structure fields may take (None: left open).
+QK_NORM_SPANS = ("head", "full")
+NORM_KINDS = ("rmsnorm", "layernorm")
+_LINEAR_ROLES = ("q", "k", "v", "o", "gate", "up", "down", "head")
+
+
+def _check_structure(name: str, kw: dict) -> None:
+    """The structure fields of a scheme being built: a FormulaError naming the field."""
+    if kw.get("qk_norm_span", "head") not in QK_NORM_SPANS:
+        span = kw["qk_norm_span"]
+        raise FormulaError(f"{name}: qk_norm_span {span!r} is not one of {', '.join(QK_NORM_SPANS)}")
+    if kw.get("norm") is not None and kw["norm"] not in NORM_KINDS:
+        raise FormulaError(f"{name}: norm {kw['norm']!r} is not one of {', '.join(NORM_KINDS)}")
+    for key in ("tied", "bias"):
+        if kw.get(key) is not None and not isinstance(kw[key], bool):
+            raise FormulaError(f"{name}: {key} must be true, false or left out, got {kw[key]!r}")
+    bad = [r for r in kw.get("bias_like", ()) if r not in _LINEAR_ROLES]
+    if bad:
+        raise FormulaError(f"{name}: bias_like role(s) {', '.join(map(repr, bad))} are not linear layers "
+                           f"({', '.join(_LINEAR_ROLES)})")  # fmt: skip
+    kw["bias_like"] = tuple(kw.get("bias_like", ()))
+    for key, low in (("norm_eps", 0.0), ("rope_base", 0.0)):
+        v = kw.get(key)
+        if v is not None and not (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+                                  and (v > low or (key == "norm_eps" and v == 0))):  # fmt: skip
+            raise FormulaError(f"{name}: {key} must be a finite number > 0, got {v!r}")
+
+
+def bias_role(scheme: Scheme, owner: str) -> str:
+    """The role whose rule draws the bias of the linear layer of role ``owner``: the
+    owner's own (at the weight's shape) where the scheme's upstream keeps nn.Linear's
+    biases (torchscale, ReZero's FFN: U(+-1/sqrt(fan_in)), scaled like the weight), else
+    ``bias`` (the scheme's bias constant, 0)."""
+    return owner if owner in scheme.bias_like else "bias"
+
+
 def with_overrides(s: Scheme, **kw) -> Scheme:
     return dataclasses.replace(s, **kw)
 
@@ -446,5 +504,5 @@ def with_overrides(s: Scheme, **kw) -> Scheme:
 __all__ = [
     "DISTRIBUTIONS", "Draw", "GroupRule", "PARAM_GROUPS", "ParamRules", "ROLES", "RULE_VARS",
     "Rule", "RuleTable", "Scheme", "effective_std",
-    "environment", "ffn_of", "param_rules", "resolve", "role_shape", "rule", "scheme",
+    "bias_role", "environment", "ffn_of", "param_rules", "resolve", "role_shape", "rule", "scheme",
 ]  # fmt: skip

@@ -42,6 +42,7 @@ models give identical numbers.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
@@ -54,6 +55,7 @@ from .init import init_weights_
 from .layers import Attention, GaussianBranch, make_ffn, make_norm, rope_cache
 from .placements import SLOTS
 from .schemes import Scheme, environment, evaluate, ffn_of
+from .structure import structure_warning
 
 
 class Probe(Protocol):
@@ -134,6 +136,7 @@ class Block(nn.Module):
         self.g = m["g"]
         self._place_norms(cfg, device, dtype, scheme.norm_offset)
         qk_norm = scheme.qk_norm if cfg.qk_norm is None else cfg.qk_norm
+        span = scheme.qk_norm_span if cfg.qk_norm_span is None else cfg.qk_norm_span
         if cfg.branch == "gaussian":
             self.attn = GaussianBranch(cfg.branch_var, seed, layer, "attn")
             self.ffn = GaussianBranch(cfg.branch_var, seed, layer, "ffn")
@@ -141,7 +144,7 @@ class Block(nn.Module):
             off = scheme.norm_offset
             self.attn = Attention(cfg, device=device, dtype=dtype, scale=m["attn_scale"], qk_norm=qk_norm,
                                   qk_gain=m["qk_gain"], softcap=m["attn_softcap"], norm_offset=off,
-                                  subln=scheme.subln)  # fmt: skip
+                                  subln=scheme.subln, qk_norm_span=span)  # fmt: skip
             kind, d_ff = ffn_of(cfg, scheme)
             self.ffn = make_ffn(cfg, device, dtype, kind, d_ff, subln=scheme.subln, norm_offset=off)
 
@@ -279,6 +282,9 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg, self.init, self.streamed, self.overlap = cfg, init, stream, overlap
         scheme, env = init.scheme, environment(cfg, init, -1)
+        message = structure_warning(scheme, cfg)
+        if message is not None:
+            warnings.warn(message, stacklevel=2)
         self.embed_mult = evaluate(scheme.embed_mult, env, f"{scheme.name} embedding multiplier")
         self.logit_mult = evaluate(scheme.logit_mult, env, f"{scheme.name} logit multiplier")
         self.logit_softcap = _optional(scheme.logit_softcap, env, f"{scheme.name} logit soft-cap")

@@ -41,6 +41,29 @@ QUANTITY_LABELS = {"embed": "embedding", "attn": "attention branch", "ffn": "FFN
 AXIS = {"width": ("d_model", "n_layers", "width d", "L"), "depth": ("n_layers", "d_model", "depth L", "d")}
 
 
+#: The most step panels a row draws: the plotting time must not grow with --steps.
+MAX_STEP_PANELS = 6
+
+
+def panel_steps(steps, most: int = MAX_STEP_PANELS) -> list[int]:
+    """The steps that get a panel: all of them up to ``most``, else ``most`` chosen evenly,
+    the first and the last always among them."""
+    steps = sorted(int(s) for s in steps)
+    if len(steps) <= most:
+        return steps
+    picks = sorted({round(i * (len(steps) - 1) / (most - 1)) for i in range(most)})
+    return [steps[i] for i in picks]
+
+
+def _steps_note(all_steps, drawn: list[int]) -> list[str]:
+    """Says which steps have a panel when not all do."""
+    all_steps = sorted(int(s) for s in all_steps)
+    if len(drawn) == len(all_steps):
+        return []
+    return [f"Panels at steps {', '.join(map(str, drawn))} of {all_steps[0]}..{all_steps[-1]} "
+            f"(at most {MAX_STEP_PANELS}, evenly spaced; the fit and coord_check.csv use every step)."]
+
+
 def _geo(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """2^(mean over layers and seeds of log2 RMS) per ``keys`` (an exactly zero RMS,
     which a log axis cannot show, is left out)."""
@@ -107,7 +130,8 @@ def _row_title(sub, text: str) -> None:
 
 def _rows_panels(rows: pd.DataFrame, fit: pd.DataFrame, axis: str, title: str) -> Figure:
     x_col, fixed, x_label, fixed_label = AXIS[axis]
-    steps = sorted(rows["step"].unique())
+    steps = panel_steps(rows["step"].unique())
+    rows_all, rows = rows, rows[rows["step"].isin(steps)]
     keys = list(rows[["init", "norm_position", fixed]].drop_duplicates().itertuples(index=False))
     xs = sorted(int(x) for x in rows[x_col].unique())
     agg = _geo(rows, ["init", "norm_position", fixed, "quantity", "step", x_col])
@@ -133,7 +157,8 @@ def _rows_panels(rows: pd.DataFrame, fit: pd.DataFrame, axis: str, title: str) -
     footnote(fig, [f"RMS: geometric mean over the layers carrying a quantity and over seeds; log2 axes. "
                    f"{axis}-stable: every slope of log RMS against log {x_label.split()[-1]} within "
                    f"{COORD_SLOPE_TOL:g} of 0 (logits: at most {COORD_SLOPE_TOL:g}) at every step "
-                   "(coord_check_fit.csv)."] + _zero_note(rows))  # fmt: skip
+                   "(coord_check_fit.csv)."] + _steps_note(rows_all["step"].unique(), steps)
+                  + _zero_note(rows))  # fmt: skip
     return fig
 
 
@@ -157,7 +182,8 @@ def plot_coord_layers(rows: pd.DataFrame, fit: pd.DataFrame, init: str, pos: str
     line per layer coloured by its depth in the stack (embedding first, logits last),
     one row per quantity."""
     g = rows[(rows["init"] == init) & (rows["norm_position"] == pos) & (rows["n_layers"] == n_layers)]
-    steps = sorted(g["step"].unique())
+    steps = panel_steps(g["step"].unique())
+    g_all, g = g, g[g["step"].isin(steps)]
     xs = sorted(int(x) for x in g["d_model"].unique())
     quantities = [q for q in QUANTITY_COLORS if q in set(g["quantity"])]
     agg = _geo(g, ["quantity", "layer", "step", "d_model"])
@@ -185,7 +211,8 @@ def plot_coord_layers(rows: pd.DataFrame, fit: pd.DataFrame, init: str, pos: str
     suptitle(fig, f"{init}/{pos}, L={n_layers}: {_verdict_text(fit, init, pos, 'width')}" +
              (f"; {title}" if title else ""))  # fmt: skip
     footnote(
-        fig, ["One line per layer (geometric mean over seeds), coloured by depth in the stack; log2 axes."]
+        fig, ["One line per layer (geometric mean over seeds), coloured by depth in the stack; log2 axes.",
+              *_steps_note(g_all["step"].unique(), steps)],
     )
     return fig
 

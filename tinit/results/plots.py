@@ -97,11 +97,12 @@ def off_scale(df: pd.DataFrame, pos: str) -> str:
     return ""
 
 
-def _law_panel(ax, groups, pos: str, off: dict, narrow: bool = False) -> list[str]:
+def _law_panel(ax, groups, pos: str, off: dict, narrow: bool = False, no_closed=frozenset()) -> list[str]:
     """Stream variance v_k of the configurations at one norm placement: measured
     (thick, translucent), the cumulative law (dashed) and the scheme's closed form
     (dotted, not post-norm) on top. Configurations in ``off`` are drawn but left out of
-    the range. Returns notes."""
+    the range; those in ``no_closed`` (an audited model as built: no scheme) get no
+    closed-form line. Returns notes."""
     rows = [(init, p, df) for (init, p), df in groups if p == pos]
     placement = PLACEMENTS.get(pos)
     name = placement.tag if placement is not None else f"{pos}-norm"
@@ -117,7 +118,7 @@ def _law_panel(ax, groups, pos: str, off: dict, narrow: bool = False) -> list[st
                 label=config_label(init, p), gid=f"measured:{init}/{p}",
                 **MEASURED_UNDER)  # fmt: skip
         ax.plot(d["k"], d["pred_cumulative"], color=st["color"], gid=f"theory:{init}/{p}", **THEORY)
-        if closed:
+        if closed and init not in no_closed:
             ax.plot(d["k"], d["pred_closed"], color=st["color"], gid=f"closed:{init}/{p}", **THEORY_ALT)
         if (init, p) in off:
             continue
@@ -126,13 +127,17 @@ def _law_panel(ax, groups, pos: str, off: dict, narrow: bool = False) -> list[st
         errs.append(f"{_short(init, p)} {100 * err:.2g}%")
     values = np.concatenate(list(measured.values())) if measured else np.array([])
     cols = ("pred_cumulative", "pred_closed") if closed else ("pred_cumulative",)
-    preds = [df[df["k"] >= kmin][c] for init, p, df in rows if (init, p) not in off for c in cols]
+
+    def drawn(init):
+        return [c for c in cols if c != "pred_closed" or init not in no_closed]
+
+    preds = [df[df["k"] >= kmin][c] for init, p, df in rows if (init, p) not in off for c in drawn(init)]
     lim = value_axis(ax, values, log_ratio=30, include=near(values, np.concatenate(preds) if preds else []))
     clipped = []
     for i, (init, p, df) in enumerate(rows):  # leaving the measured range: clipped, marked
         d = df[df["k"] >= kmin]
         measured_k = np.isfinite(d["stream_var"].to_numpy(dtype=np.float64))
-        for col in ("stream_var", *cols):
+        for col in ("stream_var", *drawn(init)):
             # past an overflow there is no measurement to set a prediction against: no mark
             y = d[col].where(measured_k)
             n = mark_clipped(ax, d["k"], y, lim, config_style(init, p, i)["color"])
@@ -273,7 +278,7 @@ def _rows_of(n: int, per_row: int = 3) -> list[int]:
 
 
 @styled
-def plot_variance(variance: pd.DataFrame, title: str = "") -> Figure:
+def plot_variance(variance: pd.DataFrame, title: str = "", no_closed_form: Iterable[str] = ()) -> Figure:
     """Stream variance v_k against addition k, one panel per norm placement present (pre,
     post, sandwich, reordered, none; rows of up to 3): measured (thick, translucent)
     with the cumulative law (dashed) and, except post-norm, the scheme's closed form
@@ -282,7 +287,11 @@ def plot_variance(variance: pd.DataFrame, title: str = "") -> Figure:
     marker per configuration (:func:`config_style`), in one legend under the figure.
     Coinciding curves, clipped points, off-scale configurations (an overflow, or growth
     past :data:`OFF_SCALE`: drawn, but not in the range) and the law's largest error are
-    named in the notes under the figure."""
+    named in the notes under the figure. Configurations in ``no_closed_form`` (an
+    audited model: as built it follows no scheme) get no closed-form line, and the
+    figure says so (the audit computes none). The law's a (stream multiplier) and g (branch multiplier) are
+    defined under the figure."""
+    no_closed = frozenset(no_closed_form)
     groups = list(variance.groupby(["init", "norm_position"], sort=False))
     present = set(variance["norm_position"])
     positions = [p for p in PLACEMENTS if p in present] + sorted(present - set(PLACEMENTS))
@@ -323,12 +332,13 @@ def plot_variance(variance: pd.DataFrame, title: str = "") -> Figure:
     notes: list[str] = []
     for ax, pos in zip(tops, positions, strict=True):
         # two or more panels a row: the short titles (long ones ran into each other)
-        notes += _law_panel(ax, groups, pos, off, narrow=max(law_rows) > 1)
+        notes += _law_panel(ax, groups, pos, off, narrow=max(law_rows) > 1, no_closed=no_closed)
     style = [Line2D([], [], color=NEUTRAL, **{**MEASURED_UNDER, "zorder": None}, label="measured")]
     law = r"law $a^2 v_{k-1} + g^2 s_k^2$"
     law += "".join(rf" ({PLACEMENTS[p].label}: $v_{{k-1}} + s_k^2$)" for p in positions if _resets(p))
     style.append(Line2D([], [], color=NEUTRAL, **{**THEORY, "zorder": None}, label=law))
-    if any(not _resets(p) for p in positions):
+    with_closed = [(i, p) for (i, p), _ in groups if not _resets(p) and i not in no_closed]
+    if with_closed:
         style.append(Line2D([], [], color=NEUTRAL, **{**THEORY_ALT, "zorder": None},
                             label="the scheme's closed form"))  # fmt: skip
     for ax, sub in zip(bots, ("attn", "ffn"), strict=False):
@@ -349,6 +359,12 @@ def plot_variance(variance: pd.DataFrame, title: str = "") -> Figure:
     key.axis("off")
     key.legend(handles=handles, loc="center", ncol=min(len(handles), ncol), handlelength=2.0,
                columnspacing=1.0, frameon=False)  # fmt: skip
+    shown = list(dict.fromkeys(i for (i, _p), _df in groups if i in no_closed))
+    if shown:
+        notes.append(", ".join(shown) + ": no closed form drawn (the audit computes no scheme's closed"
+                     " form; dashed: the law from the measured s_k^2)")  # fmt: skip
+    notes.append("law: a = stream multiplier, g = branch multiplier (both 1 unless the scheme sets them,"
+                 " e.g. DeepNet's a, ReZero's g)")  # fmt: skip
     suptitle(fig, title)
     footnote(fig, notes)
     return fig

@@ -62,6 +62,36 @@ def verdict(meta: dict) -> tuple[bool, str]:
     return False, f"FAIL: {bad} of {params} deviate from {source} ({crit}){skipped}.{stream}"
 
 
+def stream_answer(r, why: bool = True) -> str:
+    """The stream's answer for one summary row ``r`` (a configuration of the audit):
+    v_0, v_2L, their ratio, and what the law v_0 + sum s_k^2 predicts from the measured
+    branch variances, with its relative error (the terminal and audit.md say the same)."""
+    reason = ""
+    if why:
+        reason = "; " + (
+            "post-norm: the law uses each addition's measured input variance"
+            if r.norm_position in normed_stream_names()
+            else "the gap is the stream-branch cross terms 2 cov(x, F)"
+        )
+    return (
+        f"v_0 = {fmt(r.v0)}, v_2L = {fmt(r.v_final)} ({fmt(r.v_final_rel, 3)} x v_0);"
+        f" mean branch variance {fmt(r.branch_var_mean, 3)}; the law v_0 + sum s_k^2 predicts"
+        f" {fmt(r.pred_cumulative_final)} ({100 * r.rel_err_cumulative:+.1f}%{reason};"
+        f" largest |corr| {fmt(r.max_abs_cross_corr, 2)})."
+    )
+
+
+def stream_lines(summary: pd.DataFrame | None) -> list[str]:
+    """The terminal's stream answer, one line per configuration (as-built, the --init
+    re-draw), after the weight verdict."""
+    if summary is None or not len(summary):
+        return []
+    return [
+        f"Stream ({r.init}, L={r.n_layers}): {stream_answer(r, why=False)}"
+        for r in summary.itertuples(index=False)
+    ]
+
+
 def _std_range(lo: float, hi: float) -> str:
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return "-"
@@ -230,18 +260,7 @@ def write_audit_md(frames: dict[str, pd.DataFrame], meta: dict, run_dir: Path, f
     summ = frames.get("summary")
     if summ is not None and len(summ):
         for r in summ.itertuples(index=False):
-            why = (
-                "post-norm: the law uses each addition's measured input variance"
-                if r.norm_position in normed_stream_names()
-                else "the gap is the stream-branch cross terms 2 cov(x, F)"
-            )
-            lines.append(
-                f"- **stream ({r.init})**: v_0 = {fmt(r.v0)}, v_2L = {fmt(r.v_final)}"
-                f" ({fmt(r.v_final_rel, 3)} x v_0);"
-                f" mean branch variance {fmt(r.branch_var_mean, 3)}; the law v_0 + sum s_k^2 predicts"
-                f" {fmt(r.pred_cumulative_final)} ({100 * r.rel_err_cumulative:+.1f}%; {why};"
-                f" largest |corr| {fmt(r.max_abs_cross_corr, 2)})."
-            )
+            lines.append(f"- **stream ({r.init})**: {stream_answer(r)}")
     gs = frames.get("grad_summary")
     if gs is not None and len(gs):
         for r in gs.itertuples(index=False):

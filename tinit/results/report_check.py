@@ -94,9 +94,10 @@ def plot_check_variance(variance: pd.DataFrame, alpha: float, title: str = "") -
                 alpha=0.8, zorder=3)  # fmt: skip
         err = float(df["stream_var"].iloc[-1] / df["pred_cumulative"].iloc[-1] - 1)
         if abs(err) > 0.1:  # (a) passes there only on a wide standard error: say so beside the gap
-            notes.append(f"{init} init, L={L}: the law ends {100 * (1 / (1 + err) - 1):+.0f}% off the "
-                         f"measured v_2L; (a) at L={L} tests this gap against the covariances' standard "
-                         "error, which is wide this deep (its row in check.md)")  # fmt: skip
+            # the same quantity, sign and base as the table's err column: measured / law - 1
+            notes.append(f"{init} init, L={L}: the measured v_2L is {pct(err)} off the law (measured / law"
+                         f" - 1, the table's err); (a) at L={L} tests this gap against the covariances'"
+                         " standard error, which is wide this deep (its row in check.md)")  # fmt: skip
         a = df[df["k"] > 0]
         bx.plot(a["k"], a["cov_z"], color=c, lw=0, marker=st["marker"], mfc="none" if deep else c,
                 ms=2.5 if deep else 3.5, alpha=0.85, label=f"{init} init, L={L}")  # fmt: skip

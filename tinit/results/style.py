@@ -126,7 +126,8 @@ COMPONENT_COLORS = {
     "final_norm": "#c7c7c7",
     "head": "#e377c2",
 }
-EQUAL_COLORS = {True: "#17becf", False: "#e377c2"}
+#: (one colour per meaning within the figure: none of the components' colours)
+EQUAL_COLORS = {True: "#bcbd22", False: "#393b79"}
 #: tinit audit: weight roles (colour, marker), none in the configurations' four colours.
 ROLE_STYLES = {
     "embed": ("#8c564b", "o"), "pos": ("#c49c94", "s"), "q": ("#9467bd", "^"), "k": ("#c5b0d5", "v"),

@@ -64,6 +64,26 @@ def error_style(rel: float, ok: float = 0.05, warn: float = 0.2) -> str:
     return "green" if a <= ok else "yellow" if a <= warn else "red"
 
 
+#: The width of the tables and notes when stdout is not a terminal (a file, a pipe) and
+#: $COLUMNS is unset: rich's default there, 80, wrapped rows between the words of a label
+#: (a configuration, a claim), which nothing reflows in a file; at this width every
+#: command's rows stay on one line.
+PIPE_WIDTH = 200
+
+
+def output_console():
+    """The console a command prints its summary to: the terminal's width on a terminal
+    (or $COLUMNS when set), else :data:`PIPE_WIDTH`."""
+    import os
+
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        return Console(width=PIPE_WIDTH)
+    return console
+
+
 def summary_table(title: str | None, caption: str | None = None) -> Table:
     """The look of every terminal summary: bold header, one rule under it, one space
     between columns and none at the edges (a table fits 80 columns where it can)."""
@@ -216,9 +236,15 @@ def variance_table(summary: pd.DataFrame, title: str = "") -> Table:
     """One row per configuration: v0, v_2L measured, the closed form and the law's two
     relative errors (closed form; cumulative law from the measured branch variances),
     and the largest stream/branch correlation. Nine columns with the cumulative law's
-    value would not fit 80 columns; its error says it (law = v_2L / (1 + err))."""
+    value would not fit 80 columns; its error says it (law = v_2L / (1 + err)). Where the
+    two errors are the same (pre-norm: both laws are v0 + 2L mean s² at k = 2L) the
+    second prints "=" and the caption says why."""
+    same = [pct(a) == pct(b) for a, b in zip(summary["rel_err_closed"], summary["rel_err_cumulative"],
+                                              strict=True)]  # fmt: skip
+    note = ("; =: as err (at k = 2L the closed form with the measured mean s², v0 + 2L mean s², is the "
+            "cumulative law)") if any(same) else ""
     t = summary_table(title, "closed: the scheme's closed form; err = v_2L / law - 1 for the closed form "
-                      "and the cumulative law v0 + sum s_k²; ρ = corr(stream, branch)")  # fmt: skip
+                      f"and the cumulative law v0 + sum s_k²{note}; ρ = corr(stream, branch)")  # fmt: skip
     for col in ("config", "v0", "mean s²", "v_2L", "closed", "err", "cumul.\nerr", "max|ρ|"):
         t.add_column(col, justify="left" if col == "config" else "right", no_wrap=True)
     num = {
@@ -236,7 +262,7 @@ def variance_table(summary: pd.DataFrame, title: str = "") -> Table:
             num["v_final"][i],
             num["pred_closed_final"][i],
             f"[{error_style(r.rel_err_closed)}]{pct(r.rel_err_closed)}[/]",
-            f"[{error_style(r.rel_err_cumulative)}]{pct(r.rel_err_cumulative)}[/]",
+            "=" if same[i] else f"[{error_style(r.rel_err_cumulative)}]{pct(r.rel_err_cumulative)}[/]",
             num["max_abs_cross_corr"][i],
         )
     return t
@@ -289,9 +315,7 @@ def cost_line(meta: dict, width: int | None = None) -> str | None:
     if meta.get("peak_rss_mib") is not None:
         pieces.append((f"peak process memory {meta['peak_rss_mib']:.0f} MiB", "; "))
     if width is None:
-        from rich.console import Console
-
-        width = Console().width
+        width = output_console().width
     lines, line = [], pieces[0][0]
     for i, (text, sep) in enumerate(pieces[1:], start=1):
         # a line that breaks after this piece ends with the next separator (";"): count it

@@ -16,6 +16,7 @@ off first (HF_HUB_OFFLINE=1, TRANSFORMERS_OFFLINE=1): nothing is ever downloaded
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
@@ -70,6 +71,9 @@ def parse_set(items: list[str]) -> dict[str, Any]:
         why = json_problem(value)
         if why:
             raise ConfigError("--set", f"{key.strip()}={low[:40]}: {why}")
+        if key.strip() in out:
+            raise ConfigError("--set", f"{key.strip()} is set twice ({key.strip()}={out[key.strip()]!r}, "
+                              f"{item.strip()}): give it once")  # fmt: skip
         out[key.strip()] = value
     return out
 
@@ -279,8 +283,23 @@ def _check_fits(auto, config, spec: str, device: torch.device, dtype: torch.dtyp
         )
 
 
-def load_hf(spec: str, sets: dict[str, Any], device: torch.device, dtype: torch.dtype) -> nn.Module:
-    """Build the causal LM of ``spec`` with its own init, on ``device`` in ``dtype``."""
+@contextlib.contextmanager
+def seeded(seed: int, device: torch.device):
+    """Torch's global generators seeded with ``seed`` inside, restored after: a model's
+    own init (transformers' ``_init_weights``, a user's factory) draws from them, so the
+    same --seed builds the same weights, and the caller's random state is left as it was."""
+    device = torch.device(device)
+    cuda = [device.index if device.index is not None else torch.cuda.current_device()] \
+        if device.type == "cuda" else []  # fmt: skip
+    with torch.random.fork_rng(devices=cuda):
+        torch.manual_seed(seed)
+        yield
+
+
+def load_hf(spec: str, sets: dict[str, Any], device: torch.device, dtype: torch.dtype,
+            seed: int = 0) -> nn.Module:  # fmt: skip
+    """Build the causal LM of ``spec`` with its own init, on ``device`` in ``dtype``, its
+    weights drawn from torch's generators seeded with ``seed`` (:func:`seeded`)."""
     config = hf_config(spec, sets)
     from transformers import AutoModelForCausalLM
 
@@ -289,7 +308,7 @@ def load_hf(spec: str, sets: dict[str, Any], device: torch.device, dtype: torch.
         _check_fits(AutoModelForCausalLM, config, spec, device, dtype)
         # building tiny shapes makes torch and transformers warn (zero-element tensors,
         # ids outside a small vocabulary): what matters is checked below, in one line
-        with torch.device(device), warnings.catch_warnings():
+        with torch.device(device), warnings.catch_warnings(), seeded(seed, device):
             warnings.simplefilter("ignore")
             model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     except ConfigError:
@@ -320,8 +339,10 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
 
 
-def load_module(spec: str) -> nn.Module:
-    """Call the factory named by ``pkg.module:factory`` or ``path/to/file.py:factory``.
+def load_module(spec: str, seed: int = 0) -> nn.Module:
+    """Call the factory named by ``pkg.module:factory`` or ``path/to/file.py:factory``,
+    with torch's generators seeded with ``seed`` during the import and the call
+    (:func:`seeded`: a factory that draws its weights from them gives the same model).
 
     The file (or package) is *executed*, as ``python file.py`` would run it; a file's
     own folder is put first on ``sys.path`` before, so that it imports the files beside
@@ -330,6 +351,11 @@ def load_module(spec: str) -> nn.Module:
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr:
         raise ConfigError("--module", f"{spec!r}: expected pkg.module:factory or path/to/file.py:factory")
+    with seeded(seed, torch.device("cpu")):
+        return _load_module(spec, target, attr)
+
+
+def _load_module(spec: str, target: str, attr: str) -> nn.Module:
     try:
         if target.endswith(".py"):
             path = Path(target)

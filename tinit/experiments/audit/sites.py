@@ -132,8 +132,8 @@ FAMILIES: dict[str, dict] = {
         "attn_added": "post_attention_layernorm",
         "ffn_added": "post_feedforward_layernorm",
     },  # fmt: skip
-    # GPT-2's own _init_weights scales c_proj by 1/sqrt(2 n_layer): tinit's "scaled"
-    "gpt2": {"blocks": "transformer.h", "attn": "attn", "ffn": "mlp", "declared": "scaled"},
+    # GPT-2's own _init_weights scales c_proj by 1/sqrt(2 n_layer): tinit's "gpt2" (alias "scaled")
+    "gpt2": {"blocks": "transformer.h", "attn": "attn", "ffn": "mlp", "declared": "gpt2"},
     "gpt_neox": {"blocks": "gpt_neox.layers", "attn": "attention", "ffn": "mlp", "parallel_attr": True},
 }
 

@@ -12,13 +12,14 @@ from ...model.catalogue import get_scheme, names
 from ...model.config import GATED_FFNS, InitConfig, ModelConfig, RunConfig
 from ...model.init import role_shape_of
 from ...model.schemes import MATRIX_ROLES, environment, evaluate, ffn_of, resolve
+from ...model.structure import apply_scheme, structure_record
 from ..configs import check_configs
 from ..driver import Run
 from ..result import ExperimentResult, Progress
 
 INITS_COLUMNS = [
     "name", "description", "roles", "formula", "multipliers", "placement", "qk_norm", "architecture",
-    "closed_form", "upstream", "sources", "aliases",
+    "closed_form", "not_modelled", "upstream", "sources", "aliases",
 ]  # fmt: skip
 STDS_COLUMNS = ["scheme", "role", "layer", "std", "distribution", "multiplier", "bound", "std_drawn"]
 
@@ -35,6 +36,7 @@ def catalogue_frame(schemes: list[str] | None = None, custom=()) -> pd.DataFrame
             "name": s.name, "description": s.description, "roles": ",".join(s.touched) or "-",
             "formula": s.formula(), "multipliers": s.multipliers(), "placement": s.placement or "",
             "qk_norm": s.qk_norm, "architecture": s.architecture(), "closed_form": s.closed_form,
+            "not_modelled": s.not_modelled,
             "upstream": "; ".join(s.upstream), "sources": "; ".join(s.sources),
             "aliases": ",".join(s.aliases),
         })  # fmt: skip
@@ -88,10 +90,13 @@ def run_inits(
     """Frames ``inits`` (the catalogue) or, with ``scheme``, ``init_stds`` (that
     scheme's std per role and layer at the shape ``model``)."""
     model, init = model or ModelConfig(), init or InitConfig()
+    if scheme is not None:  # the model the scheme runs (as ModelConfig.from_scheme), the user's on top
+        model = apply_scheme(model, scheme, init.schemes)
     meta = {"model": model.to_dict(), "init": init.to_dict(), "scheme": scheme}
     if scheme is None:
         frames = {"inits": catalogue_frame(custom=init.schemes)}
     else:
+        meta["structure"] = {scheme: structure_record(scheme, model, init.schemes)}
         # a rule undefined at some layer of this shape is bad input, found before the table
         check_configs(model, init, RunConfig(seq_len=model.max_seq_len), [(scheme, model.norm_position)])
         frames = {"init_stds": stds_frame(model, dataclasses.replace(init, recipe=scheme))}
@@ -108,12 +113,13 @@ def catalogue_markdown() -> str:
     """The catalogue as the README's markdown table (tests check that README holds
     exactly this text, so the two cannot drift)."""
     lines = [
-        "| scheme | roles it changes | rules | multipliers | architecture | v_2L(L) | upstream |",
-        "|---|---|---|---|---|---|---|",
+        "| scheme | roles it changes | rules | multipliers | architecture (modelled) | not modelled "
+        "| v_2L(L) | upstream |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in catalogue_frame(names()).itertuples(index=False):
         name = f"`{r.name}`" + (f" (alias `{r.aliases}`)" if r.aliases else "")
         cells = [name, r.roles.replace(",", ", "), r.formula, r.multipliers, r.architecture,
-                 r.closed_form or "-", r.upstream.replace("; ", "<br>")]  # fmt: skip
+                 r.not_modelled or "-", r.closed_form or "-", r.upstream.replace("; ", "<br>")]  # fmt: skip
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)

@@ -100,6 +100,12 @@ class VarianceProbe:
             v_f, m_f = pooled_var_mean(branch, dt)
             cov = pooled_mean_product(stream_in, branch, dt) - m_in * m_f
             corr = cov / torch.sqrt(v_in * v_f)
+            # a branch too small for its variance to be a number of this dtype (a trunc
+            # bound of 1e-30): not a zero branch (its covariance is not 0) and no
+            # correlation: both NaN, flagged as measured values that are not finite
+            lost = (v_f == 0) & (cov != 0) | ~torch.isfinite(corr) & (cov != 0) & torch.isfinite(cov)
+            v_f = torch.where(lost, nan, v_f)
+            corr = torch.where(lost, nan, corr)
             v_n = nan
             if normed is not None:
                 v_n, m_n = pooled_var_mean(normed, dt)

@@ -41,8 +41,9 @@ from ...model.catalogue import placements_for
 from ...model.config import MAX_SEEDS, ConfigError, InitConfig, ModelConfig, RunConfig, check_count, check_lr
 from ...model.param_rules import optimizer_groups, rules_summary
 from ...model.params import count_params
+from ...model.structure import apply_scheme
 from ...model.transformer import Transformer
-from ..configs import check_configs, grid
+from ..configs import check_configs, grid, parse_widths, position_list, scheme_list
 from ..device import matmul_precision, resolve_device
 from ..driver import Meter, ProgressCounter, Run
 from ..meta import run_meta
@@ -64,10 +65,16 @@ class CoordConfig:
 
     steps: int = 4  # optimizer steps; the RMS is recorded at steps 0..steps
     lr: float = 1e-2  # constant Adam lr (mup's Transformer example checks Adam at 0.01)
-    param_rules: bool = True  # the scheme's optimizer rules (per-group lr); off: one lr
+    param_rules: bool = True  # the scheme's optimizer rules (per-group lr); off: one lr ("on"/"off" too)
     markov_k: int = 4  # successors per token of the Markov language
 
     def __post_init__(self) -> None:
+        if self.param_rules in ("on", "off"):  # as --param-rules says it
+            object.__setattr__(self, "param_rules", self.param_rules == "on")
+        if not isinstance(self.param_rules, bool):
+            raise ConfigError("param_rules", f"must be True or False ('on', 'off'), got {self.param_rules!r}")
+        if isinstance(self.markov_k, bool) or not isinstance(self.markov_k, int) or self.markov_k < 1:
+            raise ConfigError("markov_k", f"must be a whole number >= 1, got {self.markov_k!r}")
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
             raise ConfigError("steps", f"must be a whole number >= 1, got {self.steps!r}")
         check_lr("lr", self.lr)
@@ -122,8 +129,8 @@ def coord_point(
     None: the FFN width follows d (8d/3 or 4d). Frame ``coord_check``."""
     device = resolve_device(run.device)
     cfg = dataclasses.replace(model, d_model=d_model, n_layers=n_layers, d_ff=d_ff,
-                              norm_position=norm_position,
                               max_seq_len=max(model.max_seq_len, run.seq_len))  # fmt: skip
+    cfg = apply_scheme(cfg, recipe, init.schemes, norm_position=norm_position)  # as ModelConfig.from_scheme
     ini = dataclasses.replace(init, recipe=recipe, seed=seed)
     data = load_data("markov", vocab=cfg.vocab_size, seq_len=run.seq_len, batch=run.batch,
                      seed=init.seed, eval_batches=1, markov_k=coord.markov_k)  # fmt: skip
@@ -174,12 +181,18 @@ class CoordGrid:
 def make_grid(
     model: ModelConfig, init: InitConfig, run: RunConfig, inits: Sequence[str],
     norm_positions: Sequence[str] | None, widths: Sequence[int], depths: Sequence[int], seeds: int,
-    d_ff: int | None = None,
+    d_ff: int | None = None, coord: CoordConfig | None = None,
 ) -> CoordGrid:  # fmt: skip
     """The grid, checked before anything runs: every width a valid model (heads divide
-    it, RoPE's head size even), every scheme defined at every depth and width.
+    it, RoPE's head size even), every scheme defined at every depth and width (and its
+    optimizer rules in range there, unless ``coord`` turns the rules off).
     ``norm_positions`` None: each scheme in its presumed placement, else pre-norm (the
     placement of mup's and CompleteP's models)."""
+    inits, norm_positions = scheme_list(inits, init.schemes), position_list(norm_positions)
+    from ..measure.depth_sweep import parse_layers
+
+    widths = parse_widths(widths)  # each a whole number >= 1, once (ConfigError otherwise)
+    depths = parse_layers(depths)
     configs = (
         tuple(grid(inits, norm_positions, init.schemes))
         if norm_positions
@@ -187,7 +200,7 @@ def make_grid(
     )
     for d in widths:
         cfg = dataclasses.replace(model, d_model=d, d_ff=None)  # raises ConfigError (n_heads, d_model)
-        check_configs(cfg, init, run, configs, depths)
+        check_configs(cfg, init, run, configs, depths, optimizer=coord is None or coord.param_rules)
     if d_ff is not None and len(widths) > 1:
         raise ConfigError("d_ff", "a list of widths takes each width's default FFN width; leave --d-ff out")
     check_count("seeds", seeds, MAX_SEEDS)
@@ -249,10 +262,10 @@ def run_coord_check(
 ) -> ExperimentResult:  # fmt: skip
     """Every point of the grid in order (:func:`coord_point`) under the run driver
     (time and resident memory per point, rows on disk after each), then the fit."""
-    g = make_grid(model, init, run, inits, norm_positions, widths, depths, seeds, d_ff)
+    g = make_grid(model, init, run, inits, norm_positions, widths, depths, seeds, d_ff, coord)
     device = resolve_device(run.device)
     points = g.points()
-    big = dataclasses.replace(model, d_model=max(widths), n_layers=max(depths))
+    big = dataclasses.replace(model, d_model=max(g.widths), n_layers=max(g.depths))
     meta = run_meta(big, init, run, device, configurations=list(g.configs), **grid_meta(g, coord, d_ff, init))
     frames: list[pd.DataFrame] = []
     driver = Run(meta, lambda: gather(frames), NOT_APPLICABLE, meter=Meter(device), on_partial=on_partial,

@@ -157,6 +157,11 @@ def lr_drift(optima: pd.DataFrame) -> pd.DataFrame:
                 row["note"] = f"{row['at_edge']} optima not bracketed (grid edge or a diverged neighbour)"
             elif not row["se_method"]:
                 row["note"] = "no standard error: give 2 seeds or 3 points"
+            elif row["verdict"] == "not resolved" and row["se_method"] == "regression":
+                # one seed: the interval rests on the fit's few residual degrees of freedom
+                dof = int(row["dof"])
+                row["note"] = (f"one seed: {dof} degree{'s' if dof != 1 else ''} of freedom, t = "
+                               f"{t_quantile(1 - LR_LEVEL, dof):.3g}; give --seeds 3 or more")  # fmt: skip
             rows.append(row)
     return pd.DataFrame(rows, columns=DRIFT_COLUMNS)
 
@@ -319,12 +324,12 @@ def gather_points(frames: Sequence[dict[str, pd.DataFrame]], train: TrainConfig,
     return {**out, **analyse(summary, runs)}
 
 
-def sweep_not_applicable(train: TrainConfig, floor: float | None):
+def sweep_not_applicable(train: TrainConfig, floor: float | None, custom: Sequence = ()):
     """The empty cells of the gathered frames, as the single run declares them (MFU:
-    empty where the points measured none, on a CPU)."""
+    empty where the points measured none, on a CPU; ``custom``: the user's schemes)."""
 
     def rules(frames: dict[str, pd.DataFrame]) -> dict:
-        out = not_applicable(train, torch.device("cpu"), floor)
+        out = not_applicable(train, torch.device("cpu"), floor, custom)
         for stem in ("runs", "summary"):
             out[stem]["mfu"] = lambda df: ~np.isfinite(df["mfu"].astype(float))
         return {**out, **drift_not_applicable()}

@@ -16,20 +16,32 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 
+from ...model.catalogue import placements_for
 from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ...model.params import count_params
-from ..configs import check_configs
+from ...model.schemes import Scheme
+from ...model.structure import apply_scheme
+from ..configs import (
+    DEFAULT_PLACEMENTS,
+    check_configs,
+    parse_widths,
+    position_list,
+    scheme_list,
+    structure_meta,
+)
 from ..device import matmul_precision, resolve_device
 from ..driver import Run
 from ..memory import available_memory, host_memory
 from ..meta import run_meta
 from ..result import ExperimentResult, Partial, Progress
+from .compare import compare_schemes
+from .compare import not_applicable as compare_not_applicable
 from .data import TrainData
 from .trainer import (
     CONFIG_COLUMNS,
@@ -97,18 +109,20 @@ def run_specs(
     progress: Progress | None = None,
     meta_extra: dict | None = None,
     on_partial: Partial | None = None,
+    compare: bool = False,
 ) -> ExperimentResult:
     """Train every spec in order (``on_partial`` gets the result so far after each run,
     so a finished run is on disk before the next starts). Frames: ``train``, ``update_ratios``,
     ``variance_during_training``, ``runs`` (one row per run) and ``summary`` (over seeds).
-    A run that fails part-way (out of memory, interrupted) raises :class:`IncompleteRun`
-    holding the finished runs."""
+    With ``compare``, also ``compare``: each scheme against the first, paired by seed
+    (:func:`.compare.compare_schemes`). A run that fails part-way (out of memory,
+    interrupted) raises :class:`IncompleteRun` holding the finished runs."""
     device = resolve_device(run.device)
     if run.dtype != "float32":
         raise ConfigError(
             "dtype", "training keeps float32 master weights (bf16 autocast on CUDA); use float32"
         )
-    check_specs(specs, data, device, train.steps)
+    check_specs(specs, data, device, train.param_rules, train.steps)
     torch.manual_seed(0)  # nothing draws from the global generator; fixed in case a kernel does
     records: list[RunRecord] = []
     base = specs[0] if specs else RunSpec(ModelConfig(), InitConfig(), train.lr, train.warmup)
@@ -140,6 +154,8 @@ def run_specs(
             "runs": runs,
             "summary": summarize_runs(runs, data.floor) if len(runs) else frame([], SUMMARY_COLUMNS),
         }
+        if compare:
+            out["compare"] = compare_schemes(runs)
         if train.probe_points == 0:  # none asked for: no empty CSV (and the plots still get written)
             del out["variance_during_training"]
         meta["complete_runs"] = len(records)
@@ -147,7 +163,13 @@ def run_specs(
 
     # (a progress step is an optimizer step; each run's time is recorded without a Meter's
     # memory figures, which training's config.json does not carry)
-    driver = Run(meta, frames, lambda _frames: not_applicable(train, device, data.floor),
+    custom = base.init.schemes
+
+    def empty_cells(_frames) -> dict:
+        rules = not_applicable(train, device, data.floor, custom)
+        return {**rules, "compare": compare_not_applicable()} if compare else rules
+
+    driver = Run(meta, frames, empty_cells,
                  on_partial=on_partial, progress=progress, total=len(specs) * train.steps)  # fmt: skip
 
     def measure(unit: tuple[int, RunSpec]) -> tuple[RunRecord, float]:
@@ -197,11 +219,47 @@ def run_names(specs: Sequence[RunSpec]) -> list[str]:
             for x in labels]  # fmt: skip
 
 
+def _numbers(values, field: str, whole: bool, low: float) -> list:
+    """A list of numbers (never a string, iterated by character): finite, whole when
+    ``whole``, ``>= low`` (whole) or ``> low``; a ConfigError naming ``field`` otherwise."""
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise ConfigError(field, f"give a list of numbers, got {values!r}")
+    out = list(values)
+    for v in out:
+        real = isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool)
+        ok = real and math.isfinite(v) and (v == int(v) and v >= low if whole else v > low)
+        if not ok:
+            want = f"a whole number >= {low:g}" if whole else f"a finite number > {low:g}"
+            raise ConfigError(field, f"{v!r} is not {want}")
+    if not out:
+        raise ConfigError(field, "the list is empty")
+    return [int(v) for v in out] if whole else [float(v) for v in out]
+
+
+def grid_axes(model: ModelConfig, init: InitConfig, train: TrainConfig, schemes, norm_positions, depths,
+              seeds, lrs, warmups, widths) -> tuple:  # fmt: skip
+    """The axes of a training grid as a library caller gave them, checked: schemes and
+    placements (a string is a comma list, as --init reads it), depths and widths (each
+    once), seeds and warmups (whole numbers >= 0), lrs (positive); lrs None: the
+    config's, warmups None: the config's. A ConfigError naming the axis otherwise."""
+    from ..measure.depth_sweep import parse_layers
+
+    return (
+        scheme_list(schemes, init.schemes),
+        position_list(norm_positions) or None,
+        parse_layers(depths),
+        _numbers(seeds, "seed", True, 0),
+        _numbers(lrs, "lr", False, 0) if lrs is not None else [train.lr],
+        _numbers(warmups, "warmup", True, 0) if warmups is not None else [train.warmup],
+        parse_widths(widths) if widths is not None else None,
+    )
+
+
 def grid_specs(
     model: ModelConfig,
     init: InitConfig,
     schemes: Sequence[str],
-    norm_positions: Sequence[str],
+    norm_positions: Sequence[str] | None,
     depths: Sequence[int],
     seeds: Sequence[int],
     lrs: Sequence[float],
@@ -209,20 +267,31 @@ def grid_specs(
     widths: Sequence[int] | None = None,
 ) -> list[RunSpec]:
     """schemes x norm positions x depths x widths x lrs x warmups x seeds, seeds
-    innermost. A scheme is whatever ``InitConfig.recipe`` accepts: the run only passes it
-    on. ``widths`` (d_model values; None: the model's) each take their default FFN width
-    (d_ff grows with d, as a width-transfer study needs)."""
+    innermost; each model with its scheme's structure
+    (:func:`tinit.model.structure.apply_scheme`, as ``ModelConfig.from_scheme``), and
+    ``norm_positions`` None: each scheme in its own placement (pre and post for a scheme
+    scheme is whatever ``InitConfig.recipe`` accepts: the run only passes it on.
+    ``widths`` (d_model values; None: the model's): several each take their default FFN
+    width (d_ff grows with d, as a width-transfer study needs); the model's own width alone
+    keeps the model's d_ff."""
+    schemes, norm_positions, depths, seeds, lrs, warmups, widths = grid_axes(
+        model, init, TrainConfig(), schemes, norm_positions, depths, seeds, lrs, warmups, widths
+    )
+    own = widths is None or widths == [model.d_model]
+
+    def shape(pos: str, scheme: str, L: int, d: int) -> ModelConfig:
+        sized = {"n_layers": L} if own else {"n_layers": L, "d_model": d, "d_ff": None}
+        return apply_scheme(dataclasses.replace(model, **sized), scheme, init.schemes, norm_position=pos)
+
+    def positions(scheme: str) -> tuple[str, ...]:
+        if norm_positions is None:
+            return placements_for(scheme, DEFAULT_PLACEMENTS, init.schemes)
+        return tuple(norm_positions)
+
     return [
-        RunSpec(
-            dataclasses.replace(model, norm_position=pos, n_layers=L)
-            if widths is None
-            else dataclasses.replace(model, norm_position=pos, n_layers=L, d_model=d, d_ff=None),
-            dataclasses.replace(init, recipe=scheme, seed=seed),
-            lr,
-            warmup,
-        )
+        RunSpec(shape(pos, scheme, L, d), dataclasses.replace(init, recipe=scheme, seed=seed), lr, warmup)
         for scheme in schemes
-        for pos in norm_positions
+        for pos in positions(scheme)
         for L in depths
         for d in (widths or [model.d_model])
         for lr in lrs
@@ -241,13 +310,29 @@ TRAIN_BYTES_PER_PARAM = 16
 RECORD_BYTES = 512
 
 
-def check_specs(specs: Sequence[RunSpec], data: TrainData, device: torch.device, steps: int = 0) -> None:
+def check_schemes(specs: Sequence[RunSpec], seq_len: int, rules: bool = True) -> None:
+    """Before anything trains: every run's scheme is defined at every layer of its model
+    and, with ``rules`` (--param-rules on), its optimizer rules are in range at that
+    model's shape (a ConfigError naming --init-file or --init otherwise)."""
+    checked = set()
+    for spec in specs:
+        key = (spec.model, spec.init.recipe)
+        if key not in checked:
+            checked.add(key)
+            check_configs(spec.model, spec.init, RunConfig(seq_len=seq_len),
+                          [(spec.init.recipe, spec.model.norm_position)], optimizer=rules)  # fmt: skip
+
+
+def check_specs(
+    specs: Sequence[RunSpec], data: TrainData, device: torch.device, rules: bool = True, steps: int = 0
+) -> None:
     """Before anything trains: no run repeats another (a repeat would be counted as a
-    seed), every vocabulary covers the data, every scheme is defined at every layer, the
-    largest model's weights, gradients and AdamW state fit in the device's free memory,
-    and the records of ``steps`` steps of every run (:data:`RECORD_BYTES` each, kept in
-    host memory) take at most half the free host memory (else a ConfigError naming what
-    makes it large, not an out-of-memory stop)."""
+    seed), every vocabulary covers the data, every scheme is defined at every layer (and
+    its optimizer rules, with ``rules``, in range at the run's shape), the records of
+    ``steps`` steps of every run (:data:`RECORD_BYTES` each, kept in host memory) take at
+    most half the free host memory, and the largest model's weights, gradients and AdamW
+    state fit in the device's free memory (else a ConfigError naming what makes it large,
+    not an out-of-memory stop)."""
     seen: set = set()
     for spec in specs:
         key = (tuple(sorted(spec.labels().items())), spec.init.seed)
@@ -259,13 +344,7 @@ def check_specs(specs: Sequence[RunSpec], data: TrainData, device: torch.device,
             raise ConfigError(
                 "vocab_size", f"the data needs a vocabulary of {data.vocab}, got {spec.model.vocab_size}"
             )
-    checked = set()
-    for spec in specs:
-        key = (spec.model, spec.init.recipe)
-        if key not in checked:
-            checked.add(key)
-            check_configs(spec.model, spec.init, RunConfig(seq_len=data.seq_len),
-                          [(spec.init.recipe, spec.model.norm_position)])  # fmt: skip
+    check_schemes(specs, data.seq_len, rules)
     if not specs:
         return
     records = sum(steps * (1 + 2 * s.model.n_layers) for s in specs) * RECORD_BYTES
@@ -275,19 +354,24 @@ def check_specs(specs: Sequence[RunSpec], data: TrainData, device: torch.device,
                           f"{records / 2**30:.3g} GiB of per-step records (a train row and two update "
                           f"ratios a layer), more than half the {host / 2**30:.3g} GiB of free host "
                           "memory")  # fmt: skip
-    big = max(specs, key=lambda s: count_params(s.model, s.init.scheme).total).model
-    n = count_params(big).total
+    big_spec = max(specs, key=lambda s: count_params(s.model, s.init.scheme).total)
+    big, n = big_spec.model, count_params(big_spec.model, big_spec.init.scheme).total
     free = available_memory(device)
     if n * TRAIN_BYTES_PER_PARAM > free:
         embedding = big.vocab_size * big.d_model
-        field = ("data" if data.chain is None else "vocab_size") if 2 * embedding > n else "d_model"
+        if 2 * embedding > n:
+            field = "data" if data.chain is None else "vocab_size"
+        else:  # the stack: its depth when one layer of this width would fit, else its width
+            one = count_params(dataclasses.replace(big, n_layers=1)).total
+            field = "n_layers" if one * TRAIN_BYTES_PER_PARAM <= free else "d_model"
         need, gib = n * TRAIN_BYTES_PER_PARAM / 2**30, free / 2**30
         raise ConfigError(field, f"a model of {n:.3g} parameters (L={big.n_layers}, d={big.d_model}, "
                           f"V={big.vocab_size}) needs {need:.3g} GiB for its weights, gradients and AdamW "
                           f"state, more than the {gib:.3g} GiB free")  # fmt: skip
 
 
-def not_applicable(train: TrainConfig, device: torch.device, floor: float | None = 0.0) -> dict:
+def not_applicable(train: TrainConfig, device: torch.device, floor: float | None = 0.0,
+                   custom: Sequence[Scheme] = ()) -> dict:  # fmt: skip
     """The cells the training frames leave empty by design (see
     :attr:`ExperimentResult.not_applicable`): the step-0 row has no lr, train loss or
     gradient yet; the held-out loss exists only every ``eval_every`` steps and at the
@@ -314,7 +398,7 @@ def not_applicable(train: TrainConfig, device: torch.device, floor: float | None
     no_mfu = device.type != "cuda"
     return {
         "train": {"lr": init_row, "train_loss": init_row, "grad_norm": init_row, "eval_loss": no_eval},
-        "update_ratios": {"update_ratio": zero_before},
+        "update_ratios": {"update_ratio": lambda df: zero_before(df, custom)},
         "variance_during_training": {"branch_var": lambda df: df["k"] == 0,
                                      "cross_corr": lambda df: (df["k"] == 0) | (df["branch_var"] == 0)},
         "runs": {"mfu": no_mfu, "diverged_step": lambda df: ~diverged(df), "final_eval_loss": diverged},
@@ -326,13 +410,14 @@ def not_applicable(train: TrainConfig, device: torch.device, floor: float | None
     }  # fmt: skip
 
 
-def zero_before(df: pd.DataFrame):
-    """Update ratios with no meaning: step 1 of a matrix the scheme initialises to zero
-    (its ||W_before|| is 0; any other NaN is a measurement, written nan)."""
+def zero_before(df: pd.DataFrame, custom: Sequence[Scheme] = ()):
+    """Update ratios with no meaning: step 1 of a matrix the scheme (the catalogue's or
+    one of the user's, ``custom``) initialises to zero (its ||W_before|| is 0; any other
+    NaN is a measurement, written nan)."""
     from ...model.catalogue import get_scheme, known
 
     def zero_role(name: str, tensor: str) -> bool:
-        return known(name) and get_scheme(name).rule(tensor).dist == "zero"
+        return known(name, custom) and get_scheme(name, custom).rule(tensor).dist == "zero"
 
     zero = [zero_role(str(i), str(t)) for i, t in zip(df["init"], df["tensor"], strict=True)]
     return (df["step"] == 1).to_numpy() & np.asarray(zero, dtype=bool)
@@ -356,6 +441,8 @@ def run_train(
 ) -> ExperimentResult:
     """Train the grid schemes x norm positions x depths x widths x lrs x warmups x seeds
     on ``data`` (``widths``: d_model values, each with its default d_ff; None: the model's).
+    With two or more schemes the result has ``compare``: each against the first, paired
+    by seed.
 
     >>> from tinit.experiments.training.data import load_data
     >>> data = load_data("markov", vocab=64, seq_len=16, batch=8, seed=0)
@@ -363,17 +450,10 @@ def run_train(
     ...                 RunConfig(device="cpu"), TrainConfig(steps=20), data, ["scaled"], ["pre"], [2], [0])
     >>> res["summary"]["final_eval_loss_mean"]  # doctest: +SKIP
     """
-    specs = grid_specs(
-        model,
-        init,
-        schemes,
-        norm_positions,
-        depths,
-        seeds,
-        lrs or [train.lr],
-        warmups if warmups is not None else [train.warmup],
-        widths,
+    schemes, norm_positions, depths, seeds, lrs, warmups, widths = grid_axes(
+        model, init, train, schemes, norm_positions, depths, seeds, lrs, warmups, widths
     )
+    specs = grid_specs(model, init, schemes, norm_positions, depths, seeds, lrs, warmups, widths)
     return run_specs(
         specs,
         train,
@@ -383,13 +463,18 @@ def run_train(
         {
             "grid": {
                 "schemes": list(schemes),
-                "norm_positions": list(norm_positions),
+                "norm_positions": None if norm_positions is None else list(norm_positions),
                 "depths": list(depths),
                 "widths": list(widths or [model.d_model]),
                 "seeds": list(seeds),
-                "lrs": list(lrs or [train.lr]),
-                "warmups": list(warmups if warmups is not None else [train.warmup]),
-            }
+                "lrs": list(lrs),
+                "warmups": list(warmups),
+            },
+            # per (scheme, placement): what its model took from the scheme, what the user overrode
+            "structure": structure_meta(
+                model, init, run, list(dict.fromkeys((s.init.recipe, s.model.norm_position) for s in specs))
+            ),
         },
         on_partial,
+        compare=len(schemes) > 1,
     )

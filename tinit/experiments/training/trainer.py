@@ -121,11 +121,15 @@ class TrainConfig:
             v = getattr(self, name)
             if not (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0):
                 raise ConfigError(name, f"must be a positive number, got {v!r}")
+        for name in ("beta1", "beta2"):  # Adam's moment decays: torch refuses others only at step time
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 1):
+                raise ConfigError(name, f"must be a number in [0, 1), got {v!r}")
         if not isinstance(self.param_rules, bool):
             raise ConfigError("param_rules", f"must be true or false, got {self.param_rules!r}")
         for name in ("min_lr_ratio", "weight_decay", "grad_clip", "diverge_margin"):
             v = getattr(self, name)
-            if not (math.isfinite(v) and v >= 0):
+            if not (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
                 raise ConfigError(name, f"must be a finite number >= 0, got {v!r}")
         if self.min_lr_ratio > 1:
             raise ConfigError("min_lr_ratio", f"must be <= 1, got {self.min_lr_ratio}")
