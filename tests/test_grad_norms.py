@@ -251,10 +251,19 @@ def test_layerwise_holds_one_block_at_a_time(monkeypatch):
 
 
 def test_streams_automatically_when_built_model_would_not_fit(monkeypatch):
-    monkeypatch.setattr(memory, "available_memory", lambda device: 1024)
-    res = run_grad_norms(TINY, run=RunConfig(batch=2, seq_len=16, device="cpu"), inits=("naive",),
-                         norm_positions=("pre",))  # fmt: skip
+    """Free memory for the layer-wise backward (its least, memory.least_bytes, twice)
+    but under twice the built backward's bound: it streams. Below the least: refused."""
+    run = RunConfig(batch=2, seq_len=16, device="cpu")
+    least = sum(memory.least_bytes(TINY, InitConfig(), 2, 16, torch.float32, backward=True).values())
+    built = memory.backward_bound([(TINY, InitConfig())], 2, 16, torch.float32)
+    assert built > least  # the case is one where streaming is what fits
+    monkeypatch.setattr(memory, "available_memory", lambda device: 2 * least)
+    res = run_grad_norms(TINY, run=run, inits=("naive",), norm_positions=("pre",))
     assert res.meta["streamed"] is True
+    monkeypatch.setattr(memory, "available_memory", lambda device: least - 1)
+    with pytest.raises(ConfigError, match="GiB free") as exc:
+        run_grad_norms(TINY, run=run, inits=("naive",), norm_positions=("pre",))
+    assert exc.value.field in ("d_model", "batch", "seq_len", "vocab_size", "n_layers")
 
 
 def test_interrupt_keeps_finished_configurations():

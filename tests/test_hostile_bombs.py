@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from helpers import ROOT
 
-from tinit.model.config import MAX_LR, MAX_SEEDS, ConfigError
+from tinit.experiments.audit.loaders import MAX_HF_EXPERTS
+from tinit.model.config import MAX_LAYERS, MAX_LR, MAX_SEEDS, ConfigError
 from tinit.userfile import MAX_DEPTH, MAX_TEXT_BYTES, UserFileError, load_json, load_toml, read_text
 
 HAS_HF = __import__("importlib").util.find_spec("transformers") is not None
@@ -28,6 +29,7 @@ M = ["--d-model", "32", "--heads", "2", "--seq-len", "16", "--batch", "2", "--vo
 CAP = 3 * 2**30  # bytes of address space the child may map
 CASE_SECONDS = 30  # each case: a refusal, not a run (the child has imported everything once)
 HUGE = "1000000000"
+W = ["--d-model", HUGE, "--heads", "2"]  # d 1e9: a block's storage size overflowed even on the meta device
 
 CHILD = r"""
 import json, sys, time
@@ -109,6 +111,27 @@ def _cases(f: dict[str, str], out: Path) -> list[tuple[str, list[str], str, dict
         ("lr-inf", ["train", *M, "--lr", "inf", *quick], "--lr", None),
         # an optimizer multiplier of 1e300 from a TOML scheme, checked at the run's shape
         ("mult-train", ["train", *M, "--layers", "1", "--init-file", f["lr"], *quick], "--init-file", None),
+        # issue 30, second pass: the forward commands had no memory pre-check ("Storage size
+        # calculation overflowed" at d 1e9; out of memory, exit 1, at seq-len, batch, vocab)
+        ("d-model-variance", ["variance", *W, "--layers", "1"], "--d-model", None),
+        ("seq-len-variance", ["variance", *M, "--seq-len", HUGE], "--seq-len", None),
+        ("batch-variance", ["variance", *M, "--batch", HUGE], "--batch", None),
+        ("vocab-variance", ["variance", *M, "--vocab", "1000000000000"], "--vocab", None),
+        ("batch-grad-norms", ["grad-norms", *M, "--batch", HUGE], "--batch", None),
+        ("batch-depth-sweep", ["depth-sweep", *M, "--layers", "1,2", "--batch", HUGE], "--batch", None),
+        ("d-model-sweep", ["sweep", "variance", *W, "--layers", "1"], "--d-model", None),
+        ("batch-check", ["check", "--batch", HUGE], "--batch", None),
+        ("deep-check", ["check", "--deep-layers", HUGE], "--deep-layers", None),
+        ("seq-len-attention", ["attention-scale", "--seq-len", HUGE], "--seq-len", None),
+        ("head-dims-attention", ["attention-scale", "--head-dims", f"16,{HUGE}"], "--head-dims", None),
+        # --layers 1e8: the per-layer rule checks filled 3 GiB in 22 s (grad-norms) or ran for hours
+        ("layers-grad-norms", ["grad-norms", *M, "--layers", "100000000"], "--layers", None),
+        ("layers-variance", ["variance", *M, "--layers", "100000000"], "--layers", None),
+        ("layers-depth-sweep", ["depth-sweep", *M, "--layers", "1,100000000"], "--layers", None),
+        # --steps 1e12: a row per step (and two per layer) kept in memory for the whole run
+        ("steps-train", ["train", *M, "--layers", "1", "--steps", "1000000000000", "--eval-batches", "1"],
+         "--steps", None),  # fmt: skip
+        ("steps-lr-sweep", ["lr-sweep", *M, "--steps", "1000000000000"], "--steps", None),
     ]
     if HAS_HF:
         sets = ("n_embd=32", "n_head=2", "vocab_size=64", "n_positions=32")
@@ -118,6 +141,13 @@ def _cases(f: dict[str, str], out: Path) -> list[tuple[str, list[str], str, dict
             ("hf-layers-gpt2", ["audit", "--hf", "gpt2", *tiny, "--set", "n_layer=10000000"], "--set", None),
             ("hf-layers-llama", ["audit", "--hf", "llama", "--set", "num_hidden_layers=10000000"], "--set",
              None),  # fmt: skip
+            # expert counts multiply the MLPs the meta-device count builds
+            ("hf-experts-mixtral", ["audit", "--hf", "mixtral", "--set", "num_local_experts=100000000"],
+             "--set", None),  # fmt: skip
+            ("hf-experts-qwen3", ["audit", "--hf", "qwen3_moe", "--set", "num_hidden_layers=1", "--set",
+                                  "num_experts=100000000"], "--set", None),  # fmt: skip
+            ("hf-experts-default", ["audit", "--hf", "deepseek_v3", "--set", "num_hidden_layers=1000"],
+             "--set", None),  # fmt: skip
             ("hf-file-zero", ["audit", "--hf", "/dev/zero"], "--hf", None),
             ("hf-file-fifo", ["audit", "--hf", f["fifo"]], "--hf", None),
             ("hf-file-loop", ["audit", "--hf", f["loop"]], "--hf", None),
@@ -167,6 +197,12 @@ def test_the_bounds_say_the_allowed_range(bombs):
     assert f"{MAX_SEEDS}" in bombs["seeds-train"][0]["stderr"]
     assert f"{MAX_LR:g}" in bombs["lr-train"][0]["stderr"]
     assert "GiB" in bombs["coord-deep"][0]["stderr"]
+    for case in ("d-model-variance", "seq-len-variance", "batch-variance", "vocab-variance", "steps-train"):
+        assert "GiB" in bombs[case][0]["stderr"], case
+    assert "1 PiB" in bombs["d-model-sweep"][0]["stderr"]  # a sweep's points may run elsewhere
+    assert f"{MAX_LAYERS:,}" in bombs["layers-variance"][0]["stderr"]
+    if HAS_HF:
+        assert f"{MAX_HF_EXPERTS:,}" in bombs["hf-experts-default"][0]["stderr"]
     threads = bombs["threads-env"][0]["stderr"]
     assert "from 1 to" in threads and "OMP_NUM_THREADS" in threads
 
@@ -193,6 +229,36 @@ def test_library_seed_and_batch_counts_are_bounded_before_any_list_exists():
         ClaimsConfig(seeds=10**12)
     assert exc.value.field == "seeds"
     assert time.perf_counter() - t0 < 10
+
+
+@pytest.mark.parametrize("shape", [
+    {"n_layers": 2, "d_model": 64, "n_heads": 4, "vocab_size": 512},
+    {"n_layers": 6, "d_model": 32, "n_heads": 2, "vocab_size": 64, "norm_position": "post"},
+    {"n_layers": 3, "d_model": 48, "n_heads": 3, "vocab_size": 8000, "ffn": "gelu"},
+])  # fmt: skip
+def test_the_memory_pre_check_is_a_lower_bound(shape):
+    """What the pre-check refuses on never exceeds what a built backward holds, counted
+    independently on the meta device (memory.gradient_pass_bytes: autograd's saved
+    storages): the layer-wise backward's least, and the forward's, are at most that."""
+    import torch
+
+    from tinit.experiments.memory import gradient_pass_bytes, least_bytes
+    from tinit.model.config import InitConfig, ModelConfig
+
+    cfg, init = ModelConfig(max_seq_len=32, **shape), InitConfig()
+    counted = gradient_pass_bytes(cfg, init, 4, 32, torch.float32)
+    for backward in (False, True):
+        least = sum(least_bytes(cfg, init, 4, 32, torch.float32, backward).values())
+        assert 0 < least <= counted, (backward, least, counted)
+
+
+def test_library_layers_are_bounded():
+    from tinit.model.config import ModelConfig
+
+    with pytest.raises(ConfigError) as exc:
+        ModelConfig(n_layers=MAX_LAYERS + 1)
+    assert exc.value.field == "n_layers"
+    assert ModelConfig(n_layers=MAX_LAYERS).n_layers == MAX_LAYERS
 
 
 @pytest.mark.parametrize("lr", [1e300, float("inf"), float("nan"), 0.0, -1.0, MAX_LR * 1.01])

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterable
 
 import torch
 
-from ..model.config import InitConfig, ModelConfig
+from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ..model.layers import rope_cache
 from ..model.transformer import Block
 
@@ -321,3 +322,89 @@ def should_stream(
     if need is None:
         need = cfg.n_layers * block_param_count(cfg) * torch.empty((), dtype=dtype).element_size()
     return need > 0.5 * available_memory(device)
+
+
+# --- the pre-check of the forward and gradient commands ---
+
+#: More memory than any one machine a run's point goes to has (1 PiB): what a sweep's
+#: plan, made where its points may not run, refuses before a block is built on the meta
+#: device (whose storage sizes overflow at d 1e9).
+ANY_MACHINE = 2**50
+#: The shape each size is compared with to say which option drives an excess (the
+#: defaults of ModelConfig and RunConfig).
+_DEFAULTS = {"n_layers": 12, "d_model": 256, "vocab_size": 1024, "batch": 8, "seq_len": 128}
+
+
+def least_bytes(
+    cfg: ModelConfig, init: InitConfig, batch: int, seq_len: int, dtype: torch.dtype, backward: bool,
+) -> dict[tuple[str, ...], int]:  # fmt: skip
+    """Bytes any run of ``cfg`` on ``batch`` x ``seq_len`` tokens holds at once, however it
+    runs (streamed or built), as terms keyed by the sizes that multiply into them; from
+    the closed-form parameter count (nothing is built, not even on the meta device, whose
+    storage sizes overflow at d 1e9). A forward holds the embedding, positions, final
+    norm and head, at least one block's weights (all ``L`` when ``cfg`` is built:
+    ``stream`` False), the token ids and two stream tensors (a block's input and output).
+    A backward (layer-wise, its smallest form: tinit.experiments.measure.backward) adds
+    the gradients of those weights, the stream at every layer boundary and the logits.
+    A lower bound: what is refused on it cannot run."""
+    from ..model.params import count_params
+
+    item = torch.empty((), dtype=dtype).element_size()
+    stats = 8 if dtype == torch.float64 else 4
+    n = count_params(cfg, init.scheme)
+    block = n.attention + n.ffn + n.norms
+    outer = n.embedding + n.positions + n.final_norm + n.head
+    tokens = batch * seq_len
+    terms = {
+        ("vocab_size", "d_model"): outer * item * (2 if backward else 1),
+        ("d_model",): block * item * (2 if backward else 1),
+        ("batch", "seq_len"): tokens * 8,
+        ("batch", "seq_len", "d_model"): 2 * tokens * cfg.d_model * item,
+    }
+    if backward:
+        terms[("n_layers", "batch", "seq_len", "d_model")] = (cfg.n_layers + 1) * tokens * cfg.d_model * item
+        terms[("batch", "seq_len", "vocab_size")] = tokens * cfg.vocab_size * stats
+    return terms
+
+
+def check_memory(
+    model: ModelConfig, init: InitConfig, run: RunConfig, configs: Iterable[tuple[str, str]],
+    backward: bool = False, n_layers: int | None = None, here: bool = True,
+) -> None:  # fmt: skip
+    """Before anything is allocated (a block built on the meta device included: its
+    storage sizes overflow at d 1e9): the least any (recipe, norm position) of
+    ``configs`` holds at ``n_layers`` (default the model's) on ``run``'s batch
+    (:func:`least_bytes`; with ``run.stream`` False every block's weights, built) fits
+    in the device's free memory. Else a ConfigError naming the size that drives the
+    excess: of the largest term, the size furthest beyond the default shape (L 12, d 256,
+    V 1024, 8 x 128 tokens). train and lr-sweep (tinit.experiments.training.train.check_specs)
+    and coord-check (its check_fits) make the same refusal with their optimizer state.
+    ``here`` False (a sweep's plan, whose points may run on other machines): against
+    :data:`ANY_MACHINE` instead of this machine's free memory."""
+    from .configs import configure
+    from .device import resolve_device, resolve_dtype
+
+    device, dtype = resolve_device(run.device), resolve_dtype(run.dtype)
+    batch, seq_len, stream = run.batch, run.seq_len, run.stream
+    if n_layers is not None:
+        model = dataclasses.replace(model, n_layers=n_layers)
+    free = None
+    for recipe, position in configs:
+        cfg, ini = configure(model, init, run, recipe, position)
+        terms = least_bytes(cfg, ini, batch, seq_len, dtype, backward)
+        if stream is False:
+            terms[("n_layers", "d_model")] = terms.pop(("d_model",)) * cfg.n_layers
+        need = sum(terms.values())
+        if free is None:
+            free = available_memory(device) if here else ANY_MACHINE
+        if need <= free:
+            continue
+        sizes = {"n_layers": cfg.n_layers, "d_model": cfg.d_model, "vocab_size": cfg.vocab_size,
+                 "batch": batch, "seq_len": seq_len}  # fmt: skip
+        top = max(terms, key=terms.__getitem__)
+        field = max(top, key=lambda k: sizes[k] / _DEFAULTS[k])
+        what = "weights and activations" if not backward else "weights, gradients and activations"
+        raise ConfigError(field, f"a run at L={cfg.n_layers}, d={cfg.d_model}, V={cfg.vocab_size}, "
+                          f"{batch} x {seq_len} tokens needs at least {need / 2**30:.3g} GiB for its {what}, "
+                          + (f"more than the {free / 2**30:.3g} GiB free" if here else
+                             "more than any machine holds (1 PiB)"))  # fmt: skip

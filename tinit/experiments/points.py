@@ -37,6 +37,7 @@ from .measure.grad_norms import not_applicable as grad_norms_not_applicable
 from .measure.grad_norms import require_gradients, run_grad_norms
 from .measure.variance import NOT_APPLICABLE as VARIANCE_NOT_APPLICABLE
 from .measure.variance import run_variance
+from .memory import check_memory
 from .result import ExperimentResult, Progress
 from .training import coord_check, lr_sweep
 
@@ -133,6 +134,7 @@ def depth_sweep_plan(
     if grads:
         require_gradients(model, run)
     configs = list(grid(inits, norm_positions, init.schemes))
+    check_memory(model, init, run, configs, backward=grads, n_layers=max(depths), here=False)
     check_configs(model, init, run, configs, depths)
     points = [
         Point(
@@ -161,9 +163,11 @@ def depth_sweep_plan(
 
 
 def _concat_plan(command: str, runner: Callable[..., ExperimentResult], stems: Sequence[str], model, init,
-                 run, inits, norm_positions, na: dict | None = None, **kwargs) -> Plan:  # fmt: skip
+                 run, inits, norm_positions, na: dict | None = None, backward: bool = False,
+                 **kwargs) -> Plan:  # fmt: skip
     """A command whose frames are its configurations' frames one after the other."""
     configs = list(grid(inits, norm_positions, init.schemes))
+    check_memory(model, init, run, configs, backward, here=False)  # (each point checks where it runs)
     check_configs(model, init, run, configs)
     points = [
         Point(runner, {"n_layers": model.n_layers, "seed": init.seed, "init": recipe, "norm_position": pos},
@@ -194,7 +198,7 @@ def grad_norms_plan(model, init, run, inits, norm_positions, batches: int = 1) -
     require_gradients(model, run)
     plan = _concat_plan(
         "grad-norms", run_grad_norms, ("grad_norms", "stream_grads", "summary"), model, init, run, inits,
-        norm_positions, batches=batches,
+        norm_positions, backward=True, batches=batches,
     )  # fmt: skip
     # the single run's rules, from the gathered frames (which configurations pass no gradient)
     plan.not_applicable = lambda frames: grad_norms_not_applicable(model, frames["grad_norms"])

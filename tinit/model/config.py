@@ -49,6 +49,10 @@ LR_WHY = "Adam moves each weight by about lr a step: above ~1 a run diverges"
 #: The most batches grad-norms averages its gradients over: the average's noise falls as
 #: 1/sqrt(N), 1% of one batch's at 10,000; each batch's data seed is recorded in config.json.
 MAX_BATCHES = 10_000
+#: The deepest model a command builds. The deepest published stacks are 1,000 layers
+#: (DeepNet); past this, the per-layer rule checks and the 2L + 1 rows a run records per
+#: configuration grow without bound (--layers 1e8 filled memory before any block ran).
+MAX_LAYERS = 100_000
 
 
 class ConfigError(ValueError):
@@ -141,6 +145,7 @@ class ModelConfig:
     def __post_init__(self) -> None:
         for name in ("n_layers", "d_model", "n_heads", "vocab_size", "max_seq_len"):
             _check_positive_int(name, getattr(self, name))
+        check_count("n_layers", self.n_layers, MAX_LAYERS, why=" (DeepNet's 1,000 is the deepest published)")
         for name in ("norm", "norm_position", "ffn", "positions", "attention", "branch"):
             if not isinstance(getattr(self, name), str):
                 raise ConfigError(name, f"must be a string, got {getattr(self, name)!r}")

@@ -43,6 +43,13 @@ HF_INSTALL = "pip install -e '.[hf]' (or pip install 'transformers>=5')"
 #: of Python objects per layer, and building it as much again: 1,000 layers is a minute
 #: of the audit, and eight times the deepest published decoders (~130 layers).
 MAX_HF_LAYERS = 1000
+#: The most expert MLPs an audited mixture-of-experts config may declare over all its
+#: layers (layers x experts per layer): each is built and counted as a layer's MLP is.
+#: Kimi K2's 61 x 384 = 23,424 and DeepSeek-V3's 61 x 256 are the largest published.
+MAX_HF_EXPERTS = 32_768
+#: Config fields that multiply a layer's MLP into experts, in the families transformers has.
+EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts",
+                 "n_shared_experts", "num_shared_experts")  # fmt: skip
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
@@ -90,9 +97,13 @@ def json_problem(value: Any) -> str | None:
     return None
 
 
-def _check_depth(model_type: str, cls, kw: dict[str, Any], sets: dict[str, Any], spec: str) -> None:
-    """The config's layer count at most :data:`MAX_HF_LAYERS`, before the config is made
-    (some make a list per layer) and the model counted on the meta device."""
+def _check_depth(
+    model_type: str, cls, kw: dict[str, Any], sets: dict[str, Any], spec: str, default=None
+) -> None:
+    """The config's layer count at most :data:`MAX_HF_LAYERS`, and its layers times any
+    expert count (:data:`EXPERT_FIELDS`, given or the family's default) at most
+    :data:`MAX_HF_EXPERTS`, before the config is made (some make a list per layer) and
+    the model counted on the meta device."""
     amap = getattr(cls, "attribute_map", {}) or {}
     real = amap.get("num_hidden_layers", "num_hidden_layers")
     layers = kw.get(real)
@@ -102,6 +113,19 @@ def _check_depth(model_type: str, cls, kw: dict[str, Any], sets: dict[str, Any],
         where = f"{given[0]}={layers}" if given else f"{spec}: {real} = {layers}"
         raise ConfigError(option, f"{where}: at most {MAX_HF_LAYERS} layers (counting a {model_type} model "
                           "costs ~10 ms and 55 KiB a layer before any weight exists)")  # fmt: skip
+    def whole(v):
+        return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+    layers = layers if whole(layers) else getattr(default, real, None)
+    layers = layers if whole(layers) else 1
+    for key in EXPERT_FIELDS:
+        n = kw.get(amap.get(key, key), getattr(default, amap.get(key, key), None))
+        if whole(n) and layers * n > MAX_HF_EXPERTS:
+            given = [k for k in sets if amap.get(k, k) in (amap.get(key, key), real)]
+            option = "--set" if given else "--hf"
+            raise ConfigError(option, f"{spec}: {layers} layers x {n} experts ({key}) is over "
+                              f"{MAX_HF_EXPERTS:,} expert MLPs (each is built and counted as a layer's MLP "
+                              "before any weight exists)")  # fmt: skip
 
 
 def _transformers():
@@ -168,7 +192,7 @@ def hf_config(spec: str, sets: dict[str, Any]):
         kw[real] = value
     kw.pop("transformers_version", None)
     doc.pop("transformers_version", None)
-    _check_depth(model_type, cls, kw, sets, spec)
+    _check_depth(model_type, cls, kw, sets, spec, default)
     try:
         return cls(**kw)
     except Exception as exc:  # transformers' validation raises its own classes, not only ValueError

@@ -127,6 +127,27 @@ def logit_stats(
     }
 
 
+def check_fits(run: RunConfig, n_heads: int, head_dim: int, device, dtype: torch.dtype) -> None:
+    """Before anything is drawn: q and k (batch x heads x T x d_h each) and the logits
+    (batch x heads x T x T, in the statistics dtype), which :func:`logit_stats` holds at
+    once, fit in the free memory; else a ConfigError naming --seq-len, --batch or
+    --head-dims, whichever drives the larger of the two (against 8 x 128 tokens, d_h 64)."""
+    from ..memory import available_memory
+
+    item, stats = torch.empty((), dtype=dtype).element_size(), 8 if dtype == torch.float64 else 4
+    B, T = run.batch, run.seq_len
+    qk, logits = 2 * B * n_heads * T * head_dim * item, B * n_heads * T * T * stats
+    free = available_memory(device)
+    if qk + logits > free:
+        ratios = {"batch": B / 8, "seq_len": T / 128}
+        if qk > logits:
+            ratios["head_dims"] = head_dim / 64
+        field = max(ratios, key=ratios.__getitem__)
+        raise ConfigError(field, f"{B} x {T} tokens, {n_heads} heads of d_h={head_dim} need at least "
+                          f"{(qk + logits) / 2**30:.3g} GiB for q, k and the logits, more than the "
+                          f"{free / 2**30:.3g} GiB free")  # fmt: skip
+
+
 def unit_qk(run: RunConfig, n_heads: int, head_dim: int, seed: int, device, dtype):
     """q, k of shape (batch, heads, T, d_h), i.i.d. N(0, 1), drawn per (seed, d_h)."""
     shape = (run.batch, n_heads, run.seq_len, head_dim)
@@ -202,6 +223,7 @@ def run_attention_scale(
     seed = init.seed if run.data_seed is None else run.data_seed
     causal = model.attention == "causal"
     n_heads = model.n_heads
+    check_fits(run, n_heads, max(dims), device, dtype)
     rows: list[dict] = []
     meta = run_meta(
         model, init, run, device, head_dims=dims, n_heads=n_heads, inputs=list(inputs),

@@ -42,13 +42,13 @@ from ...criteria import (  # noqa: F401 (ITEMS and the CHECK_ defaults: re-expor
     ITEMS,
     z_quantile,
 )
-from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
+from ...model.config import MAX_LAYERS, ConfigError, InitConfig, ModelConfig, RunConfig, check_count
 from ...model.init import role_std
 from ...model.transformer import Transformer
 from ..configs import configure
 from ..device import cpu_threads, make_tokens, resolve_device, resolve_dtype, stat_dtype
 from ..driver import Meter, Run
-from ..memory import should_stream
+from ..memory import check_memory, should_stream
 from ..meta import run_meta
 from ..result import ExperimentResult, Partial, Progress
 from .attention_scale import NOT_APPLICABLE as ATTENTION_NOT_APPLICABLE
@@ -148,8 +148,7 @@ SMALL_WORK = 1 << 22
 def check_check_args(deep_layers: Any, head_dims: Any, alpha: Any, model: ModelConfig) -> None:
     """ConfigError unless ``deep_layers`` is a whole number >= 1, ``head_dims`` valid
     head sizes and ``alpha`` a level strictly between 0 and 1."""
-    if isinstance(deep_layers, bool) or not isinstance(deep_layers, int) or deep_layers < 1:
-        raise ConfigError("deep_layers", f"must be a whole number >= 1, got {deep_layers!r}")
+    check_count("deep_layers", deep_layers, MAX_LAYERS)
     check_head_dims(head_dims, model.positions)
     ok = isinstance(alpha, int | float) and not isinstance(alpha, bool) and 0 < alpha < 1
     if not ok:
@@ -180,6 +179,9 @@ def run_check(
     check_check_args(deep_layers, head_dims, alpha, model)
     require_gradients(model, run)
     device = resolve_device(run.device)
+    # before anything is allocated: the short model's backward, the deep one's forward
+    for L, backward in ((model.n_layers, True), (deep_layers, False)):
+        check_memory(dataclasses.replace(model, branch="model"), init, run, [("naive", "pre")], backward, L)
     small = device.type == "cpu" and run.batch * run.seq_len * model.d_model**2 <= SMALL_WORK
     with cpu_threads(1 if small else None), np.errstate(all="ignore"):
         return _run_check(model, init, run, deep_layers, head_dims, alpha, progress, on_partial)

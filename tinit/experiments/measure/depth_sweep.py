@@ -33,6 +33,7 @@ from ...model.config import MAX_SEEDS, ConfigError, InitConfig, ModelConfig, Run
 from ..configs import check_configs, grid
 from ..device import resolve_device
 from ..driver import Meter, Run
+from ..memory import check_memory
 from ..meta import run_meta
 from ..result import ExperimentResult, Partial, Progress
 from .depth_fits import (
@@ -185,6 +186,7 @@ def run_depth_sweep(
         require_gradients(model, run)
     check_count("seeds", seeds, MAX_SEEDS)
     configs = list(grid(inits, norm_positions, init.schemes))
+    check_memory(model, init, run, configs, backward=grads, n_layers=max(depths))
     check_configs(model, init, run, configs, depths)
     device = resolve_device(run.device)
     base = dataclasses.replace(model, n_layers=depths[-1])

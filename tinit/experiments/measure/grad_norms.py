@@ -42,7 +42,7 @@ from ...model.transformer import Transformer
 from ..configs import check_configs, config_label, config_name, configure, grid
 from ..device import make_tokens, matmul_precision, resolve_device, resolve_dtype, stat_dtype
 from ..driver import Meter, Run
-from ..memory import backward_bound, should_stream
+from ..memory import backward_bound, check_memory, should_stream
 from ..meta import run_meta
 from ..result import ExperimentResult, Partial, Progress
 from .backward import PATH_ROWS, GradRecorder, autograd_backward, layerwise_backward
@@ -209,9 +209,11 @@ def not_applicable(model: ModelConfig, grads: pd.DataFrame) -> dict:
     branch that passes no gradient back (ReZero's gain 0, a zero-initialised output)
     has no correlation either; Gaussian branches have no W_O or W_down, and a
     configuration whose W_O and W_down receive no gradient at all (ReZero) has no ratio
-    of their norms."""
-    wo = grads[grads["tensor"].isin(("o", "down"))]
-    dead = {key for key, g in wo.groupby(["init", "norm_position"]) if (g["grad_norm"] == 0).all()}
+    of their norms. (No rows, as when every point of a sweep failed: no dead branch.)"""
+    dead = set()
+    if "tensor" in grads:
+        wo = grads[grads["tensor"].isin(("o", "down"))]
+        dead = {key for key, g in wo.groupby(["init", "norm_position"]) if (g["grad_norm"] == 0).all()}
 
     def no_tensor_grads(df):
         gaussian = model.branch == "gaussian"
@@ -271,6 +273,7 @@ def run_grad_norms(
     device, dtype = resolve_device(run.device), resolve_dtype(run.dtype)
     stats = stat_dtype(dtype)
     configs = list(grid(inits, norm_positions, init.schemes))
+    check_memory(model, init, run, configs, backward=True)
     check_configs(model, init, run, configs)
     # built whole, the backward holds weights, gradients and every block's saved activations
     need = None

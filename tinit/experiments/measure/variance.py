@@ -21,7 +21,7 @@ from ...model.transformer import Transformer
 from ..configs import check_configs, config_label, config_name, configure, grid
 from ..device import make_tokens, matmul_precision, resolve_device, resolve_dtype, stat_dtype
 from ..driver import Meter, Run
-from ..memory import should_stream
+from ..memory import check_memory, should_stream
 from ..meta import run_meta
 from ..result import ExperimentResult, Partial, Progress
 from .probes import VarianceProbe
@@ -193,6 +193,7 @@ def run_variance(
     model, init, run = model or ModelConfig(), init or InitConfig(), run or RunConfig()
     device, dtype = resolve_device(run.device), resolve_dtype(run.dtype)
     configs = list(grid(inits, norm_positions, init.schemes))
+    check_memory(model, init, run, configs)
     check_configs(model, init, run, configs)
     stream = should_stream(model, dtype, device, run.stream)
     tokens = make_tokens(model, run, init.seed if run.data_seed is None else run.data_seed, device)
