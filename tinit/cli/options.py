@@ -288,7 +288,7 @@ def _out(value: str | Path) -> Path:
     return Path(value)
 
 
-Out = option("out", Path | None, "--out", "-o", panel=OUTPUT, show_default=False, parser=_out,
+Out = option("out", Path | None, "--out", "-o", panel=OUTPUT, show_default=False, parser=_out, metavar="DIR",
              help="Run folder (must be new or empty) (default: results/COMMAND/TIMESTAMP-ID).")  # fmt: skip
 Format = option("format", str, "--format", panel=OUTPUT, parser=_formats, metavar="png,pdf,svg",
                 help="Plot formats, a comma list of png, pdf, svg; the PNG is always written.")  # fmt: skip
