@@ -159,7 +159,7 @@ def depth_sweep_plan(
         transfer_from=ref,
     )  # fmt: skip
     return Plan("depth-sweep", points, gather, meta,
-                not_applicable(grads and model.branch == "model", init.schemes))  # fmt: skip
+                not_applicable(grads and model.branch == "model", init.schemes, model))  # fmt: skip
 
 
 def _concat_plan(command: str, runner: Callable[..., ExperimentResult], stems: Sequence[str], model, init,

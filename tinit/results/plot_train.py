@@ -248,7 +248,7 @@ def plot_loss_curves(train: pd.DataFrame, floor: float | None, title: str = "") 
         bx.set_yscale("log")
         bx.set_xlabel("optimizer step")
         bx.set_ylabel("held-out loss - H (nats)")
-        bx.set_title("Distance to the entropy floor (log scale)")
+        bx.set_title("Loss above H (log)")
         bx.grid(True, which="both", alpha=0.3)
     # configurations on top of each other (their first seeds), then seeds of one configuration
     firsts = {label: next(iter(seeds.values())).to_numpy() for label, seeds in seeds_of if seeds}

@@ -74,6 +74,7 @@ SCHEME_COLORS = (
     # the schemes added from their upstream code (deepnet-torchscale ... gemma3)
     "#6b6ecf", "#cedb9c", "#a55194", "#c49c94", "#dbdb8d", "#9edae5", "#756bb1", "#636363", "#bd9e39",
     "#ce6dbd",  # mup-example
+    "#8ca252", "#9c9ede",  # deepnet-torchscale-lm, magneto-lm
 )  # fmt: skip
 #: Markers of the schemes of a placement without a marker of its own (pre, post).
 SCHEME_MARKERS = ("o", "s", "^", "v", "<", ">", "p", "h", "*", "d")

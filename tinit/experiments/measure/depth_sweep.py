@@ -205,7 +205,7 @@ def run_depth_sweep(
         meta["streamed"] = streamed
         return assemble(records, configs, model, init, ref)
 
-    na = not_applicable(grads and model.branch == "model", init.schemes)
+    na = not_applicable(grads and model.branch == "model", init.schemes, model)
     driver = Run(meta, frames, na, meter=Meter(device), on_partial=on_partial,
                  progress=progress, total=per_layer * seeds * sum(depths))  # fmt: skip
 
@@ -229,9 +229,10 @@ def run_depth_sweep(
     return driver.result()
 
 
-def not_applicable(grad_ratio: bool, custom=()) -> dict:
+def not_applicable(grad_ratio: bool, custom=(), model: ModelConfig | None = None) -> dict:
     """The cells of the three frames that have no value by design (written empty):
-    the gradient ratio without gradients (--no-grads, Gaussian branches), standard
+    the gradient ratio without gradients (--no-grads, Gaussian branches, a zero readout
+    that passes no gradient down: ``model``'s configuration of the scheme), standard
     errors over one seed, OLS errors below three points, a fit over one depth."""
 
     def one_seed(df):
@@ -249,8 +250,9 @@ def not_applicable(grad_ratio: bool, custom=()) -> dict:
     def zero_branches(df):  # W_O and W_down exactly 0 (zero-out, nanochat): no branch to measure
         return df["init"].map(lambda name: _zero_outputs(name, custom)).astype(bool)
 
-    def no_grad_ratio(df):  # a branch gain of 0 (ReZero): W_down receives no gradient at init
-        return df["init"].map(lambda name: _zero_gain(name, custom)).astype(bool) | (not grad_ratio)
+    def no_grad_ratio(df):  # a branch gain of 0 (ReZero), a zero readout: W_down gets no gradient at init
+        silent = df["init"].map(lambda name: _zero_gain(name, custom) or _zero_readout(name, model, custom))
+        return silent.astype(bool) | (not grad_ratio)
 
     def no_closed_form(df):  # a user's scheme (--init-file) that declares no depth factor
         return df["init"].map(lambda name: _no_closed_form(name, custom)).astype(bool)
@@ -300,6 +302,16 @@ def _zero_outputs(recipe: str, custom=()) -> bool:
         return False
     s = get_scheme(recipe, custom)
     return s.rule("o").dist == "zero" and s.rule("down").dist == "zero"
+
+
+def _zero_readout(recipe: str, model: ModelConfig | None, custom=()) -> bool:
+    """The scheme's untied readout is exactly 0 in ``model``'s configuration of it
+    (microsoft/mup's MuReadout at init): no gradient reaches the stream."""
+    if model is None or not known(recipe, custom) or get_scheme(recipe, custom).rule("head").dist != "zero":
+        return False
+    from ...model.structure import apply_scheme
+
+    return not apply_scheme(model, recipe, custom).tie_embeddings
 
 
 def _zero_gain(recipe: str, custom=()) -> bool:

@@ -220,8 +220,18 @@ def not_applicable(model: ModelConfig, grads: pd.DataFrame) -> dict:
         return pd.Series([gaussian or (i, p) in dead for i, p in zip(df["init"], df["norm_position"],
                                                                           strict=True)], index=df.index)
 
+    silent = set()  # no gradient reaches the stream (a zero readout): every tensor but the head at 0
+    if "tensor" in grads:
+        body = grads[grads["tensor"] != "head"]
+        silent = {key for key, g in body.groupby(["init", "norm_position"]) if (g["grad_norm"] == 0).all()}
+
+    def no_stream_grad(df):
+        return pd.Series([(i, p) in silent for i, p in zip(df["init"], df["norm_position"], strict=True)],
+                         index=df.index)  # fmt: skip
+
     return {"stream_grads": STREAM_GRADS_NOT_APPLICABLE,
-            "summary": dict.fromkeys(TENSOR_STAT_COLUMNS, no_tensor_grads)}
+            "summary": {**dict.fromkeys(TENSOR_STAT_COLUMNS, no_tensor_grads),
+                        **dict.fromkeys(STREAM_RATIO_COLUMNS, no_stream_grad)}}  # fmt: skip
 
 
 def _embedding(df: pd.DataFrame):
@@ -236,12 +246,25 @@ def _no_norm_on_path(df: pd.DataFrame):  # only post-norm has a norm between add
 #: (grad-norms, check, audit): the embedding (k = 0) has no branch, so no branch backward
 #: gain or correlation; a branch that passes no gradient back has no correlation; only
 #: post-norm has a norm between additions to measure the backward of.
+def _silent(df: pd.DataFrame):
+    """No gradient reaches the stream in this configuration at all (a zero readout, as
+    microsoft/mup's untied MuReadout at init): every ratio of stream gradients is 0/0."""
+    zero = (df["stream_grad_rms"] == 0).groupby([df["init"], df["norm_position"]]).transform("all")
+    return zero.astype(bool)
+
+
 STREAM_GRADS_NOT_APPLICABLE = {
-    "branch_back_gain": _embedding,
-    "grad_cross_corr": lambda df: _embedding(df) | (df["branch_back_gain"] == 0),
-    "norm_back_gain": _no_norm_on_path,
-    "norm_proj_frac": _no_norm_on_path,
+    "stream_grad_rel": _silent,
+    "branch_back_gain": lambda df: _embedding(df) | _silent(df),
+    "grad_cross_corr": lambda df: _embedding(df) | (df["branch_back_gain"] == 0) | _silent(df),
+    "norm_back_gain": lambda df: _no_norm_on_path(df) | _silent(df),
+    "norm_proj_frac": lambda df: _no_norm_on_path(df) | _silent(df),
+    "pred_full_gain": _silent,
+    "pred_full_stream_grad_rms": _silent,
 }
+#: summary.csv's ratios of stream gradients (empty where no gradient reaches the stream)
+STREAM_RATIO_COLUMNS = ["stream_grad_ratio", "stream_grad_ratio_err", "pred_full_stream_grad_ratio",
+                        "full_stream_grad_ratio_err"]
 
 
 def run_grad_norms(
