@@ -37,6 +37,11 @@ _TORCHSCALE_NOT = (
     "its positions (none in DecoderConfig by default: tinit's --positions applies); dropout; the LM "
     "example's sqrt(d) embedding scale is the -lm entry"
 )
+#: the model torchscale's Decoder builds around its deepnorm and sub-LN inits
+_TORCHSCALE_MODEL = {
+    "placement": "pre", "bias": True, "bias_like": ("q", "k", "v", "o", "gate", "up", "down"),
+    "norm": "layernorm", "norm_eps": 1e-5, "ffn": "gelu", "tied": False, "not_modelled": _TORCHSCALE_NOT,
+}  # fmt: skip
 _LM_NOTE = "; the LM example's sqrt(d) embedding scale is the -lm entry"
 
 
@@ -278,14 +283,7 @@ _DEPTH = [
             f"{TORCHSCALE} torchscale/component/multihead_attention.py (reset_parameters, never called)",
         ],
         stream_mult="(2 * L)^(1/4)",
-        placement="pre",
-        bias=True,
-        bias_like=("q", "k", "v", "o", "gate", "up", "down"),
-        norm="layernorm",
-        norm_eps=1e-5,
-        ffn="gelu",
-        tied=False,
-        not_modelled=_TORCHSCALE_NOT,
+        **_TORCHSCALE_MODEL,
         depth_factor=("1 / (8 * L)", "(8 * L)^(-3/2)"),
         closed_form="a^(4L) v0 + s^2 sum_k a^(2(2L-k)) r_k, a = (2L)^(1/4)",
     ),
@@ -309,14 +307,7 @@ _DEPTH = [
             f"{TORCHSCALE} torchscale/component/feedforward_network.py (ffn_layernorm)",
         ],
         subln=True,
-        placement="pre",
-        bias=True,
-        bias_like=("q", "k", "v", "o", "gate", "up", "down"),
-        norm="layernorm",
-        norm_eps=1e-5,
-        ffn="gelu",
-        tied=False,
-        not_modelled=_TORCHSCALE_NOT,
+        **_TORCHSCALE_MODEL,
         aliases=("subln",),
         depth_factor=("log(2 * L)", "log(2 * L)"),
         closed_form="v0 + 2L log(2L) s^2",
