@@ -82,7 +82,7 @@ def test_restricting_flags(tmp_path, args, option):
         (["--layers", "-3"], "--layers"),
         (["--heads", "3"], "--heads"),
         (["--norm", "batchnorm"], "--norm"),
-        (["--ffn", "relu"], "--ffn"),
+        (["--ffn", "tanh"], "--ffn"),
         (["--init", "deepnorm"], "--init"),
         (["--sigma", "-1"], "--sigma"),
         (["--sigma", "big"], "--sigma"),

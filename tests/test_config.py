@@ -28,7 +28,7 @@ def test_d_ff_defaults():
         ({"n_layers": -3}, "n_layers"),
         ({"d_model": 10, "n_heads": 3}, "n_heads"),
         ({"norm": "batchnorm"}, "norm"),
-        ({"ffn": "relu"}, "ffn"),
+        ({"ffn": "tanh"}, "ffn"),
         ({"positions": "alibi"}, "positions"),
         ({"attention": "sliding"}, "attention"),
         ({"d_model": 6, "n_heads": 2}, "n_heads"),  # RoPE needs an even head size

@@ -117,7 +117,10 @@ def test_from_scheme_takes_the_scheme_then_the_user():
     assert exc.value.field == "recipe"
 
 
-def test_transformer_warns_once_when_the_config_contradicts_the_scheme():
+def test_transformer_warns_once_when_the_config_contradicts_the_scheme(monkeypatch):
+    import tinit.model.structure as structure
+
+    monkeypatch.setattr(structure, "_WARNED", set())  # "once per process": another test may have warned
     cfg = ModelConfig(n_layers=2, d_model=32, n_heads=2, vocab_size=32, norm_eps=1.5e-6)
     with pytest.warns(UserWarning, match=r"'deepnet' runs norm_position='post' \(the config: 'pre'\)"):
         Transformer(cfg, InitConfig("deepnet"))

@@ -263,8 +263,11 @@ def test_structure_and_forward_match_the_upstream(stem, shape):
         problems.append(f"QK-norm: upstream {feats['qk_norm']}, tinit {ours_qk}")
     cfg = _model(stem, rows, feats)
     model = Transformer(cfg, InitConfig(scheme, seed=0))
-    for name, ours in (("embed_mult", model.embed_mult), ("logit_softcap", model.logit_softcap)):
-        up = feats.get(name, "")
+    for name, ours in (("embed_mult", model.embed_mult), ("logit_softcap", model.logit_softcap),
+                       ("logit_mult", model.logit_mult)):
+        if name not in feats:  # not measured (an empty value is measured: none)
+            continue
+        up = feats[name]
         up_v = None if up == "" else float(up)
         if (up_v is None) != (ours is None) or (up_v is not None and not math.isclose(float(ours), up_v,
                                                                                       rel_tol=1e-6)):

@@ -347,13 +347,6 @@ def check_specs(
     check_schemes(specs, data.seq_len, rules)
     if not specs:
         return
-    records = sum(steps * (1 + 2 * s.model.n_layers) for s in specs) * RECORD_BYTES
-    host = host_memory()
-    if records > host / 2:
-        raise ConfigError("steps", f"{steps:,} steps of {len(specs)} run{'s' * (len(specs) > 1)} keep "
-                          f"{records / 2**30:.3g} GiB of per-step records (a train row and two update "
-                          f"ratios a layer), more than half the {host / 2**30:.3g} GiB of free host "
-                          "memory")  # fmt: skip
     big_spec = max(specs, key=lambda s: count_params(s.model, s.init.scheme).total)
     big, n = big_spec.model, count_params(big_spec.model, big_spec.init.scheme).total
     free = available_memory(device)
@@ -368,6 +361,14 @@ def check_specs(
         raise ConfigError(field, f"a model of {n:.3g} parameters (L={big.n_layers}, d={big.d_model}, "
                           f"V={big.vocab_size}) needs {need:.3g} GiB for its weights, gradients and AdamW "
                           f"state, more than the {gib:.3g} GiB free")  # fmt: skip
+    # then the per-step records (the model fits: what remains large is the number of steps)
+    records = sum(steps * (1 + 2 * s.model.n_layers) for s in specs) * RECORD_BYTES
+    host = host_memory()
+    if records > host / 2:
+        raise ConfigError("steps", f"{steps:,} steps of {len(specs)} run{'s' * (len(specs) > 1)} keep "
+                          f"{records / 2**30:.3g} GiB of per-step records (a train row and two update "
+                          f"ratios a layer), more than half the {host / 2**30:.3g} GiB of free host "
+                          "memory")  # fmt: skip
 
 
 def not_applicable(train: TrainConfig, device: torch.device, floor: float | None = 0.0,
