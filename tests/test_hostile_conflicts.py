@@ -200,6 +200,12 @@ def test_a_preset_with_a_width_list_is_not_blamed_on_d_ff(tmp_path):
 # --- a branch too small for its variance --------------------------------------------------
 
 
+def _variance_pre(out, *args):
+    """``tinit variance`` at $M, pre-norm, on the CPU, quietly into ``out``."""
+    return runner.invoke(app, ["variance", *M, *args, "--norm-position", "pre", "--device", "cpu",
+                               "--out", str(out), "-q"])  # fmt: skip
+
+
 @pytest.mark.parametrize("role", ["o", "down"])
 def test_a_tiny_trunc_bound_writes_no_infinite_correlation(tmp_path, role):
     """bound = 1e-30: the branch's float32 variance underflowed to 0 while its covariance
@@ -207,24 +213,7 @@ def test_a_tiny_trunc_bound_writes_no_infinite_correlation(tmp_path, role):
     f = tmp_path / "tiny.toml"
     f.write_text(f'name = "tiny"\n[roles]\n{role} = {{ std = "sigma", dist = "trunc", bound = "1e-30" }}\n')
     out = tmp_path / "run"
-    res = runner.invoke(
-        app,
-        [
-            "variance",
-            *M,
-            "--layers",
-            "2",
-            "--init-file",
-            str(f),
-            "--norm-position",
-            "pre",
-            "--device",
-            "cpu",
-            "--out",
-            str(out),
-            "-q",
-        ],
-    )
+    res = _variance_pre(out, "--layers", "2", "--init-file", str(f))
     assert res.exit_code == 0, res.output
     text = (out / "variance.csv").read_text()
     assert "inf" not in text
@@ -236,24 +225,7 @@ def test_a_tiny_trunc_bound_writes_no_infinite_correlation(tmp_path, role):
 
 def test_a_zero_branch_still_has_no_correlation_by_design(tmp_path):
     out = tmp_path / "run"
-    res = runner.invoke(
-        app,
-        [
-            "variance",
-            *M,
-            "--layers",
-            "1",
-            "--init",
-            "zero-out",
-            "--norm-position",
-            "pre",
-            "--device",
-            "cpu",
-            "--out",
-            str(out),
-            "-q",
-        ],
-    )
+    res = _variance_pre(out, "--layers", "1", "--init", "zero-out")
     assert res.exit_code == 0, res.output
     rows = pd.read_csv(out / "variance.csv", keep_default_na=False)
     adds = rows[rows["k"] > 0]
