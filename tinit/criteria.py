@@ -108,10 +108,9 @@ def z_quantile(alpha: float, m: int = 1, two_sided: bool = True) -> float:
 #: widths 64..512 (3 octaves) it allows a change of 2^0.75 = 1.7x. The point estimate is
 #: compared (its standard error over seeds is printed beside it).
 COORD_SLOPE_TOL = 0.25
-#: Quantities held to Theta(1) (|slope| <= tol) and those held to O(1) (slope <= tol): the
-#: logits may vanish with width (Tensor Programs V's desiderata: "every (pre)activation
+#: Quantities held to O(1) (slope <= tol; every other one is held to Theta(1), |slope| <= tol):
+#: the logits may vanish with width (Tensor Programs V's desiderata: "every (pre)activation
 #: Theta(1)", "the output O(1)"; muP's readout starts at or near zero).
-COORD_THETA1 = ("embed", "attn", "ffn", "stream")
 COORD_O1 = ("logits",)
 
 #: Learning-rate transfer (``tinit lr-sweep``): the optimum transfers along an axis

@@ -285,8 +285,3 @@ def pred_closed_scheme(
     if p.branch_law == "input":  # no norm before the branch: it scales with the stream entering
         return _recursion(v0, mult, lambda k, v_in: modelled[k] * v_in)
     return _recursion(v0, mult, lambda k, _v_in: modelled[k])
-
-
-def harmonic(n: int, power: int = 1) -> float:
-    """H_n^(p) = sum_{l=1..n} 1 / l^p."""
-    return float(sum(1.0 / j**power for j in range(1, n + 1)))

@@ -8,12 +8,12 @@ from importlib import import_module
 from .config import ConfigError, InitConfig, ModelConfig, RunConfig, swiglu_hidden
 
 _LAZY = {
-    **dict.fromkeys(("RECIPES", "ROLES", "STREAM_WRITERS", "init_weights_", "role_of", "role_std"), ".init"),
+    **dict.fromkeys(("ROLES", "STREAM_WRITERS", "init_weights_", "role_of", "role_std"), ".init"),
     **dict.fromkeys(("Block", "Probe", "Transformer", "build_block"), ".transformer"),
 }
 
 __all__ = [
-    "RECIPES", "ROLES", "STREAM_WRITERS", "Block", "ConfigError", "InitConfig", "ModelConfig",
+    "ROLES", "STREAM_WRITERS", "Block", "ConfigError", "InitConfig", "ModelConfig",
     "Probe", "RunConfig", "Transformer", "build_block", "init_weights_", "role_of", "role_std",
     "swiglu_hidden",
 ]  # fmt: skip

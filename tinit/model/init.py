@@ -38,7 +38,6 @@ import torch
 from torch import nn
 
 # Roles drawn from a distribution; the others are constants.
-from .catalogue import ALIASES, CATALOGUE, get_scheme
 from .config import InitConfig, ModelConfig
 from .schemes import Draw, bias_role, environment, ffn_of, resolve, role_shape
 
@@ -47,10 +46,6 @@ CONSTANT_ROLES = ("norm", "bias", "gain")
 ROLES = GAUSSIAN_ROLES + CONSTANT_ROLES
 #: Roles that write into the residual stream: the ones depth scaling touches.
 STREAM_WRITERS = ("o", "down")
-
-
-#: Each catalogue scheme's rule table by name (aliases included), role -> Rule.
-RECIPES = {name: get_scheme(name).rules for name in [*CATALOGUE, *ALIASES]}
 
 
 def role_shape_of(cfg: ModelConfig, role: str, init: InitConfig | None = None) -> tuple[int, ...]:

@@ -27,7 +27,6 @@ source left a choice open, the scheme's description says what tinit chose.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -499,10 +498,6 @@ def bias_role(scheme: Scheme, owner: str) -> str:
     biases (torchscale, ReZero's FFN: U(+-1/sqrt(fan_in)), scaled like the weight), else
     ``bias`` (the scheme's bias constant, 0)."""
     return owner if owner in scheme.bias_like else "bias"
-
-
-def with_overrides(s: Scheme, **kw) -> Scheme:
-    return dataclasses.replace(s, **kw)
 
 
 __all__ = [

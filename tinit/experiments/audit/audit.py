@@ -89,8 +89,6 @@ FULL_PATH = {
 
 #: Verdicts that fail the audit (exit code 3); ``ok`` and ``unchecked`` do not.
 DEVIATING = ("off-recipe", "pytorch-default", "zero", "constant", "non-finite")
-#: Roles whose expectation is a constant (a rule's value): norm gains, biases, branch gains.
-CONSTANT = ("norm", "bias", "gain")
 #: audit role -> the recipe table's role
 RECIPE_ROLE = {"qkv": "q"}
 AS_BUILT = "as-built"

@@ -29,24 +29,6 @@ from .sites import Sites, Trace, is_linear_like
 
 #: Roles drawn from a distribution (the rest are constants: norm gains, biases, branch gains).
 GAUSSIAN = ("embed", "pos", "q", "k", "v", "qkv", "o", "gate", "up", "down", "head")
-#: Roles in display order; ``qkv`` is a fused (or unnamed) attention input.
-AUDIT_ROLES = (
-    "embed",
-    "pos",
-    "q",
-    "k",
-    "v",
-    "qkv",
-    "o",
-    "gate",
-    "up",
-    "down",
-    "norm",
-    "bias",
-    "gain",
-    "head",
-    "unknown",
-)
 
 
 @dataclass(frozen=True)

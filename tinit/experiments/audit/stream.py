@@ -41,7 +41,7 @@ class StreamHooks:
         self.sq = [None] * (2 * L + 1)
         self.max_rel_err = [math.nan] * L
         self._handles = []
-        self._cur = self._x_in = None
+        self._cur = None
         self.width = 0
         self._pending: dict[int, tuple] = {}
         # |r_k|^2, |w_k|^2, <w_k, r_k> per addition (backward.branch_paths' layout): in a plain
@@ -98,7 +98,7 @@ class StreamHooks:
     def _pre(self, i):
         def fn(_m, args, kwargs):
             x = block_input(args, kwargs)
-            self._cur = self._x_in = x
+            self._cur = x
             self.width = int(x.shape[-1])
             if i == 0:
                 if self.probe is not None:

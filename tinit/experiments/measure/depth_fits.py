@@ -136,15 +136,6 @@ def is_depth_scaled(recipe: str, model: ModelConfig, init: InitConfig | None = N
     return "L" in names and model.branch == "model"
 
 
-def theory_branch_var(rows: pd.DataFrame, depth_scaled: bool | None = None) -> float:
-    """The s^2 the theory lines use, from one configuration's rows (all depths and
-    seeds): the mean over rows of the two sublayers' reference branch variances (the
-    s^2 of the scheme's closed form: the branch variance itself when it does not depend
-    on L, 2L s_k^2 for gpt2's 1/sqrt(2L), ...), which needs no naive run."""
-    refs = rows[["s2_ref_attn", "s2_ref_ffn"]].to_numpy(dtype=np.float64)
-    return float(np.nanmean(refs)) if np.isfinite(refs).any() else math.nan
-
-
 @dataclasses.dataclass(frozen=True)
 class TheoryLine:
     """One configuration's closed form v_2L(L): the scheme's recursion with the

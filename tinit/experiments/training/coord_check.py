@@ -55,8 +55,6 @@ from .data import load_data
 COLUMNS = ["init", "norm_position", "d_model", "n_layers", "seed", "step", "layer", "quantity", "rms"]
 #: The placement of a scheme that presumes none, when the user chose none.
 DEFAULT_PLACEMENT = ("pre",)
-#: The quantities, in the order of the stack.
-QUANTITIES = ("embed", "attn", "ffn", "stream", "logits")
 
 
 @dataclass(frozen=True)

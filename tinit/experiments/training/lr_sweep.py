@@ -40,8 +40,6 @@ from .trainer import RunSpec, TrainConfig
 #: A configuration of the sweep, whose optimum is sought over the lr grid.
 OPT_KEYS = ["init", "norm_position", "n_layers", "d_model", "warmup"]
 _FOUND = ["best_lr_grid", "best_loss", "lr_opt", "log2_lr_opt", "interior"]
-OPTIMUM_COLUMNS = [*OPT_KEYS, *_FOUND]
-SEED_OPTIMUM_COLUMNS = [*OPT_KEYS, "seed", *_FOUND]
 DRIFT_COLUMNS = ["init", "norm_position", "warmup", "axis", "n_layers", "d_model", "points", "seeds", "slope",
                  "slope_se", "se_method", "dof", "ci_low", "ci_high", "at_edge", "intercept", "verdict",
                  "note"]  # fmt: skip
