@@ -15,7 +15,7 @@ import torch
 from tinit.experiments.measure.variance import run_variance
 from tinit.model.catalogue import CATALOGUE, get_scheme, names, parse_init_list
 from tinit.model.config import InitConfig, ModelConfig, RunConfig
-from tinit.model.init import role_of
+from tinit.model.roles import role_of
 from tinit.model.transformer import Transformer
 
 D, D_FF, L, V, T, SIGMA, D0 = 64, 128, 3, 256, 64, 0.02, 256

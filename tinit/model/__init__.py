@@ -8,7 +8,8 @@ from importlib import import_module
 from .config import ConfigError, InitConfig, ModelConfig, RunConfig, swiglu_hidden
 
 _LAZY = {
-    **dict.fromkeys(("ROLES", "STREAM_WRITERS", "init_weights_", "role_of", "role_std"), ".init"),
+    **dict.fromkeys(("ROLES", "STREAM_WRITERS", "role_of"), ".roles"),
+    **dict.fromkeys(("init_weights_", "role_std"), ".init"),
     **dict.fromkeys(("Block", "Probe", "Transformer", "build_block"), ".transformer"),
 }
 

@@ -2,7 +2,7 @@
 
 A recipe (an init *scheme*, :mod:`tinit.model.schemes`) is a table from a weight's
 *role* to a rule that gives its std and distribution. Every
-parameter of the model has exactly one explicit role (see :func:`role_of`), so a
+parameter of the model has exactly one explicit role (:func:`tinit.model.roles.role_of`), so a
 depth-scaled init cannot silently miss its matrices because a name match failed
 (the bug class of HF transformers #47458, llama2.c #579).
 
@@ -37,15 +37,9 @@ import math
 import torch
 from torch import nn
 
-# Roles drawn from a distribution; the others are constants.
 from .config import InitConfig, ModelConfig
-from .schemes import Draw, bias_role, environment, ffn_of, resolve, role_shape
-
-GAUSSIAN_ROLES = ("embed", "pos", "q", "k", "v", "o", "gate", "up", "down", "head")
-CONSTANT_ROLES = ("norm", "bias", "gain")
-ROLES = GAUSSIAN_ROLES + CONSTANT_ROLES
-#: Roles that write into the residual stream: the ones depth scaling touches.
-STREAM_WRITERS = ("o", "down")
+from .roles import role_of, role_shape
+from .schemes import Draw, bias_role, environment, ffn_of, resolve
 
 
 def role_shape_of(cfg: ModelConfig, role: str, init: InitConfig | None = None) -> tuple[int, ...]:
@@ -86,26 +80,6 @@ def generator(seed: int, layer: int, key: str, device: torch.device | str) -> to
     return gen
 
 
-def role_of(param_name: str) -> tuple[str, str]:
-    """(role, draw key) of a parameter, from its name inside a block or the model.
-
-    Names are the module paths of :mod:`tinit.model.transformer`; an unknown name is
-    an error rather than a silently skipped weight. The draw key identifies the draw
-    (q.weight and k.weight have the same role rule but independent draws).
-    """
-    *path, leaf = param_name.split(".")
-    owner = path[-1] if path else ""
-    if leaf == "bias":
-        return "bias", param_name
-    if leaf == "gain" and (not path or path[-1].isdigit()):  # a block's learned branch gain (ReZero)
-        return "gain", param_name
-    if owner.startswith("norm") or owner == "final_norm":
-        return "norm", param_name
-    if owner in ("q", "k", "v", "o", "gate", "up", "down", "embed", "pos", "head"):
-        return owner, owner
-    raise KeyError(f"no init role for parameter {param_name!r}")
-
-
 @torch.no_grad()
 def init_weights_(
     module: nn.Module, cfg: ModelConfig, init: InitConfig, layer: int, prefix: str = ""
@@ -113,7 +87,7 @@ def init_weights_(
     """Initialise every parameter of ``module`` (a block, or the model's non-block parts).
 
     This is the only place weights get values. Each parameter's role comes from
-    :func:`role_of`; Gaussian roles get ``std * N(0, 1)`` drawn per
+    :func:`~tinit.model.roles.role_of`; Gaussian roles get ``std * N(0, 1)`` drawn per
     (init.seed, layer, draw key) on the parameter's own device and dtype; norm gains
     get 1 and biases 0. ``layer`` is the block index, -1 for the embedding side and
     L for the final norm and head. ``prefix`` is the module's name inside the model

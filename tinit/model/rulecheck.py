@@ -24,8 +24,8 @@ from .schemes import Scheme, environment
 @functools.lru_cache(maxsize=64)
 def _block_params(cfg: ModelConfig, init: InitConfig) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """(role, shape) of each parameter of one block (built on the meta device: no memory)."""
-    from .init import role_of
-    from .transformer import Block
+    from .block import Block
+    from .roles import role_of
 
     with torch.device("meta"):
         block = Block(cfg, 0, seed=init.seed, init=init)

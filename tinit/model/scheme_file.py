@@ -42,10 +42,10 @@ from ..userfile import UserFileError, load_toml
 from .catalogue import check_user_scheme
 from .formula import VARIABLES, Formula, FormulaError
 from .placements import PLACEMENTS
+from .roles import LINEAR_ROLES, ROLES
 from .schemes import (
     DISTRIBUTIONS,
     PARAM_GROUPS,
-    ROLES,
     ParamRules,
     Rule,
     Scheme,
@@ -57,7 +57,7 @@ from .schemes import (
 #: The structure a scheme may declare (tinit.model.structure): key -> what it takes.
 _STRUCTURE = {"tied": "true or false", "bias": "true or false", "norm": "rmsnorm or layernorm",
               "qk_norm_span": "head or full", "norm_eps": "a number > 0", "rope_base": "a number > 0",
-              "bias_like": "a list of roles (q, k, v, o, gate, up, down, head)"}  # fmt: skip
+              "bias_like": f"a list of roles ({', '.join(LINEAR_ROLES)})"}  # fmt: skip
 _TOP = {"name", "description", "placement", "qk_norm", "stream_mult", "branch_mult", "embed_mult", "roles",
         "sources", "optimizer", *_STRUCTURE}  # fmt: skip
 _RULE_VARS = tuple(v for v in VARIABLES if v != "std")
@@ -148,8 +148,7 @@ def _structure(path, data: dict) -> dict:
         elif key == "qk_norm_span":
             ok = v in ("head", "full")
         elif key == "bias_like":
-            linear = ("q", "k", "v", "o", "gate", "up", "down", "head")
-            ok = isinstance(v, list) and all(r in linear for r in v)
+            ok = isinstance(v, list) and all(r in LINEAR_ROLES for r in v)
             v = tuple(v) if ok else v
         else:
             ok = isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < float("inf")

@@ -33,14 +33,13 @@ from dataclasses import dataclass
 
 from .formula import VARIABLES, Formula, FormulaError
 from .placements import PLACEMENTS
+from .roles import LINEAR_ROLES, MATRIX_ROLES, ROLES
 
 #: Distributions a rule may draw from. ``trunc``: normal truncated at +-bound (an
 #: absolute value, a formula that may use ``std``), resampled until inside;
 #: ``uniform``: U(-sqrt(3) std, sqrt(3) std); ``zero``: exactly 0; ``const``: the
 #: value of the formula (norm gains, biases, learned gains).
 DISTRIBUTIONS = ("normal", "trunc", "uniform", "zero", "const")
-MATRIX_ROLES = ("embed", "pos", "q", "k", "v", "o", "gate", "up", "down", "head")
-ROLES = MATRIX_ROLES + ("norm", "bias", "gain")
 #: FFNs a scheme's codebase may run (its own, built whatever --ffn says): GeGLU
 #: (Gemma: gelu-tanh gate), relu^2 (nanochat: W_down relu(W_up x)^2), ReLU
 #: (microsoft/mup's Transformer example: torch's TransformerEncoderLayer FFN) and GELU
@@ -324,15 +323,6 @@ class Scheme:
 
 # --- the environment a rule is evaluated in ---------------------------------------
 
-def role_shape(role: str, d: int, d_ff: int, d_h: int, kv: int, V: int, T: int) -> tuple[int, ...]:
-    """The (out, in) shape of a role's matrix (torch's Linear convention)."""
-    return {
-        "embed": (V, d), "pos": (T, d), "q": (d, d), "k": (kv * d_h, d), "v": (kv * d_h, d),
-        "o": (d, d), "gate": (d_ff, d), "up": (d_ff, d), "down": (d, d_ff), "head": (V, d),
-        "norm": (d,), "bias": (d,), "gain": (),
-    }[role]  # fmt: skip
-
-
 def ffn_of(cfg, scheme: Scheme | None) -> tuple[str, int]:
     """(kind, width) of the FFN a model ``cfg`` builds under ``scheme``: the scheme's
     own FFN (nanochat's relu^2 at 4d, Gemma's GeGLU) where its codebase runs one, else
@@ -369,6 +359,11 @@ def evaluate(formula: Formula, env: Mapping[str, float], what: str) -> float:
         return formula(**env)
     except FormulaError as exc:
         raise FormulaError(f"{what}: {exc}") from None
+
+
+def evaluate_optional(formula: Formula | None, env: Mapping[str, float], what: str) -> float | None:
+    """:func:`evaluate`, or None for a multiplier the scheme does not have."""
+    return None if formula is None else evaluate(formula, env, what)
 
 
 def resolve(scheme: Scheme, role: str, env: Mapping[str, float], rule: Rule | None = None) -> Draw:
@@ -431,7 +426,7 @@ def truncated_kurtosis(c: float) -> float:
 
 _NAIVE_RULES = {
     "embed": rule("sigma_emb"), "pos": rule("sigma_emb"),
-    **{r: rule("sigma") for r in ("q", "k", "v", "o", "gate", "up", "down", "head")},
+    **{r: rule("sigma") for r in MATRIX_ROLES if r not in ("embed", "pos")},
     "norm": rule(1, "const"), "bias": rule(0, "const"), "gain": rule(1, "const"),
 }  # fmt: skip
 _FORMULA_FIELDS = ("stream_mult", "branch_mult", "embed_mult", "logit_mult", "attn_scale", "backout",
@@ -467,7 +462,6 @@ def scheme(name: str, description: str, sources, rules=None, **kw) -> Scheme:
 #: Values a scheme's structure fields may take (None: left open).
 QK_NORM_SPANS = ("head", "full")
 NORM_KINDS = ("rmsnorm", "layernorm")
-_LINEAR_ROLES = ("q", "k", "v", "o", "gate", "up", "down", "head")
 
 
 def _check_structure(name: str, kw: dict) -> None:
@@ -480,10 +474,10 @@ def _check_structure(name: str, kw: dict) -> None:
     for key in ("tied", "bias"):
         if kw.get(key) is not None and not isinstance(kw[key], bool):
             raise FormulaError(f"{name}: {key} must be true, false or left out, got {kw[key]!r}")
-    bad = [r for r in kw.get("bias_like", ()) if r not in _LINEAR_ROLES]
+    bad = [r for r in kw.get("bias_like", ()) if r not in LINEAR_ROLES]
     if bad:
         raise FormulaError(f"{name}: bias_like role(s) {', '.join(map(repr, bad))} are not linear layers "
-                           f"({', '.join(_LINEAR_ROLES)})")  # fmt: skip
+                           f"({', '.join(LINEAR_ROLES)})")  # fmt: skip
     kw["bias_like"] = tuple(kw.get("bias_like", ()))
     for key, low in (("norm_eps", 0.0), ("rope_base", 0.0)):
         v = kw.get(key)
@@ -501,7 +495,7 @@ def bias_role(scheme: Scheme, owner: str) -> str:
 
 
 __all__ = [
-    "DISTRIBUTIONS", "Draw", "GroupRule", "PARAM_GROUPS", "ParamRules", "ROLES", "RULE_VARS",
-    "Rule", "RuleTable", "Scheme", "effective_std",
-    "bias_role", "environment", "ffn_of", "param_rules", "resolve", "role_shape", "rule", "scheme",
+    "DISTRIBUTIONS", "Draw", "GroupRule", "MATRIX_ROLES", "PARAM_GROUPS", "ParamRules", "ROLES", "RULE_VARS",
+    "Rule", "RuleTable", "Scheme", "effective_std", "bias_role", "environment", "evaluate",
+    "evaluate_optional", "ffn_of", "param_rules", "resolve", "rule", "scheme",
 ]  # fmt: skip

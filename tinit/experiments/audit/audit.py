@@ -46,6 +46,7 @@ from torch import nn
 
 from ...model.catalogue import get_scheme
 from ...model.init import fill_, generator
+from ...model.roles import AUDIT_MATRIX_ROLES, ROLE, rule_role, widths_of
 from ...model.schemes import Draw, Scheme, resolve
 from ..driver import Meter, Run
 from ..measure.grad_norms import stream_frame
@@ -53,7 +54,7 @@ from ..measure.grad_norms import summarize as grad_summarize
 from ..measure.variance import NOT_APPLICABLE as VARIANCE_NOT_APPLICABLE
 from ..measure.variance import SUMMARY_COLUMNS, VARIANCE_COLUMNS, add_theory, summarize
 from ..result import ExperimentResult, Progress
-from .roles import GAUSSIAN, ParamRole
+from .roles import ParamRole
 from .sites import Sites
 from .stream import ModelError as ModelError  # (re-exported: the CLI catches it)
 from .stream import check_tolerance, measure_grads, measure_stream
@@ -89,8 +90,6 @@ FULL_PATH = {
 
 #: Verdicts that fail the audit (exit code 3); ``ok`` and ``unchecked`` do not.
 DEVIATING = ("off-recipe", "pytorch-default", "zero", "constant", "non-finite")
-#: audit role -> the recipe table's role
-RECIPE_ROLE = {"qkv": "q"}
 AS_BUILT = "as-built"
 
 
@@ -113,7 +112,7 @@ AUDIT_NOT_APPLICABLE = {
     "weight_groups": {
         # a group judged by equality (a constant, or a matrix whose scheme draws it as exactly 0)
         # has no z
-        "max_abs_z": lambda df: ~df["role"].isin(GAUSSIAN) | (df["expected_max"] == 0),
+        "max_abs_z": lambda df: ~df["role"].isin(AUDIT_MATRIX_ROLES) | (df["expected_max"] == 0),
         # a group of unknown role has no expectation
         **dict.fromkeys(("expected_min", "expected_max"), lambda df: df["role"] == "unknown"),
     },
@@ -169,9 +168,9 @@ class Expectation:
         (None for roles without a rule). The width variables of a rule (d, d_ff, V) are
         read off the parameter's shape by its role; d_h, which no shape gives, is NaN, so
         a rule that needs it yields NaN (unchecked)."""
-        if role not in GAUSSIAN and role not in ("norm", "bias", "gain"):
+        if role not in ROLE:
             return None
-        rrole = RECIPE_ROLE.get(role, role)
+        rrole = rule_role(role)
         env = _environment(rrole, shape, layer, n_layers, self.sigma, self.embed_std)
         env.update(d0=float(self.base_width), L0=float(self.base_depth), tied=float(tied))
         with np.errstate(all="ignore"):
@@ -191,7 +190,7 @@ class Expectation:
             return None, math.nan
         if role == "norm":
             return "value", draw.std + self.scheme.norm_offset - norm_offset
-        if role in GAUSSIAN and draw.random:
+        if role in AUDIT_MATRIX_ROLES and draw.random:
             return "std", draw.std_drawn
         return "value", 0.0 if draw.dist == "zero" else draw.std
 
@@ -207,16 +206,14 @@ def _environment(
     """The variables of a scheme's rule for one audited parameter (see
     :func:`tinit.model.schemes.environment` for tinit's own models)."""
     shape = tuple(shape)
-    out, inp = (float(shape[0]), float(shape[1])) if len(shape) >= 2 else (math.nan, math.nan)
-    d = {"embed": inp, "pos": inp, "head": inp, "q": inp, "k": inp, "v": inp, "gate": inp, "up": inp,
-         "o": out, "down": out}.get(role, float(shape[0]) if len(shape) == 1 else math.nan)  # fmt: skip
-    d_ff = {"gate": out, "up": out, "down": inp}.get(role, math.nan)
-    vocab = out if role in ("embed", "head") else math.nan
+    if len(shape) >= 2:
+        fan_out, fan_in = float(shape[0]), float(shape[1])
+    else:
+        fan_out = fan_in = float(shape[0]) if shape else 1.0
     return {
-        "l": float(max(layer, 0)), "L": float(n_layers), "d": d, "d_ff": d_ff, "d_h": math.nan,
-        "fan_in": inp if len(shape) >= 2 else (float(shape[0]) if shape else 1.0),
-        "fan_out": out if len(shape) >= 2 else (float(shape[0]) if shape else 1.0),
-        "sigma": sigma, "sigma_emb": embed_std, "V": vocab, "d0": 256.0, "L0": 1.0,
+        "l": float(max(layer, 0)), "L": float(n_layers), **widths_of(role, shape), "d_h": math.nan,
+        "fan_in": fan_in, "fan_out": fan_out,
+        "sigma": sigma, "sigma_emb": embed_std, "d0": 256.0, "L0": 1.0,
     }  # fmt: skip
 
 

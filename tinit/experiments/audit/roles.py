@@ -20,15 +20,12 @@ comes from where a parameter sits and what its module does:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from torch import nn
 
+from ...model.roles import reader_label, writer_role
 from .sites import Sites, Trace, is_linear_like
-
-#: Roles drawn from a distribution (the rest are constants: norm gains, biases, branch gains).
-GAUSSIAN = ("embed", "pos", "q", "k", "v", "qkv", "o", "gate", "up", "down", "head")
 
 
 @dataclass(frozen=True)
@@ -52,17 +49,6 @@ def _out_in(m: nn.Module) -> tuple[int, int]:
 def _is_norm(m: nn.Module) -> bool:
     ps = list(m.parameters(recurse=False))
     return bool(ps) and all(p.dim() == 1 for p in ps) and not any(True for _ in m.children())
-
-
-def _reader_label(branch: str, local: str, out_f: int, d: int) -> str:
-    leaf = local.split(".")[-1].lower()
-    if branch == "attn":
-        for role, pat in (("q", r"^(q|query|wq)(_proj)?$"), ("k", r"^(k|key|wk)(_proj)?$"),
-                          ("v", r"^(v|value|wv)(_proj)?$")):  # fmt: skip
-            if re.search(pat, leaf):
-                return role
-        return "qkv"
-    return "gate" if "gate" in leaf else "up"
 
 
 def writers(model: nn.Module, sites: Sites, tr: Trace, d_model: int) -> dict[str, str]:
@@ -106,9 +92,9 @@ def classify_roles(model: nn.Module, sites: Sites, tr: Trace, vocab: int) -> lis
                 for br, sub in ((block.attn, "attn"), (block.ffn, "ffn")):
                     if owner_path.startswith(br + "."):
                         if writer.get(br) == owner_path:
-                            role = "o" if sub == "attn" else "down"
+                            role = writer_role(sub)
                         else:
-                            role = _reader_label(sub, owner_path[len(br) + 1 :], out_f, d_model)
+                            role = reader_label(sub, owner_path[len(br) + 1 :])
             elif leaf == "weight" and out_f == vocab:
                 role = "head"
         elif isinstance(owner, nn.Embedding):

@@ -18,9 +18,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...model.config import ConfigError
+from ...model.roles import AUDIT_MATRIX_ROLES
 from ..measure.probes import VarianceProbe
 from ..result import is_run_failure
-from .roles import GAUSSIAN, ParamRole
+from .roles import ParamRole
 from .sites import Sites, block_input, first_tensor
 
 
@@ -243,7 +244,8 @@ def measure_grads(model: nn.Module, sites: Sites, tokens: torch.Tensor, roles: l
         p = params[r.name]
         g = 0.0 if p.grad is None else float(torch.linalg.vector_norm(p.grad, dtype=stats))
         owner, _, leaf = r.name.rpartition(".")
-        tensor = r.role if leaf == "weight" and r.role in GAUSSIAN else f"{owner.rpartition('.')[2]}.{leaf}"
+        matrix = leaf == "weight" and r.role in AUDIT_MATRIX_ROLES
+        tensor = r.role if matrix else f"{owner.rpartition('.')[2]}.{leaf}"
         rows.append({"layer": r.layer, "tensor": tensor, "param": r.name, "role": r.role, "grad_norm": g,
                      "param_norm": float(torch.linalg.vector_norm(p.detach(), dtype=stats))})  # fmt: skip
     sq = np.array([math.nan if s is None else float(s) for s in hooks.sq])
