@@ -24,7 +24,7 @@ import weakref
 import pytest
 import torch
 
-import tinit.model.transformer as transformer_module
+import tinit.model.build as build_module
 from tinit.model.config import InitConfig, ModelConfig
 from tinit.model.transformer import Transformer
 
@@ -129,7 +129,7 @@ def install(monkeypatch) -> CudaModel:
         if stream.name == "main":
             model.recorded.add(id(tensor))
 
-    real_build = transformer_module.build_block
+    real_build = build_module.build_block
 
     def build_block(cfg, init, layer, device, dtype):
         block = real_build(cfg, init, layer, device, dtype)
@@ -141,7 +141,7 @@ def install(monkeypatch) -> CudaModel:
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "stream", StreamContext)
     monkeypatch.setattr(torch.Tensor, "record_stream", record_stream, raising=False)
-    monkeypatch.setattr(transformer_module, "build_block", build_block)
+    monkeypatch.setattr(build_module, "build_block", build_block)
     model.births = births
     return model
 
@@ -166,7 +166,7 @@ def consume(model: CudaModel, blocks) -> None:
 def test_overlapped_blocks_are_ready_reuse_safe_and_prefetched(monkeypatch):
     model = install(monkeypatch)
     net = Transformer(CFG, INIT, "cpu", stream=True, overlap=True)
-    consume(model, net._iter_blocks_overlapped())
+    consume(model, build_module.overlapped_blocks(CFG, INIT, net._device, torch.float32))
     assert [layer for layer, _ in model.built] == list(range(CFG.n_layers))
     assert model.violations == []
 
@@ -179,7 +179,7 @@ def _side_schedule(net, wait=True, protect=True, prefetch=True):
         if protect:
             side.wait_stream(main)
         with torch.cuda.stream(side):
-            block = transformer_module.build_block(net.cfg, net.init, layer, "cpu", torch.float32)
+            block = build_module.build_block(net.cfg, net.init, layer, "cpu", torch.float32)
             ready = torch.cuda.Event()
             ready.record(side)
         return block, ready
@@ -219,7 +219,8 @@ def test_overlapped_schedule_keeps_two_blocks_and_equals_built(monkeypatch):
     most_alive = 0
     x = streamed.embed_tokens(tokens)
     with torch.no_grad():
-        for block in streamed._iter_blocks_overlapped():
+        blocks = build_module.overlapped_blocks(CFG, INIT, streamed._device, torch.float32)
+        for block in blocks:
             alive.append(weakref.ref(block))
             x = block(x, streamed.rope)
             del block

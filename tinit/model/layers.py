@@ -167,7 +167,7 @@ class GatedFFN(nn.Module):
         self.down = nn.Linear(d_ff, cfg.d_model, **kw)  # writes the stream: depth-scaled
         self.norm_ff = make_norm(cfg, device, dtype, d_ff, norm_offset) if subln else None
 
-    def forward(self, x: torch.Tensor, rope=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.act(self.gate(x)) * self.up(x)
         return self.down(h if self.norm_ff is None else self.norm_ff(h))
 
@@ -186,7 +186,7 @@ class PlainFFN(nn.Module):
         self.down = nn.Linear(d_ff, cfg.d_model, **kw)  # writes the stream: depth-scaled
         self.norm_ff = make_norm(cfg, device, dtype, d_ff, norm_offset) if subln else None
 
-    def forward(self, x: torch.Tensor, rope=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.act(self.up(x))
         return self.down(h if self.norm_ff is None else self.norm_ff(h))
 
@@ -202,6 +202,7 @@ class GaussianBranch(nn.Module):
         self.key = (seed, layer, f"branch/{sublayer}")
 
     def forward(self, x: torch.Tensor, rope=None) -> torch.Tensor:
+        """An independent draw of ``x``'s shape; ``rope`` (the attention branch's call) is unused."""
         seed, layer, key = self.key
         gen = generator(seed, layer, key, x.device)
         return torch.randn(x.shape, generator=gen, device=x.device, dtype=x.dtype) * self.std
