@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.text import Text
 
+from ..model.catalogue import alias_note
 from ..model.catalogue import names as scheme_names
 from ..model.config import ConfigError
 from . import options as opt
@@ -21,18 +22,17 @@ AUDIT = "Audit"
 #: The shared default of --seq-len here; a model with fewer positions gets its own.
 SEQ_LEN = 128
 #: The catalogue's schemes as --expect and --init list them (scaled is gpt2's alias).
-SCHEMES_HELP = ", ".join(scheme_names(custom=False)) + " (scaled = gpt2); 'tinit inits' describes each"
+SCHEMES_HELP = ", ".join(scheme_names(custom=False)) + f" ({alias_note()}); 'tinit inits' describes each"
 
 
 def _scheme(value: str, option: str, extra: tuple[str, ...], custom: tuple = ()) -> str:
     """A scheme name --expect / --init accept: the catalogue's (aliases too), the
     --init-file scheme's, or one of ``extra``; kept as the user wrote it (``gpt2`` stays
     ``gpt2``, ``scaled`` stays ``scaled``), as every other command labels its rows."""
-    from ..model.catalogue import ALIASES as SCHEME_ALIASES
-    from ..model.catalogue import names
+    from ..model.catalogue import known, names_and_aliases
 
-    allowed = list(dict.fromkeys((*extra, *names(custom), *SCHEME_ALIASES)))
-    if value not in allowed:
+    if value not in extra and not known(value, custom):
+        allowed = dict.fromkeys((*extra, *names_and_aliases(custom)))
         raise ConfigError(option, f"{value!r} is not one of {', '.join(allowed)}")
     return value
 
@@ -54,7 +54,7 @@ def _declared(model, sites, sigma: float | None) -> "Expectation":
     rng = getattr(config, "initializer_range", None)
     if isinstance(rng, int | float):
         scheme = sites.declared_recipe or "naive"
-        rule = " with GPT-2's c_proj / sqrt(2 n_layer)" if scheme == "gpt2" else ""
+        rule = f" with {sites.declared_rule}" if sites.declared_rule else ""
         s = float(rng) if sigma is None else sigma
         what = f"initializer_range {rng:g}" if sigma is None else f"--sigma {s:g}"
         return Expectation(scheme, s, s, f"the model's declared init ({what}{rule})")

@@ -748,6 +748,16 @@ def names(custom: Iterable[Scheme] | bool = ()) -> list[str]:
     return list(CATALOGUE) + [s.name for s in custom if s.name not in CATALOGUE]
 
 
+def names_and_aliases(custom: Iterable[Scheme] = ()) -> list[str]:
+    """Every name --init accepts for one scheme: :func:`names`, then the aliases."""
+    return [*names(custom), *ALIASES]
+
+
+def alias_note() -> str:
+    """The aliases, as help texts list them: ``scaled = gpt2``."""
+    return ", ".join(f"{alias} = {name}" for alias, name in ALIASES.items())
+
+
 def known(name: str, custom: Iterable[Scheme] = ()) -> bool:
     return name in CATALOGUE or name in ALIASES or any(s.name == name for s in custom)
 

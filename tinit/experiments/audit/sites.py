@@ -67,6 +67,7 @@ class Sites:
     norm_position: str = "pre"  # a placement's name: "post" when the stream is renormalised after each sum
     norm_offset: float = 0.0  # norms compute (offset + w) * x_hat; Gemma: 1, so w = 0 is gain 1
     declared_recipe: str | None = None  # the family's own init rule, in tinit's terms
+    declared_rule: str = ""  # that rule in the family's own words, for the audit's report
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -133,7 +134,8 @@ FAMILIES: dict[str, dict] = {
         "ffn_added": "post_feedforward_layernorm",
     },  # fmt: skip
     # GPT-2's own _init_weights scales c_proj by 1/sqrt(2 n_layer): tinit's "gpt2" (alias "scaled")
-    "gpt2": {"blocks": "transformer.h", "attn": "attn", "ffn": "mlp", "declared": "gpt2"},
+    "gpt2": {"blocks": "transformer.h", "attn": "attn", "ffn": "mlp", "declared": "gpt2",
+             "declared_rule": "GPT-2's c_proj / sqrt(2 n_layer)"},
     "gpt_neox": {"blocks": "gpt_neox.layers", "attn": "attention", "ffn": "mlp", "parallel_attr": True},
 }
 
@@ -353,6 +355,7 @@ def find_sites(model: nn.Module, tokens: torch.Tensor, spec: str | None = None) 
         norm_position="post" if layout.get("attn_stream") else "pre",
         norm_offset=layout.get("norm_offset", 0.0),
         declared_recipe=layout.get("declared"),
+        declared_rule=layout.get("declared_rule", ""),
     )
     if parallel:
         sites.notes.append(
