@@ -57,7 +57,11 @@ def _textbook(name: str, block: Block, x: torch.Tensor, rope) -> torch.Tensor:
     from the registry: pre x + F(N(x)); post N(x + F(x)); sandwich x + N_o(F(N(x)));
     reordered x + N(F(x)); none x + F(x)."""
     for sub, n in (("attn", "1"), ("ffn", "2")):
-        f, norm = getattr(block, sub), getattr(block, f"norm{n}", None)
+        branch, norm = getattr(block, sub), getattr(block, f"norm{n}", None)
+
+        def f(h, rope, branch=branch, sub=sub):  # attention reads the positions, the FFN does not
+            return branch(h, rope) if sub == "attn" else branch(h)
+
         if name == "pre":
             x = x + f(norm(x), rope)
         elif name == "post":
