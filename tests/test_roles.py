@@ -5,7 +5,6 @@ the schemes, the scheme files and the audit agree on the roles."""
 import math
 
 import pytest
-import torch
 from torch import nn
 
 from tinit.model.catalogue import CATALOGUE, get_scheme
@@ -50,11 +49,10 @@ def _models():
         {"norm_position": "sandwich", "qk_norm": True},
         {"norm_position": "post", "ffn": "gelu"},
     ]
-    for scheme in CATALOGUE:
-        for opts in options:
-            cfg = ModelConfig.from_scheme(scheme, **TINY, **opts)
-            with torch.device("meta"):
-                yield scheme, Transformer(cfg, InitConfig(scheme), device="meta")
+    # every scheme once, the option sets in turn (each meets about a quarter of the schemes)
+    for i, scheme in enumerate(CATALOGUE):
+        cfg = ModelConfig.from_scheme(scheme, **TINY, **options[i % len(options)])
+        yield scheme, Transformer(cfg, InitConfig(scheme))  # tiny: faster on the CPU than on meta
 
 
 def test_every_parameter_matches_exactly_one_role_the_one_its_module_says():
