@@ -20,12 +20,13 @@ from rich.console import Console
 from tinit.experiments.measure.depth_fits import round_to_inputs, transfer_verdict
 from tinit.experiments.measure.depth_sweep import LAW_TOL, TRANSFER_TOL, assemble
 from tinit.model.config import ModelConfig
+from tinit.results.palette import CONFIG_MARKERS
 from tinit.results.plot_depth_sweep import depth_sweep_slope_table, depth_sweep_table, plot_depth_sweep
 from tinit.results.plot_grad_norms import grad_norms_table, plot_grad_norms, plot_stream_grads
 from tinit.results.plot_params import EQUAL_COLORS, plot_params
 from tinit.results.plots import plot_variance
 from tinit.results.report_check import check_table
-from tinit.results.style import CONFIG_MARKERS, FONT, FULL_WIDTH, coincidences
+from tinit.results.style import FONT, FULL_WIDTH, coincidences
 from tinit.results.tables import fmt
 
 CONFIGS = [("naive", "pre"), ("scaled", "pre"), ("naive", "post"), ("scaled", "post")]

@@ -30,7 +30,8 @@ from rich.text import Text
 from typer.testing import CliRunner
 
 from tinit.cli import app
-from tinit.results.style import CONFIG_COLORS, CONFIG_MARKERS, FONT, config_style
+from tinit.results.palette import CONFIG_COLORS, CONFIG_MARKERS, config_style, scheme_name
+from tinit.results.style import FONT
 
 WIDTH = 80
 S = ["--d-model", "32", "--heads", "2", "--seq-len", "16", "--batch", "2"]
@@ -204,12 +205,6 @@ def _configs(folder: Path) -> set[tuple[str, str]]:
     return out
 
 
-def _classic(init: str) -> str | None:
-    from tinit.results.style import _classic as classic
-
-    return classic(init)
-
-
 def _hex(c) -> str | None:
     try:
         rgba = mpl.colors.to_rgba(c)
@@ -297,7 +292,7 @@ def test_reserved_colours_only_for_their_configurations(outputs, name, stem):
     a figure uses one only when its run measured that configuration (no warmup
     category, weight role, implementation or lr in them)."""
     run = outputs[name]
-    present = {(_classic(i), p) for i, p in _configs(run["folder"])}
+    present = {(scheme_name(i), p) for i, p in _configs(run["folder"])}
     used = {RESERVED[c] for c in _artist_colors(run["figures"][stem]) if c in RESERVED}
     assert used <= present, f"{name}/{stem}: {used - present} drawn without that configuration"
 
@@ -314,8 +309,8 @@ def test_one_marker_per_configuration(outputs, name, stem):
     run = outputs[name]
     configs = sorted(_configs(run["folder"]))
     marker_of = {}
-    for i, (init, pos) in enumerate(configs):
-        st = config_style(init, pos, i)
+    for init, pos in configs:
+        st = config_style(init, pos)
         marker_of.setdefault(st["color"], set()).add(st["marker"])
     fig = run["figures"][stem]
     for ax in fig.findobj(mpl.axes.Axes):

@@ -95,7 +95,8 @@ def claims(
     warmup = warmups_within(ctx, [warmup], steps)[0]
     opts = opts.replace(warmup=warmup)
     from ..experiments.training.claims import ClaimsConfig, run_claims
-    from ..results.plot_train import claims_table, plot_claims, plot_loss_curves, write_claims_md
+    from ..results.plot_train import plot_claims, plot_loss_curves
+    from ..results.report_train import claims_table, write_claims_md
     from .runner import Outputs, execute
 
     def build():

@@ -92,7 +92,8 @@ def lr_sweep(
     opts = Options(locals())
     from ..experiments.training.lr_sweep import run_lr_sweep
     from ..results.plot_lr_transfer import drift_tables, plot_lr_transfer
-    from ..results.plot_train import plot_loss_curves, plot_lr_sweep, train_table
+    from ..results.plot_train import plot_loss_curves, plot_lr_sweep
+    from ..results.report_train import train_table
     from .configs import configs_or_exit
     from .runner import Outputs, execute
 

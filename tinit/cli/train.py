@@ -90,8 +90,9 @@ def train(
     """
     opts = Options(locals())
     from ..experiments.training.train import run_train
-    from ..results.plot_train import plot_final_vs_depth, plot_loss_curves, train_table
+    from ..results.plot_train import plot_final_vs_depth, plot_loss_curves
     from ..results.report_compare import compare_table
+    from ..results.report_train import train_table
     from .runner import Outputs, execute
 
     args, data, title = grid(ctx, opts)

@@ -6,7 +6,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .style import ATTENTION_COLORS, new_figure, styled, suptitle
+from .palette import ATTENTION_COLORS
+from .style import new_figure, styled, suptitle
 
 #: One colour per (input, scaled), fixed so both panels agree (from the common style).
 SERIES_COLORS = ATTENTION_COLORS

@@ -33,7 +33,7 @@ from .style import FONT, FULL_WIDTH, footnote, styled, suptitle
 from .tables import summary_table
 
 #: Quantities in stack order, with a colour each (tab10's, none of the four reserved for the
-#: classic configurations, style.CONFIG_COLORS).
+#: classic configurations, palette.CONFIG_COLORS).
 QUANTITY_COLORS = {"embed": "#7f7f7f", "attn": "#9467bd", "ffn": "#8c564b", "stream": "#17becf",
                    "logits": "#e377c2"}  # fmt: skip
 QUANTITY_LABELS = {"embed": "embedding", "attn": "attention branch", "ffn": "FFN branch",

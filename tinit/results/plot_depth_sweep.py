@@ -16,25 +16,8 @@ from rich.table import Table
 
 from ..criteria import SPREAD_K
 from ..model.placements import PLACEMENTS
-from .style import (
-    MEASURED_UNDER,
-    NEUTRAL,
-    THEORY,
-    THEORY_ALT,
-    coincidence_note,
-    coincidences,
-    config_label,
-    config_style,
-    footnote,
-    integer_axis,
-    mark_clipped,
-    near,
-    nested_marker_size,
-    styled,
-    suptitle,
-    value_axis,
-    wants_log,
-)
+from . import style
+from .palette import config_label, config_style
 from .tables import fmt, summary_table
 
 #: A configuration whose final variance passes this many times v0 (or overflows) is drawn
@@ -58,15 +41,16 @@ def _y_log_ratio(logx: bool) -> float:
 def _errorbars(ax, x, y, se, init: str, pos: str, i: int, label: str | None = None) -> None:
     """Mean over seeds with one-standard-error bars: thick, translucent, the configuration's
     colour and (nested) marker, so a theory line on top and coinciding configurations stay visible."""
-    st = config_style(init, pos, i)
+    st = config_style(init, pos)
     y = np.asarray(y, dtype=np.float64)
     # a standard error that overflowed (inf - inf) is not drawn; a value that did is not either
     se = np.asarray(se, dtype=np.float64)
     se = np.where(np.isfinite(se) & np.isfinite(y) & (np.abs(se) < 1e300), se, 0.0)
     y = np.where(np.isfinite(y), y, np.nan)
-    ax.errorbar(x, y, yerr=se, color=st["color"], marker=st["marker"], mfc="none", ms=nested_marker_size(i),
-                capsize=3, elinewidth=1.2, mew=1.2, label=label or config_label(init, pos),
-                gid=f"measured:{init}/{pos}", **{**MEASURED_UNDER, "lw": 2.6, "alpha": 0.6})  # fmt: skip
+    ax.errorbar(x, y, yerr=se, color=st["color"], marker=st["marker"], mfc="none",
+                ms=style.nested_marker_size(i), capsize=3, elinewidth=1.2, mew=1.2,
+                label=label or config_label(init, pos), gid=f"measured:{init}/{pos}",
+                **{**style.MEASURED_UNDER, "lw": 2.6, "alpha": 0.6})  # fmt: skip
 
 
 def _panels(fig: Figure, n: int, key_h: float = 1.2) -> tuple[list, object]:
@@ -101,17 +85,18 @@ def _law_depth_panel(ax, pos, groups, order, depths, logx, theory, notes) -> str
             continue
         d = d.sort_values("n_layers")
         i = order[(init, p)]
-        st = config_style(init, p, i)
+        st = config_style(init, p)
         _errorbars(ax, d["n_layers"], d[f"{y}_mean"], d[f"{y}_se"], init, p, i)
         # the law at each depth: the scheme's closed form with that depth's own s^2
         pred = d["pred_closed_final_mean"] - (d["v0_mean"] if grow else 0.0)
-        ax.plot(d["n_layers"], pred, color=st["color"], marker="x", ms=4, gid=f"theory:{init}/{p}", **THEORY)
+        ax.plot(d["n_layers"], pred, color=st["color"], marker="x", ms=4, gid=f"theory:{init}/{p}",
+                **style.THEORY)  # fmt: skip
         curve = None
         if theory is not None and len(theory):
             t = theory[(theory["init"] == init) & (theory["norm_position"] == p)].sort_values("n_layers")
             if len(t):
                 curve = (t["n_layers"], t["theory_v_growth" if grow else "theory_v_final"])
-                ax.plot(*curve, color=st["color"], gid=f"closed:{init}/{p}", **THEORY_ALT)
+                ax.plot(*curve, color=st["color"], gid=f"closed:{init}/{p}", **style.THEORY_ALT)
         m = d[f"{y}_mean"].to_numpy(dtype=np.float64)
         if not np.isfinite(m).all() or (m.size and np.nanmax(np.abs(m)) > OFF_SCALE * max(
                 float(np.nanmin(np.abs(d["v0_mean"]))), 1e-300)):  # fmt: skip
@@ -125,29 +110,29 @@ def _law_depth_panel(ax, pos, groups, order, depths, logx, theory, notes) -> str
     pos_vals = vals[np.isfinite(vals) & (vals > 0)]
     # growth spanning decades (depth-init's ln L beside naive's 2L): log, with a growth <= 0
     # (zero-out, rezero; a tiny growth under the noise) drawn at the bottom edge and named
-    log_pos = grow and flat and pos_vals.size and wants_log(pos_vals, _y_log_ratio(logx))
+    log_pos = grow and flat and pos_vals.size and style.wants_log(pos_vals, _y_log_ratio(logx))
     use = pos_vals if log_pos else vals
     allp = [np.asarray(q, dtype=np.float64) for *_, q, _ in preds]
     allp += [np.asarray(c[1], dtype=np.float64) for *_, c in preds if c is not None]
     allp = np.concatenate(allp) if allp else np.array([])
-    if use.size and wants_log(use, _y_log_ratio(logx)):  # a prediction <= 0 cannot widen a log axis
+    if use.size and style.wants_log(use, _y_log_ratio(logx)):  # a prediction <= 0 cannot widen a log axis
         allp = allp[allp > 0]
-    pv = near(use, allp) if allp.size else []
-    lim = value_axis(ax, use, log_ratio=_y_log_ratio(logx), min_rel_span=0.01 if grow else 0.01, include=pv)
+    pv = style.near(use, allp) if allp.size else []
+    lim = style.value_axis(ax, use, log_ratio=_y_log_ratio(logx), min_rel_span=0.01, include=pv)
     for (init, p), d in groups:
         if p != pos:
             continue
         d = d.sort_values("n_layers")
-        c = config_style(init, p, order[(init, p)])["color"]
-        n = mark_clipped(ax, d["n_layers"], d[f"{y}_mean"], lim, c)
+        c = config_style(init, p)["color"]
+        n = style.mark_clipped(ax, d["n_layers"], d[f"{y}_mean"], lim, c)
         if not n and f"{init}/{p}" in flat:  # drawn inside the (linear) axis: nothing to say
             flat.remove(f"{init}/{p}")
     clipped = []
     for init, p, x, pred, curve in preds:
-        c = config_style(init, p, order[(init, p)])["color"]
-        n = mark_clipped(ax, x, pred, lim, c)
+        c = config_style(init, p)["color"]
+        n = style.mark_clipped(ax, x, pred, lim, c)
         if curve is not None:
-            n += mark_clipped(ax, curve[0], curve[1], lim, c)
+            n += style.mark_clipped(ax, curve[0], curve[1], lim, c)
         if n and f"{init}/{p}" not in flat:
             clipped.append(f"{init}/{p}")
     name = placement.tag if placement is not None else f"{pos}-norm"
@@ -160,8 +145,8 @@ def _law_depth_panel(ax, pos, groups, order, depths, logx, theory, notes) -> str
     if off:
         notes.append(f"{name}: off scale (overflow or > {OFF_SCALE:.0e} v0), not in the range: "
                      + ", ".join(off))  # fmt: skip
-    notes.append(coincidence_note(coincidences(measured, ax), name))
-    integer_axis(ax, depths, "x", log=logx)
+    notes.append(style.coincidence_note(style.coincidences(measured, ax), name))
+    style.integer_axis(ax, depths, "x", log=logx)
     ax.set_xlabel("layers L (2L residual additions)")
     label = placement.heading if placement is not None else name
     # short titles: two panels a row, long ones ran into each other
@@ -174,7 +159,7 @@ def _law_depth_panel(ax, pos, groups, order, depths, logx, theory, notes) -> str
     return name
 
 
-@styled
+@style.styled
 def plot_depth_sweep(
     summary: pd.DataFrame, fit: pd.DataFrame, title: str = "", theory: pd.DataFrame | None = None
 ) -> Figure:
@@ -211,12 +196,12 @@ def plot_depth_sweep(
         _law_depth_panel(ax, pos, groups, order, depths, logx, theory, notes)
     handles = _transfer_panel(axes[len(positions)], summary, fit, groups, order, depths, logx, notes)
     handles += [
-        Line2D([], [], color=NEUTRAL, lw=2.6, alpha=0.6, marker="o", mfc="none", label=spread),
-        Line2D([], [], color=NEUTRAL, marker="x", ms=4, **{**THEORY, "zorder": None},
+        Line2D([], [], color=style.NEUTRAL, lw=2.6, alpha=0.6, marker="o", mfc="none", label=spread),
+        Line2D([], [], color=style.NEUTRAL, marker="x", ms=4, **{**style.THEORY, "zorder": None},
                label="law at each L: the scheme's closed form with that L's measured $s^2$"),  # fmt: skip
     ]
     if theory is not None and len(theory):
-        handles.append(Line2D([], [], color=NEUTRAL, **{**THEORY_ALT, "zorder": None},
+        handles.append(Line2D([], [], color=style.NEUTRAL, **{**style.THEORY_ALT, "zorder": None},
                               label="closed form $v_{2L}(L)$, $s^2$ averaged over the depths"))  # fmt: skip
     if has_grads:
         bx = axes[-1]
@@ -227,17 +212,17 @@ def plot_depth_sweep(
             _errorbars(bx, d["n_layers"], d["grad_ratio_mean"], d["grad_ratio_se"], init, pos, i)
             series[f"{init}/{pos}"] = d["grad_ratio_mean"].to_numpy()
         bx.axhline(1.0, color="0.4", ls=":", lw=1.2, label="equal first and last layer")
-        integer_axis(bx, depths, "x", log=logx)
-        value_axis(bx, summary["grad_ratio_mean"], log_ratio=min(10, _y_log_ratio(logx)), min_rel_span=0.1,
-                   include=(1.0,))  # fmt: skip
-        notes.append(coincidence_note(coincidences(series, bx), "gradient ratio"))
+        style.integer_axis(bx, depths, "x", log=logx)
+        style.value_axis(bx, summary["grad_ratio_mean"], log_ratio=min(10, _y_log_ratio(logx)),
+                         min_rel_span=0.1, include=(1.0,))  # fmt: skip
+        notes.append(style.coincidence_note(style.coincidences(series, bx), "gradient ratio"))
         bx.set_xlabel("layers L")
         bx.set_ylabel(r"$\|\nabla W_{down}\|$ first / last layer")
         bx.set_title(r"$W_{down}$ gradient ratio, first/last layer")
         handles.append(Line2D([], [], color="0.4", ls=":", lw=1.2, label="gradient ratio 1 (equal layers)"))
     key.legend(handles=handles, loc="center", ncol=2, handlelength=2.2, columnspacing=1.2, frameon=False)
-    suptitle(fig, title)
-    footnote(fig, notes)
+    style.suptitle(fig, title)
+    style.footnote(fig, notes)
     return fig
 
 
@@ -267,15 +252,15 @@ def _transfer_panel(ax, summary, fit, groups, order, depths, logx, notes) -> lis
         series[f"{init}/{pos}"] = r.to_numpy()
         vals.append(r.to_numpy())
         if isinstance(word, str) and word != "yes" and np.isfinite(r.iloc[-1]) and abs(r.iloc[-1] - 1) > tol:
-            color = config_style(init, pos, order[(init, pos)])["color"]
+            color = config_style(init, pos)["color"]
             labels.append((float(r.iloc[-1]), d.index[-1], color))
     ax.axhspan(1 - tol, 1 + tol, color="0.85", zorder=0, lw=0)
     ax.axvline(ref, color="0.4", ls=":", lw=1.0)
-    integer_axis(ax, depths, "x", log=logx)
+    style.integer_axis(ax, depths, "x", log=logx)
     # log from a 2x span: on a linear 1..8 axis a x1.155 change (beyond the 10% band)
     # looks the same as 1; on a log axis it is as far from 1 as 0.87 is
-    value_axis(ax, np.concatenate(vals) if vals else [1.0], log_ratio=TRANSFER_LOG_SPAN, min_rel_span=0.05,
-               include=(1 - tol, 1 + tol))  # fmt: skip
+    style.value_axis(ax, np.concatenate(vals) if vals else [1.0], log_ratio=TRANSFER_LOG_SPAN,
+                     min_rel_span=0.05, include=(1 - tol, 1 + tol))  # fmt: skip
     if ax.get_yscale() == "log":
         ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_minor_locator(LogLocator(subs=np.arange(1.0, 10.0, 0.5)))
@@ -284,7 +269,7 @@ def _transfer_panel(ax, summary, fit, groups, order, depths, logx, notes) -> lis
     _ratio_labels(ax, labels)
     if one_depth:
         notes.append("transfer: one depth, so no transfer to check (no ratio, no verdict)")
-    notes.append(coincidence_note(coincidences(series, ax), "transfer"))
+    notes.append(style.coincidence_note(style.coincidences(series, ax), "transfer"))
     ax.set_xlabel("layers L")
     ax.set_ylabel(f"$v_{{2L}}(L)\\,/\\,v_{{2L}}({ref})$")
     ax.set_title(f"Transfer from L = {ref}: $v_{{2L}}$ relative to L = {ref}")

@@ -11,30 +11,8 @@ from matplotlib.lines import Line2D
 from rich.table import Table
 
 from ..model.placements import PLACEMENTS, normed_stream_names
-from .style import (
-    MEASURED,
-    MEASURED_UNDER,
-    NEUTRAL,
-    THEORY,
-    THEORY_ALT,
-    coincidence_note,
-    coincidences,
-    config_label,
-    config_style,
-    footnote,
-    integer_axis,
-    key_legend,
-    key_rows_height,
-    mark_clipped,
-    markevery,
-    near,
-    nested_marker_size,
-    new_figure_with_key,
-    styled,
-    suptitle,
-    value_axis,
-    wants_log,
-)
+from . import style
+from .palette import config_label, config_style
 from .tables import error_style, summary_table
 
 #: --tensor choice -> the tensors drawn, with their panel titles
@@ -49,50 +27,51 @@ def _label(init: str, pos: str, n: int) -> str:
     return config_label(init, pos) if n <= 6 else f"{init}/{pos}"
 
 
-@styled
+@style.styled
 def plot_grad_norms(grad_norms: pd.DataFrame, tensor: str = "both", title: str = "") -> Figure:
     """Gradient Frobenius norm per layer, one line per configuration (its colour and
     marker), a panel per tensor (W_down and W_O with ``tensor="both"``); log or linear
     by the span of the data. Lines on top of each other are named under the figure."""
     names = TENSORS[tensor]
     groups = list(grad_norms.groupby(["init", "norm_position"], sort=False))
-    key_h = max(0.35, key_rows_height(len(groups), 4))
-    fig, axes, key = new_figure_with_key(ncols=len(names), key_height=key_h)
+    key_h = max(0.35, style.key_rows_height(len(groups), 4))
+    fig, axes, key = style.new_figure_with_key(ncols=len(names), key_height=key_h)
     notes = []
     for ax, name in zip(axes, names, strict=True):
         series = {}
         for i, ((init, pos), df) in enumerate(groups):
             d = df[df["tensor"] == name].sort_values("layer")
-            st = config_style(init, pos, i)
+            st = config_style(init, pos)
             ax.plot(d["layer"], d["grad_norm"], color=st["color"], marker=st["marker"], mfc="none",
-                    ms=nested_marker_size(i % 4), markevery=markevery(len(d), i, len(groups)),
+                    ms=style.nested_marker_size(i % 4), markevery=style.markevery(len(d), i, len(groups)),
                     label=_label(init, pos, len(groups)), gid=f"measured:{init}/{pos}",
-                    **MEASURED)  # fmt: skip
+                    **style.MEASURED)  # fmt: skip
             series[f"{init}/{pos}"] = d["grad_norm"].to_numpy()
         vals = grad_norms[grad_norms["tensor"] == name]["grad_norm"].to_numpy(dtype=np.float64)
         pos_vals = vals[np.isfinite(vals) & (vals > 0)]
         zeros = [k for k, v in series.items() if (np.asarray(v) == 0).any()]
-        if zeros and wants_log(pos_vals, 10):  # a zero gradient (a zero gain) beside decades of others
-            lim = value_axis(ax, pos_vals, log_ratio=10, min_rel_span=0.2)
-            for i, ((init, pos), df) in enumerate(groups):
+        if zeros and style.wants_log(pos_vals, 10):  # a zero gradient (a zero gain) beside decades of others
+            lim = style.value_axis(ax, pos_vals, log_ratio=10, min_rel_span=0.2)
+            for (init, pos), df in groups:
                 d = df[df["tensor"] == name].sort_values("layer")
-                mark_clipped(ax, d["layer"], d["grad_norm"], lim, config_style(init, pos, i)["color"])
+                style.mark_clipped(ax, d["layer"], d["grad_norm"], lim, config_style(init, pos)["color"])
             notes.append(f"{TENSOR_TITLES[name].split(' (')[0]}: a zero gradient of " + ", ".join(zeros)
                          + ": triangles at the bottom edge")  # fmt: skip
         else:
-            value_axis(ax, vals, log_ratio=10, min_rel_span=0.2)
-        notes.append(coincidence_note(coincidences(series, ax), TENSOR_TITLES[name].split(" (")[0]))
-        integer_axis(ax, grad_norms["layer"].unique(), "x")
+            style.value_axis(ax, vals, log_ratio=10, min_rel_span=0.2)
+        what = TENSOR_TITLES[name].split(" (")[0]
+        notes.append(style.coincidence_note(style.coincidences(series, ax), what))
+        style.integer_axis(ax, grad_norms["layer"].unique(), "x")
         ax.set_xlabel("layer")
         ax.set_ylabel(r"$\|\nabla_W\, \mathrm{loss}\|_F$")
         ax.set_title(f"Gradient norm of {TENSOR_TITLES[name]}")
-    key_legend(key, axes[0].get_legend_handles_labels()[0])
-    suptitle(fig, title)
-    footnote(fig, [n.replace("$", "").replace("\\", "").replace("_{down}", "_down") for n in notes])
+    style.key_legend(key, axes[0].get_legend_handles_labels()[0])
+    style.suptitle(fig, title)
+    style.footnote(fig, [n.replace("$", "").replace("\\", "").replace("_{down}", "_down") for n in notes])
     return fig
 
 
-@styled
+@style.styled
 def plot_stream_grads(stream_grads: pd.DataFrame, title: str = "") -> Figure:
     """RMS of d loss / d stream against addition k, per configuration: measured (thick,
     translucent) with the identity-path prediction (dashed) on top: the last addition's
@@ -100,31 +79,32 @@ def plot_stream_grads(stream_grads: pd.DataFrame, title: str = "") -> Figure:
     for post-norm). The y range is the measurements'; predictions outside it are
     clipped and marked with triangles at the edge, and named under the figure."""
     groups = list(stream_grads.groupby(["init", "norm_position"], sort=False))
-    key_h = max(0.55, key_rows_height(len(groups) + 3, 3))
-    fig, (ax,), key = new_figure_with_key(row_height=3.3, key_height=key_h)
+    key_h = max(0.55, style.key_rows_height(len(groups) + 3, 3))
+    fig, (ax,), key = style.new_figure_with_key(row_height=3.3, key_height=key_h)
     series = {}
     for i, ((init, pos), df) in enumerate(groups):
-        st = config_style(init, pos, i)
+        st = config_style(init, pos)
         ax.plot(df["k"], df["stream_grad_rms"], color=st["color"], marker=st["marker"], mfc="none",
-                ms=nested_marker_size(i % 4), markevery=markevery(len(df), i, len(groups)),
+                ms=style.nested_marker_size(i % 4), markevery=style.markevery(len(df), i, len(groups)),
                 label=_label(init, pos, len(groups)), gid=f"measured:{init}/{pos}",
-                **MEASURED_UNDER)  # fmt: skip
-        ax.plot(df["k"], df["pred_stream_grad_rms"], color=st["color"], gid=f"theory:{init}/{pos}", **THEORY)
+                **style.MEASURED_UNDER)  # fmt: skip
+        ax.plot(df["k"], df["pred_stream_grad_rms"], color=st["color"], gid=f"theory:{init}/{pos}",
+                **style.THEORY)  # fmt: skip
         if "pred_full_stream_grad_rms" in df and df["pred_full_stream_grad_rms"].notna().any():
             ax.plot(df["k"], df["pred_full_stream_grad_rms"], color=st["color"], gid=f"full:{init}/{pos}",
-                    **THEORY_ALT)  # fmt: skip
+                    **style.THEORY_ALT)  # fmt: skip
         series[f"{init}/{pos}"] = df["stream_grad_rms"].to_numpy()
     meas = stream_grads["stream_grad_rms"]
     pred_cols = [c for c in ("pred_stream_grad_rms", "pred_full_stream_grad_rms") if c in stream_grads]
-    pred = near(meas, pd.concat([stream_grads[c] for c in pred_cols]))
-    lim = value_axis(ax, meas, log_ratio=5, min_rel_span=0.2, include=pred)
+    pred = style.near(meas, pd.concat([stream_grads[c] for c in pred_cols]))
+    lim = style.value_axis(ax, meas, log_ratio=5, min_rel_span=0.2, include=pred)
     notes = []
-    for i, ((init, pos), df) in enumerate(groups):
+    for (init, pos), df in groups:
         for col, what in PREDICTIONS:
             if col not in df:
                 continue
             pred = df[col].to_numpy(dtype=np.float64)
-            n = mark_clipped(ax, df["k"], pred, lim, config_style(init, pos, i)["color"])
+            n = style.mark_clipped(ax, df["k"], pred, lim, config_style(init, pos)["color"])
             if n:
                 notes.append(
                     f"{init}/{pos}: the {what} prediction leaves the measured range at {n} of {len(df)} "
@@ -140,25 +120,26 @@ def plot_stream_grads(stream_grads: pd.DataFrame, title: str = "") -> Figure:
     notes.insert(0, "largest factor between measurement and prediction over k: " + ", ".join(factors)
                  + " (near ×1: the dashed line lies on the solid one; far from it: the branch paths, which "
                  "the identity-path prediction leaves out, carry the gradient)")  # fmt: skip
-    notes.append(coincidence_note(coincidences(series, ax), "measured"))
-    integer_axis(ax, stream_grads["k"].unique(), "x")
+    notes.append(style.coincidence_note(style.coincidences(series, ax), "measured"))
+    style.integer_axis(ax, stream_grads["k"].unique(), "x")
     ax.set_xlabel("residual addition k (0 = embedding output)")
     ax.set_ylabel(r"RMS of $\partial\,\mathrm{loss} / \partial\,\mathrm{stream}_k$")
     present = set(stream_grads["norm_position"])
     normed = [PLACEMENTS[name].label for name in normed_stream_names() if name in present]
     ax.set_title("Stream gradient" + "".join(f" ({label}: at the normalised stream)" for label in normed))
     handles, _ = ax.get_legend_handles_labels()
-    style = [
-        Line2D([], [], color=NEUTRAL, **{**MEASURED_UNDER, "zorder": None}, label="measured"),
-        Line2D([], [], color=NEUTRAL, **{**THEORY, "zorder": None}, label="identity-path prediction"),
+    kinds = [
+        Line2D([], [], color=style.NEUTRAL, **{**style.MEASURED_UNDER, "zorder": None}, label="measured"),
+        Line2D([], [], color=style.NEUTRAL, **{**style.THEORY, "zorder": None},
+               label="identity-path prediction"),
     ]
     full = stream_grads.get("pred_full_stream_grad_rms")
     if full is not None and full.notna().any():
-        style.append(Line2D([], [], color=NEUTRAL, **{**THEORY_ALT, "zorder": None},
+        kinds.append(Line2D([], [], color=style.NEUTRAL, **{**style.THEORY_ALT, "zorder": None},
                             label="full-path prediction (measured branch gains)"))  # fmt: skip
-    key_legend(key, handles + style, ncol=3)
-    suptitle(fig, title)
-    footnote(fig, notes)
+    style.key_legend(key, handles + kinds, ncol=3)
+    style.suptitle(fig, title)
+    style.footnote(fig, notes)
     return fig
 
 

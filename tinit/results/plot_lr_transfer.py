@@ -17,20 +17,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ..criteria import LR_CRITERION, LR_LEVEL
-from .plot_train import LINESTYLES, _figure, _legend_rows
-from .style import (
-    FONT,
-    NEUTRAL,
-    coincidence_note,
-    coincidences,
-    config_label,
-    config_style,
-    footnote,
-    integer_axis,
-    nested_marker_size,
-    styled,
-    suptitle,
-)
+from . import style
+from .palette import config_label, config_style
 
 #: axis -> (the column along it, the column held fixed, its label, the held value's label)
 AXES = {"width": ("d_model", "n_layers", "width d_model", "L"),
@@ -50,7 +38,7 @@ def _points(g: pd.DataFrame, along: str) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-@styled
+@style.styled
 def plot_lr_transfer(
     seed_optima: pd.DataFrame,
     drift: pd.DataFrame,
@@ -65,7 +53,8 @@ def plot_lr_transfer(
     configs = list(dict.fromkeys(zip(seed_optima["init"], seed_optima["norm_position"], strict=True)))
     n_lines = sum(seed_optima[AXES[a][1]].nunique() for a in axes_used) * len(configs)
     ncol = 1  # the labels are long (drift and verdict): one column
-    fig, axes, key = _figure(n_lines + 2, ncols=max(len(axes_used), 1), row_height=3.4, ncol=ncol)
+    key_h = style.key_rows_height(n_lines + 2, ncol)
+    fig, axes, key = style.new_figure_with_key(max(len(axes_used), 1), row_height=3.4, key_height=key_h)
     handles, notes = [], []
     for ax, axis in zip(axes, axes_used, strict=False):
         along, fixed, xlabel, held_name = AXES[axis]
@@ -73,12 +62,12 @@ def plot_lr_transfer(
         keys = ["init", "norm_position", "warmup", fixed]
         series = {}
         for n, ((init, pos, w, held), g) in enumerate(seed_optima.groupby(keys, sort=False)):
-            st = config_style(str(init), str(pos), configs.index((init, pos)))
-            ls = LINESTYLES[helds.index(held) % len(LINESTYLES)]
+            st = config_style(str(init), str(pos))
+            ls = style.LINESTYLES[helds.index(held) % len(style.LINESTYLES)]
             p = _points(g, along)
             x = p["x"].to_numpy(float)  # drawn on a log axis
             ax.errorbar(x, p["mean"], yerr=p["se"], color=st["color"], marker=st["marker"], mfc="none", ls=ls,
-                        capsize=3, lw=1.4, ms=nested_marker_size(n % 4))  # fmt: skip
+                        capsize=3, lw=1.4, ms=style.nested_marker_size(n % 4))  # fmt: skip
             series[f"{init}/{pos}, {held_name}={held}, warmup {w}"] = p["mean"].to_numpy(float)
             edge = p["edge"].to_numpy(bool)
             if edge.any():
@@ -95,27 +84,27 @@ def plot_lr_transfer(
                                   f"warmup {w} ({axis}){fit}"))  # fmt: skip
         if lr_grid is not None:
             for v in np.log2(lr_grid):
-                ax.axhline(v, color=NEUTRAL, ls=":", lw=1)
+                ax.axhline(v, color=style.NEUTRAL, ls=":", lw=1)
             lo, hi = np.log2(lr_grid)
             ax.set_ylim(min(lo, ax.get_ylim()[0]) - 0.3, max(hi, ax.get_ylim()[1]) + 0.3)
-        notes.append(coincidence_note(coincidences(series, ax), f"lr* against {axis}"))
-        integer_axis(ax, seed_optima[along].unique(), log=True)
+        notes.append(style.coincidence_note(style.coincidences(series, ax), f"lr* against {axis}"))
+        style.integer_axis(ax, seed_optima[along].unique(), log=True)
         ax.set_xlabel(f"{xlabel} (log scale)")
         ax.set_ylabel("log2 optimum lr*\n(mean ± SE over seeds)")
-        ax.set_title(f"Optimum lr against {axis}", fontsize=FONT)
+        ax.set_title(f"Optimum lr against {axis}", fontsize=style.FONT)
     if not axes_used:
         axes[0].text(0.5, 0.5, "one width and one depth: no transfer to show", ha="center", va="center",
-                     transform=axes[0].transAxes, fontsize=FONT)  # fmt: skip
+                     transform=axes[0].transAxes, fontsize=style.FONT)  # fmt: skip
     if lr_grid is not None:
-        handles.append(Line2D([], [], color=NEUTRAL, ls=":", label="lowest and highest lr swept"))
+        handles.append(Line2D([], [], color=style.NEUTRAL, ls=":", label="lowest and highest lr swept"))
     if (~seed_optima["interior"].astype(bool)).any():
         edge = "an optimum at the lr grid's edge (may lie beyond): not resolved"
-        handles.append(Line2D([], [], color=NEUTRAL, marker="x", ls="none", ms=8, label=edge))
-    _legend_rows(key, handles, ncol=ncol)
+        handles.append(Line2D([], [], color=style.NEUTRAL, marker="x", ls="none", ms=8, label=edge))
+    style.key_legend(key, handles, ncol, handlelength=2.6)
     notes.append(f"Drift = d log2 lr* / d log2 (width or L): mean of the per-seed least-squares slopes, "
                  f"± its SE over seeds (one seed: the regression's). Verdict: {LR_CRITERION}.")  # fmt: skip
-    suptitle(fig, title)
-    footnote(fig, notes)
+    style.suptitle(fig, title)
+    style.footnote(fig, notes)
     return fig
 
 

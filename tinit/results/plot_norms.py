@@ -9,7 +9,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from .style import IMPL_COLORS, new_figure, styled, suptitle, wants_log
+from .palette import IMPL_COLORS
+from .style import new_figure, styled, suptitle, wants_log
 
 #: RMSNorm vs LayerNorm: solid vs dotted (dashed means forward + backward, in every panel)
 NORM_STYLES = {"rmsnorm": "-", "layernorm": ":"}

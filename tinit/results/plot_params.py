@@ -8,7 +8,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from .style import COMPONENT_COLORS, EQUAL_COLORS, footnote, styled, suptitle
+from .palette import COMPONENT_COLORS, EQUAL_COLORS
+from .style import footnote, styled, suptitle
 
 COMPONENT_LABELS = {
     "embedding": "embedding E (V·d)",

@@ -1,89 +1,42 @@
-"""Figures and tables of training runs: loss curves with the entropy floor, final
-loss against depth, the lr sweep with its optima, and the claims' verdicts."""
+"""Figures of training runs: loss curves with the entropy floor, variance during
+training, final loss against depth, the lr sweep with its optima, and the claims'
+final losses (their tables and claims.md: :mod:`tinit.results.report_train`)."""
 
 from __future__ import annotations
 
 import math
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import ScalarFormatter
-from rich.table import Table
 
+from .palette import config_label, config_style, shades
+from .report_train import config_name, fixed_settings, varying_columns
 from .style import (
     FONT,
-    FULL_WIDTH,
+    LINESTYLES,
     NEUTRAL,
     coincidence_note,
     coincidences,
-    config_label,
-    config_style,
     footnote,
     integer_axis,
+    key_legend,
     key_rows_height,
     nested_marker_size,
+    new_figure_with_key,
     styled,
     suptitle,
     wants_log,
 )
-from .tables import fmt, summary_table
-
-#: Columns that, with the seed, name a configuration of a training grid.
-CONFIG_KEYS = [
-    "init",
-    "norm_position",
-    "norm",
-    "ffn",
-    "tied",
-    "n_layers",
-    "d_model",
-    "d_ff",
-    "peak_lr",
-    "warmup",
-]
-
-
-def config_name(row, varying: list[str]) -> str:
-    """A short label of a configuration from the columns that vary in the run."""
-    parts = []
-    for c in varying:
-        v = row[c]
-        if c == "init":
-            parts.append(f"{v}")
-        elif c == "norm_position":
-            parts.append(f"{v}-norm")
-        elif c == "n_layers":
-            parts.append(f"L={v}")
-        elif c == "peak_lr":
-            parts.append(f"lr={v:g}")
-        elif c == "warmup":
-            parts.append(f"warmup={v}")
-        elif c == "tied":
-            parts.append("tied" if v else "untied")
-        elif c in ("d_ff", "d_model"):
-            parts.append(f"{c}={v}")
-        else:
-            parts.append(f"{v}")
-    return ", ".join(parts) or "run"
-
-
-def varying_columns(df: pd.DataFrame) -> list[str]:
-    return [c for c in CONFIG_KEYS if c in df and df[c].nunique(dropna=False) > 1]
 
 
 def _floor(ax, floor: float | None, vertical: bool = False) -> None:
     if floor is not None and math.isfinite(floor):
         line = ax.axvline if vertical else ax.axhline
         line(floor, color="k", ls="--", lw=1.2, label=f"entropy floor H = {floor:.3f} nats")
-
-
-#: Line styles of the settings other than scheme and placement (depth, lr, warmup, norm,
-#: FFN, tying), in order; the configuration (scheme, placement) is colour and marker.
-LINESTYLES = ("-", (0, (5, 2)), (0, (5, 1.5, 1, 1.5)), (0, (1, 1.2)), (0, (8, 2, 1, 2, 1, 2)), (0, (3, 1)))
 
 
 def _setting_keys(df: pd.DataFrame) -> list[str]:
@@ -98,7 +51,7 @@ def _styles(df: pd.DataFrame, keys: list[str]) -> dict:
     configs = list(dict.fromkeys(zip(df["init"].astype(str), df["norm_position"].astype(str), strict=True)))
     combos = list(dict.fromkeys(tuple(r) for r in df[keys].itertuples(index=False))) if keys else [()]
     return {
-        "config": {c: config_style(*c, i) for i, c in enumerate(configs)},
+        "config": {c: config_style(*c) for c in configs},
         "ls": {c: LINESTYLES[j % len(LINESTYLES)] for j, c in enumerate(combos)},
     }
 
@@ -115,49 +68,20 @@ def _note_name(row, keys: list[str]) -> str:
     return f"{row['init']}/{row['norm_position']}" + "".join(f" {config_name(row, [k])}" for k in rest)
 
 
-def fixed_settings(df: pd.DataFrame) -> str:
-    """The configuration columns that do not vary in ``df``, as words ("L=24, naive init,
-    post-norm, lr=0.015, warmup 0"): what a figure's title must say when its legend does
-    not (a single configuration's depth, init, placement and learning rate)."""
-    keys = ("n_layers", "init", "norm_position", "peak_lr", "warmup")
-    words = []
-    for c in keys:
-        if c not in df or df[c].nunique(dropna=False) != 1:
-            continue
-        v = df[c].iloc[0]
-        if c == "peak_lr":
-            words.append(f"lr={float(v):g}")
-        else:
-            words.append({"n_layers": "L={}", "init": "{} init", "norm_position": "{}-norm",
-                          "warmup": "warmup {}"}[c].format(v))  # fmt: skip
-    return ", ".join(words)
-
-
 def _title(df: pd.DataFrame, title: str) -> str:
     fixed = fixed_settings(df)
     return ", ".join(t for t in (fixed, title) if t)
 
 
 def _figure(n_handles: int, ncols: int = 1, nrows: int = 1, row_height: float = 3.2, ncol: int = 3):
-    """Panels and, under them, a row of their own for the legend (a legend in a panel
-    covers the curves of deep runs that stall; one under the figure collided with the
-    notes): returns (fig, flat axes, key axes)."""
-    key_h = key_rows_height(n_handles, ncol)
-    fig = Figure(figsize=(FULL_WIDTH, row_height * nrows + key_h), layout="constrained")
-    gs = fig.add_gridspec(nrows + 1, ncols, height_ratios=[row_height] * nrows + [key_h])
-    axes = np.array([fig.add_subplot(gs[r, c]) for r in range(nrows) for c in range(ncols)])
-    for ax in axes:
-        ax.tick_params(labelsize=FONT)
-        ax.grid(True, which="major", alpha=0.3)
-    key = fig.add_subplot(gs[nrows, :])
-    key.axis("off")
-    return fig, axes, key
+    """Panels and, under them, the legend's rows for ``n_handles`` entries in ``ncol``
+    columns (a legend in a panel covers the curves of deep runs that stall)."""
+    return new_figure_with_key(ncols, row_height, key_rows_height(n_handles, ncol), nrows=nrows)
 
 
 def _legend_rows(key, handles: list, ncol: int = 3) -> None:
-    """The one legend, in the key row, at the grammar's 8 pt."""
-    key.legend(handles=handles, loc="center", ncol=min(ncol, max(len(handles), 1)), fontsize=FONT,
-               frameon=False, handlelength=2.6, columnspacing=1.2)  # fmt: skip
+    """The one legend, in the key row; handles long enough to tell the settings' line styles apart."""
+    key_legend(key, handles, ncol, handlelength=2.6)
 
 
 def _config_handles(df: pd.DataFrame, styles: dict, keys: list[str]) -> list:
@@ -258,23 +182,6 @@ def plot_loss_curves(train: pd.DataFrame, floor: float | None, title: str = "") 
     return fig
 
 
-def _shades(color: str, n: int) -> list:
-    """``n`` shades of one configuration's colour, light (first) to dark (last)."""
-    import matplotlib as mpl
-
-    r, g, b = mpl.colors.to_rgb(color)
-    out = []
-    for i in range(n):
-        t = i / max(n - 1, 1)  # 0: light, 1: dark
-        if t < 0.5:
-            w = 0.6 * (1 - 2 * t)
-            out.append((r + (1 - r) * w, g + (1 - g) * w, b + (1 - b) * w))
-        else:
-            k = 1 - 0.5 * (2 * t - 1)
-            out.append((r * k, g * k, b * k))
-    return out
-
-
 @styled
 def plot_variance_during_training(variance: pd.DataFrame, title: str = "", max_panels: int = 9) -> Figure:
     """Residual-stream variance v_k against the addition k at each probed step, one panel
@@ -294,10 +201,10 @@ def plot_variance_during_training(variance: pd.DataFrame, title: str = "", max_p
     for j, (ax, (_, g)) in enumerate(zip(axes, shown, strict=False)):
         g = g[g["seed"] == g["seed"].min()]
         st = _style_of(styles, g.iloc[0], [])
-        shades = _shades(st["color"], len(steps))
+        shades_ = shades(st["color"], len(steps))
         for i, step in enumerate(steps):
             d = g[g["step"] == step].sort_values("k")
-            ax.plot(d["k"], d["stream_var"], color=shades[i], marker=st["marker"], mfc="none", ms=3, lw=1.3)
+            ax.plot(d["k"], d["stream_var"], color=shades_[i], marker=st["marker"], mfc="none", ms=3, lw=1.3)
         if wants_log(g["stream_var"]):
             ax.set_yscale("log")
         else:  # 4.1e-4 as 4.1 x10^-4: narrow panels keep narrow tick labels
@@ -388,10 +295,9 @@ def plot_lr_sweep(
 
     fig, axes, key = _figure(len(shapes) + 3, ncols=len(panels), row_height=3.0, ncol=4)
     ls_of = {s: LINESTYLES[i % len(LINESTYLES)] for i, s in enumerate(shapes)}
-    configs = list(dict.fromkeys(zip(summary["init"], summary["norm_position"], strict=True)))
     notes = []
     for ax, ((init, pos, w), g) in zip(axes, panels, strict=True):
-        st = config_style(str(init), str(pos), configs.index((init, pos)))
+        st = config_style(str(init), str(pos))
         series = {}
         for i, (L, dm) in enumerate(shapes):
             d = g[(g["n_layers"] == L) & (g["d_model"] == dm)].sort_values("peak_lr")
@@ -495,78 +401,3 @@ def plot_claims(runs: pd.DataFrame, floor: float | None, title: str = "") -> Fig
     return fig
 
 
-def train_table(summary: pd.DataFrame, title: str) -> Table:
-    t = summary_table(
-        title, "final = held-out loss at the last step, mean ± SE over seeds that did not diverge"
-    )
-    keys = varying_columns(summary)
-    for col in ("config", "seeds", "diverged", "final", "±SE", "gap to H", "tok/s"):
-        t.add_column(col, justify="left" if col == "config" else "right", no_wrap=col != "config")
-    for _, r in summary.iterrows():
-        t.add_row(
-            config_name(r, keys),
-            str(r["seeds"]),
-            str(r["diverged"]),
-            fmt(r["final_eval_loss_mean"]),
-            fmt(r["final_eval_loss_se"], 2),
-            fmt(r["gap_to_floor"], 3),
-            f"{r['tokens_per_s']:.0f}",
-        )
-    return t
-
-
-def claims_table(claims: pd.DataFrame, title: str) -> Table:
-    t = summary_table(
-        title, "d and SE in nats (pre-norm claim: fraction of the gap closed); criteria in claims.md"
-    )
-    for col in ("claim", "A", "B", "d", "SE", "verdict"):
-        t.add_column(col, justify="right" if col in ("d", "SE") else "left")
-    style = {"holds": "green", "fails": "red", "inconclusive": "yellow"}
-    for _, r in claims.iterrows():
-        a = f"{fmt(r['a_mean'])}" + (f" ({r['a_diverged']} div.)" if r["a_diverged"] else "")
-        b = f"{fmt(r['b_mean'])}" + (f" ({r['b_diverged']} div.)" if r["b_diverged"] else "")
-        t.add_row(
-            r["claim"],
-            a,
-            b,
-            fmt(r["difference"], 3),
-            fmt(r["difference_se"], 2),
-            f"[{style[r['verdict']]}]{r['verdict']}[/]",
-        )
-    return t
-
-
-def write_claims_md(claims: pd.DataFrame, meta: dict, run_dir: Path, formats, description: str) -> list[Path]:
-    """claims.md: every claim with its numbers, verdict and criterion; the figures."""
-    lines = [f"# Training claims ({description})", ""]
-    floor = meta.get("entropy_floor")
-    data = meta.get("data", {})
-    lines += [f"Data: {data.get('source')}" + (f", entropy floor H = {floor:.4f} nats" if floor else ""), ""]
-    lines += ["| claim | A (mean ± SE) | B (mean ± SE) | d ± SE | verdict |", "|---|---|---|---|---|"]
-    for _, r in claims.iterrows():
-        a = f"{r['a']}: {r['a_mean']:.4f} ± {r['a_se']:.4f}" + (
-            f", {r['a_diverged']} diverged" if r["a_diverged"] else ""
-        )
-        b = (
-            f"{r['b']}: {r['b_mean']:.4f} ± {r['b_se']:.4f}" if r["b"] else f"reference {r['b_mean']:.4f}"
-        ) + (f", {r['b_diverged']} diverged" if r["b_diverged"] else "")
-        lines.append(
-            f"| {r['claim']} | {a} | {b} | {r['difference']:+.4f} ± {r['difference_se']:.4f} | "
-            f"**{r['verdict']}** |"
-        )
-    lines += ["", "## Criteria", ""]
-    for _, r in claims.iterrows():
-        lines.append(f"- **{r['claim']}** ({r['statement']}): {r['test']}; {r['criterion']}.")
-    lines += ["", "## Figures", ""]
-    ext = "png" if "png" in formats else formats[0]
-    for stem, what in (
-        ("claims", "final loss per configuration"),
-        ("claims_deep_curves", "deep stacks"),
-        ("claims_shallow_curves", "shallow comparisons"),
-    ):
-        if (run_dir / f"{stem}.{ext}").exists():
-            lines.append(f"![{what}]({stem}.{ext})")
-            lines.append("")
-    path = run_dir / "claims.md"
-    path.write_text("\n".join(lines) + "\n")
-    return [path]

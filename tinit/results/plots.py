@@ -15,9 +15,9 @@ from matplotlib.lines import Line2D
 
 from ..model.placements import PLACEMENTS
 from . import mathtext_cache
+from .palette import config_label, config_style
 from .rundir import atomic_write
 from .style import (
-    CONFIG_COLORS,
     FONT,
     FULL_WIDTH,
     MEASURED_UNDER,
@@ -26,9 +26,6 @@ from .style import (
     THEORY_ALT,
     coincidence_note,
     coincidences,
-    config_color,
-    config_label,
-    config_style,
     finite,
     footnote,
     integer_axis,
@@ -36,17 +33,13 @@ from .style import (
     markevery,
     near,
     nested_marker_size,
-    new_figure,
     styled,
     suptitle,
     value_axis,
     wants_log,
 )
 
-__all__ = [
-    "CONFIG_COLORS", "FORMATS", "config_color", "config_label", "new_figure", "plot_variance", "save_figure",
-    "wants_log",
-]  # fmt: skip
+__all__ = ["FORMATS", "plot_variance", "save_figure"]
 
 
 from .formats import FORMATS  # noqa: F401  (re-exported)
@@ -111,7 +104,7 @@ def _law_panel(ax, groups, pos: str, off: dict, narrow: bool = False, no_closed=
     measured, notes, errs = {}, [], []
     for i, (init, p, df) in enumerate(rows):
         d = df[df["k"] >= kmin]
-        st = config_style(init, p, i)
+        st = config_style(init, p)
         n = len(d)
         ax.plot(d["k"], d["stream_var"], color=st["color"], marker=st["marker"], mfc="none",
                 ms=nested_marker_size(i % 4), markevery=markevery(n, i, len(rows)),
@@ -134,13 +127,13 @@ def _law_panel(ax, groups, pos: str, off: dict, narrow: bool = False, no_closed=
     preds = [df[df["k"] >= kmin][c] for init, p, df in rows if (init, p) not in off for c in drawn(init)]
     lim = value_axis(ax, values, log_ratio=30, include=near(values, np.concatenate(preds) if preds else []))
     clipped = []
-    for i, (init, p, df) in enumerate(rows):  # leaving the measured range: clipped, marked
+    for init, p, df in rows:  # leaving the measured range: clipped, marked
         d = df[df["k"] >= kmin]
         measured_k = np.isfinite(d["stream_var"].to_numpy(dtype=np.float64))
         for col in ("stream_var", *drawn(init)):
             # past an overflow there is no measurement to set a prediction against: no mark
             y = d[col].where(measured_k)
-            n = mark_clipped(ax, d["k"], y, lim, config_style(init, p, i)["color"])
+            n = mark_clipped(ax, d["k"], y, lim, config_style(init, p)["color"])
             if n and (init, p) not in off:
                 clipped.append(f"{col} of {_short(init, p)}")
     if clipped:
@@ -173,7 +166,7 @@ def _branch_panel(ax, groups, sub: str, wide: bool = True) -> list[str]:
     past = [_short(*key) for key, df in groups if df.attrs.get("overflow_k") is not None]
     for i, ((init, pos), df) in enumerate(groups):
         d = df[df["sublayer"] == sub].sort_values("layer")
-        st = config_style(init, pos, i)
+        st = config_style(init, pos)
         ax.plot(d["layer"], d["branch_var"], color=st["color"], marker=st["marker"], mfc="none",
                 ms=nested_marker_size(i % 4), markevery=markevery(len(d), i, n_all),
                 lw=1.4 if n_all <= 6 else 1.0, label=config_label(init, pos),
@@ -199,10 +192,10 @@ def _branch_panel(ax, groups, sub: str, wide: bool = True) -> list[str]:
                      + ", ".join(f"{_short(*key)} from k = {df.attrs['overflow_k']}" for key, df in groups
                                  if df.attrs.get("overflow_k") is not None))  # fmt: skip
     off0, offk = [], []
-    for i, ((init, pos), df) in enumerate(groups):
+    for (init, pos), df in groups:
         d = df[df["sublayer"] == sub].sort_values("layer")
         b = d["branch_var"].to_numpy(dtype=np.float64)
-        n = mark_clipped(ax, d["layer"], b, lim, config_style(init, pos, i)["color"])
+        n = mark_clipped(ax, d["layer"], b, lim, config_style(init, pos)["color"])
         if n and not (b == 0).all():
             if n == 1 and not (lim[0] <= b[0] <= lim[1]):
                 off0.append(f"{_short(init, pos)} ({b[0]:.2g})")
@@ -243,7 +236,7 @@ def _rank_panel(ax, groups, notes: list[str]) -> list:
     vals, cos, res = [], {}, {}
     n = len(groups)
     for i, ((init, pos), df) in enumerate(groups):
-        st = config_style(init, pos, i)
+        st = config_style(init, pos)
         marks = {"marker": st["marker"], "mfc": "none", "ms": nested_marker_size(i),
                  "markevery": markevery(len(df), i, n)}  # fmt: skip
         ax.plot(df["k"], df["cos_sim"], color=st["color"], lw=1.3, gid=f"cos_sim:{init}/{pos}", **marks)
@@ -346,8 +339,8 @@ def plot_variance(variance: pd.DataFrame, title: str = "", no_closed_form: Itera
     if rank:
         style += _rank_panel(bots[2], groups, notes)
     handles = []
-    for i, ((init, pos), _) in enumerate(groups):
-        st = config_style(init, pos, i)
+    for (init, pos), _ in groups:
+        st = config_style(init, pos)
         handles.append(Line2D([], [], color=st["color"], marker=st["marker"], mfc="none", lw=2.0,
                               label=labels[(init, pos)]))  # fmt: skip
     # rows of their own for the legends (in a panel they cover data): line styles, configurations

@@ -12,9 +12,8 @@ from matplotlib.figure import Figure
 from rich.table import Table
 
 from ..model.placements import normed_stream_names
-from .plots import wants_log
+from .palette import ROLE_STYLES
 from .style import (
-    ROLE_STYLES,
     coincidence_note,
     coincidences,
     footnote,
@@ -22,6 +21,7 @@ from .style import (
     new_figure_with_key,
     styled,
     suptitle,
+    wants_log,
 )
 from .tables import fmt, summary_table
 

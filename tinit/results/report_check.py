@@ -13,8 +13,9 @@ from matplotlib.lines import Line2D
 from rich.table import Table
 
 from ..criteria import ITEMS, z_quantile
+from .palette import config_style
 from .rundir import atomic_write_text
-from .style import MEASURED, THEORY, config_style, footnote, new_figure, styled, suptitle
+from .style import MEASURED, THEORY, footnote, new_figure, styled, suptitle
 from .tables import fmt, fmt_column, pct, summary_table
 
 #: Figure stem -> the items it illustrates, in report order.

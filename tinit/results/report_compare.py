@@ -7,7 +7,7 @@ import pandas as pd
 from rich.table import Table
 
 from ..criteria import TRAIN_COMPARE_CRITERION
-from .plot_train import config_name, varying_columns
+from .report_train import config_name, varying_columns
 from .tables import fmt, summary_table
 
 STYLE = {"lower": "green", "higher": "red", "no difference resolved": "yellow", "too few seeds": "yellow"}

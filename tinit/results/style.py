@@ -1,10 +1,11 @@
 """One visual grammar for every tinit figure.
 
-Every plot module takes its colours, markers, line styles, sizes and axis rules from
-here, so the same configuration looks the same in every figure:
+Every plot module takes its line styles, sizes, layouts and axis rules from here, and
+its colours, markers and labels from :mod:`tinit.results.palette`, so the same
+configuration looks the same in every figure:
 
-- a configuration (init recipe x norm position) has one colour and one marker
-  everywhere (:func:`config_style`);
+- a configuration (scheme x norm placement) has one colour and one marker
+  everywhere (:func:`tinit.results.palette.config_style`, keyed by the scheme's name);
 - measurement is a solid line (translucent where a theory line is drawn on it),
   theory a thinner dashed line on top (:data:`MEASURED`, :data:`THEORY`); a second
   prediction is dotted (:data:`THEORY_ALT`);
@@ -29,7 +30,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ..model.placements import PLACEMENTS
+from .text import wrap_settings
 
 #: Width of a full-width figure (inches): one column of a paper, or a page at 7 in.
 FULL_WIDTH = 7.0
@@ -49,143 +50,24 @@ RC = {
     "axes.titlelocation": "center",
 }
 
-#: One colour and one marker per configuration (init recipe, norm position), everywhere.
-#: The four classic configurations keep these; every other one takes its scheme's colour
-#: (:data:`SCHEME_COLORS`) shaded by its placement (its ``shade``, :mod:`tinit.model.placements`).
-CONFIG_COLORS = {
-    ("naive", "pre"): "#d62728",
-    ("scaled", "pre"): "#1f77b4",
-    ("naive", "post"): "#ff7f0e",
-    ("scaled", "post"): "#2ca02c",
-}
-CONFIG_MARKERS = {
-    ("naive", "pre"): "o",
-    ("scaled", "pre"): "s",
-    ("naive", "post"): "^",
-    ("scaled", "post"): "v",
-}
-_FALLBACK_MARKERS = ("D", "P", "X", "*")
-#: One colour per scheme of the catalogue, in its order; naive red and gpt2 blue as the
-#: classic configurations (their post-norm orange and green come from CONFIG_COLORS). The
-#: others avoid red, blue, orange and green, so those four still mean the classic ones.
-SCHEME_COLORS = (
-    "#d62728", "#1f77b4", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79",
-    "#637939", "#8c6d31", "#843c39", "#7b4173", "#5254a3", "#b5cf6b", "#e7969c", "#de9ed6", "#000000",
-    # the schemes added from their upstream code (deepnet-torchscale ... gemma3)
-    "#6b6ecf", "#cedb9c", "#a55194", "#c49c94", "#dbdb8d", "#9edae5", "#756bb1", "#636363", "#bd9e39",
-    "#ce6dbd",  # mup-example
-    "#8ca252", "#9c9ede",  # deepnet-torchscale-lm, magneto-lm
-)  # fmt: skip
-#: Markers of the schemes of a placement without a marker of its own (pre, post).
-SCHEME_MARKERS = ("o", "s", "^", "v", "<", ">", "p", "h", "*", "d")
-
-
-def scheme_index(init: str) -> int | None:
-    """The scheme's place in the catalogue (an alias is its scheme's), None if unknown."""
-    try:
-        from ..model.catalogue import CATALOGUE, get_scheme
-
-        name = get_scheme(init).name
-    except (KeyError, ImportError, ValueError):
-        return None
-    order = list(CATALOGUE)
-    return order.index(name) if name in order else None
-
-
-def _classic(init: str) -> str | None:
-    """"naive" or "scaled" for the two classic schemes (gpt2 is scaled), else None."""
-    j = scheme_index(init)
-    return {0: "naive", 1: "scaled"}.get(j) if j is not None else None
-
-
-def _shade(color: str, k: float) -> tuple[float, float, float]:
-    r, g, b = mpl.colors.to_rgb(color)
-    if k <= 1:
-        return (r * k, g * k, b * k)
-    w = min(k - 1, 0.9)
-    return (r + (1 - r) * w, g + (1 - g) * w, b + (1 - b) * w)
-
-
-# Categories that are not configurations take colours the configurations never use, so
-# that red, blue, orange and green always mean a configuration.
-#: tinit attention-scale: (input, scaled) series.
-ATTENTION_COLORS = {
-    ("unit", False): "#8c564b",
-    ("unit", True): "#e377c2",
-    ("model", False): "#9467bd",
-    ("model", True): "#17becf",
-}
-#: tinit norms: implementations.
-IMPL_COLORS = {"eager": "#9467bd", "functional": "#8c564b", "compiled": "#17becf"}
-#: tinit params: components of the parameter count, and equal / not equal to 8d^2.
-COMPONENT_COLORS = {
-    "embedding": "#8c564b",
-    "positions": "#c49c94",
-    "attention": "#9467bd",
-    "ffn": "#17becf",
-    "norms": "#7f7f7f",
-    "final_norm": "#c7c7c7",
-    "head": "#e377c2",
-}
-#: (one colour per meaning within the figure: none of the components' colours)
-EQUAL_COLORS = {True: "#bcbd22", False: "#393b79"}
-#: tinit audit: weight roles (colour, marker), none in the configurations' four colours.
-ROLE_STYLES = {
-    "embed": ("#8c564b", "o"), "pos": ("#c49c94", "s"), "q": ("#9467bd", "^"), "k": ("#c5b0d5", "v"),
-    "v": ("#e377c2", "<"), "qkv": ("#9467bd", "^"), "o": ("#17becf", "D"), "gate": ("#bcbd22", ">"),
-    "up": ("#7f7f7f", "p"), "down": ("#393b79", "h"), "head": ("#000000", "*"), "unknown": ("#bdbdbd", "X"),
-}  # fmt: skip
 #: Measurement: solid. Where a theory line lies on it, the measurement is translucent
 #: and thick, the theory thin, dark-dashed and on top, so both stay visible.
 MEASURED = {"ls": "-", "lw": 1.6, "zorder": 2}
 MEASURED_UNDER = {"ls": "-", "lw": 3.2, "alpha": 0.45, "zorder": 2}
 THEORY = {"ls": (0, (4, 2)), "lw": 1.1, "zorder": 3}
 THEORY_ALT = {"ls": (0, (1, 1.5)), "lw": 1.1, "zorder": 3}
+#: Line styles of the settings a figure tells apart besides the configuration (depth,
+#: lr, warmup, norm, FFN, tying), in order; the configuration is colour and marker.
+LINESTYLES = ("-", (0, (5, 2)), (0, (5, 1.5, 1, 1.5)), (0, (1, 1.2)), (0, (8, 2, 1, 2, 1, 2)), (0, (3, 1)))
 #: Grey of style-only legend entries ("measured", "theory").
 NEUTRAL = "0.3"
 #: Clipped points: a triangle at the axis edge, in the series' colour.
 CLIP_MARKERS = {"low": "v", "high": "^"}
 
 
-def placement_label(norm_position: str) -> str:
-    """The placement as the figures name it ("pre-norm", "no norm"); a name outside the
-    registry (a CSV from elsewhere) as "<name>-norm"."""
-    p = PLACEMENTS.get(norm_position)
-    return p.label if p is not None else f"{norm_position}-norm"
-
-
-def config_label(init: str, norm_position: str) -> str:
-    return f"{init} init, {placement_label(norm_position)}"
-
-
 def key_rows_height(n: int, ncol: int, row: float = 0.17, pad: float = 0.15) -> float:
     """Height (inches) of a legend row of ``n`` entries in ``ncol`` columns."""
     return pad + row * -(-n // max(ncol, 1))
-
-
-def config_style(init: str, norm_position: str, i: int = 0) -> dict:
-    """Colour and marker of a configuration, the same in every figure: the classic four
-    their own (:data:`CONFIG_COLORS`); any other catalogue scheme its colour, shaded by
-    the placement (its ``shade``: < 1 darker, mixed with black; > 1 lighter, mixed with
-    white by the excess; pre-norm is the colour itself), with its own marker (the
-    placement's where it has one: sandwich, reordered, none); a scheme outside the
-    catalogue (``i``: its index) a tab10 colour."""
-    classic = _classic(init)
-    key = (classic or init, norm_position)
-    if key in CONFIG_COLORS:
-        return {"color": CONFIG_COLORS[key], "marker": CONFIG_MARKERS[key]}
-    j = scheme_index(init)
-    if j is None:
-        return {"color": f"C{(i + 4) % 10}", "marker": _FALLBACK_MARKERS[i % len(_FALLBACK_MARKERS)]}
-    placement = PLACEMENTS.get(norm_position)
-    shade = placement.shade if placement is not None else 1.0
-    color = _shade(SCHEME_COLORS[j % len(SCHEME_COLORS)], shade)
-    marker = (placement and placement.marker) or SCHEME_MARKERS[j % len(SCHEME_MARKERS)]
-    return {"color": mpl.colors.to_hex(color), "marker": marker}
-
-
-def config_color(init: str, norm_position: str, i: int = 0) -> str:
-    return config_style(init, norm_position, i)["color"]
 
 
 def styled(fn: Callable[..., Figure]) -> Callable[..., Figure]:
@@ -216,24 +98,31 @@ def new_figure(
 
 
 def new_figure_with_key(
-    ncols: int = 1, row_height: float = 2.9, key_height: float = 0.35, width: float = FULL_WIDTH
+    ncols: int = 1,
+    row_height: float = 2.9,
+    key_height: float = 0.35,
+    width: float = FULL_WIDTH,
+    nrows: int = 1,
 ) -> tuple[Figure, np.ndarray, object]:
-    """One row of ``ncols`` panels and, under it, a row of its own for the legend (a
-    legend inside a panel covers data somewhere): returns (fig, axes, key axes)."""
-    fig = Figure(figsize=(width, row_height + key_height), layout="constrained")
-    gs = fig.add_gridspec(2, ncols, height_ratios=[row_height, key_height])
-    axes = np.array([fig.add_subplot(gs[0, j]) for j in range(ncols)])
+    """``nrows`` rows of ``ncols`` panels and, under them, a row of its own for the legend
+    (a legend inside a panel covers data somewhere; one under the figure collides with
+    the notes): returns (fig, flat axes, key axes). ``key_height``: see
+    :func:`key_rows_height`."""
+    fig = Figure(figsize=(width, row_height * nrows + key_height), layout="constrained")
+    gs = fig.add_gridspec(nrows + 1, ncols, height_ratios=[row_height] * nrows + [key_height])
+    axes = np.array([fig.add_subplot(gs[r, c]) for r in range(nrows) for c in range(ncols)])
     for ax in axes:
         ax.tick_params(labelsize=FONT)
         ax.grid(True, which="major", alpha=0.3)
-    key = fig.add_subplot(gs[1, :])
+    key = fig.add_subplot(gs[nrows, :])
     key.axis("off")
     return fig, axes, key
 
 
-def key_legend(key, handles: list, ncol: int = 4) -> None:
-    """The legend in the key row made by :func:`new_figure_with_key`."""
-    key.legend(handles=handles, loc="center", ncol=min(ncol, len(handles)), handlelength=2.2,
+def key_legend(key, handles: list, ncol: int = 4, handlelength: float = 2.2) -> None:
+    """The legend in the key row made by :func:`new_figure_with_key` (``handlelength``:
+    longer where line styles tell settings apart)."""
+    key.legend(handles=handles, loc="center", ncol=min(ncol, max(len(handles), 1)), handlelength=handlelength,
                columnspacing=1.2, frameon=False)  # fmt: skip
 
 
@@ -400,8 +289,6 @@ def integer_axis(ax, values: Sequence[float], axis: str = "x", log: bool = False
 
 def footnote(fig: Figure, lines: Sequence[str]) -> None:
     """Notes under the figure (coincidences, clipped predictions), wrapped to its width."""
-    import textwrap
-
     text = "\n".join(textwrap.fill(s, int(fig.get_figwidth() * 15)) for s in lines if s)
     if text:
         fig.text(0.01, 0.0, text, ha="left", va="top", fontsize=FONT, transform=fig.transFigure,
@@ -413,16 +300,4 @@ def suptitle(fig: Figure, title: str) -> None:
     is never split over two lines)."""
     if not title:
         return
-    width = int(fig.get_figwidth() * 14)
-    lines, line = [], ""
-    for part in title.split(", "):
-        cand = f"{line}, {part}" if line else part
-        if len(cand) + 1 > width and line:  # + 1: a line that goes on ends in ","
-            lines.append(line + ",")
-            line = part
-        else:
-            line = cand
-    lines.append(line)
-    # a single setting longer than the figure (a long command line) breaks at its spaces
-    lines = [w for ln in lines for w in (textwrap.wrap(ln, width) if len(ln) > width else [ln])]
-    fig.suptitle("\n".join(lines))
+    fig.suptitle("\n".join(wrap_settings(title, int(fig.get_figwidth() * 14))))

@@ -12,6 +12,8 @@ from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
 
+from .text import wrap_settings
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -180,24 +182,6 @@ def fit_table(table: Table, width: int, console=None) -> list[Table]:
                 col.width = needs[i][0] + (spare * e) // room
         parts.append(part)
     return parts
-
-
-def wrap_settings(text: str, width: int) -> list[str]:
-    """``text`` (settings joined by ", ") in lines of at most ``width``, broken only
-    between settings ("seed 0" never becomes "seed" / "0,"); a setting longer than a
-    line breaks at its spaces."""
-    import textwrap
-
-    lines, line = [], ""
-    for part in text.split(", "):
-        cand = f"{line}, {part}" if line else part
-        if len(cand) + 1 > width and line:  # + 1: a line that goes on ends in ","
-            lines.append(line + ",")
-            line = part
-        else:
-            line = cand
-    lines.append(line)
-    return [w for ln in lines for w in (textwrap.wrap(ln, width) if len(ln) > width else [ln])]
 
 
 def _table_width(console, table: Table) -> int:
