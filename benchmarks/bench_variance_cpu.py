@@ -1,13 +1,23 @@
-"""Whole-process time of `tinit variance --layers 80` (defaults: four configurations,
-its CSVs, its figure) against a bare script that builds the same four models and runs
-one forward pass each with no probe, no CSV and no plot (benchmarks/_bare_forward.py),
-at the same thread count (tinit's --threads and the bare script's OMP_NUM_THREADS).
-Runs alternate A B A B, so both see the same load; the table gives medians, the ratio of
-each pair and the load average.
+"""Whole-process time of `tinit variance --layers 80` (defaults: four configurations, the
+probe at every addition, its CSVs, its figure, the terminal table) against an
+independent minimal model doing the same four forwards with no probe, CSV or figure
+(benchmarks/_variance_peer.py: its own ~60-line pre/post-norm model in plain torch,
+nothing from tinit), both on one thread (tinit's --threads, the peer's
+torch.set_num_threads and OMP_NUM_THREADS). Runs alternate A B A B, so both see the
+same load; the table gives medians, the ratio of each pair and the load average. Both
+run as an installed program does, from cached byte-code: PYTHONDONTWRITEBYTECODE is
+dropped and the cache kept under a temporary PYTHONPYCACHEPREFIX, filled by the
+warm-up pair (compiling tinit's ~100 modules from source on every start would add a
+cost no user pays).
 
-    python benchmarks/bench_variance_cpu.py [--repeats 5] [--layers 80] [--threads 1]
+    python benchmarks/bench_variance_cpu.py [--repeats 5] [--layers 80] [--peer independent|bare]
+                                            [--tree DIR]
 
-Target (issue 20): ratio <= 1.10.
+``--peer bare`` pairs with benchmarks/_bare_forward.py instead: tinit's own model
+built and run the same way with no probe (what the model alone costs). ``--tree DIR``
+times the tinit of another checkout (a "before"), against this checkout's peer.
+
+Target (issue 31): ratio <= 1.10 against the independent peer.
 """
 
 import argparse
@@ -25,16 +35,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--layers", type=int, default=80)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--peer", choices=("independent", "bare"), default="independent")
+    ap.add_argument("--tree", type=Path, default=HERE.parent, help="the tinit checkout to time")
     args = ap.parse_args()
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(HERE.parent)}
-    tinit = [sys.executable, "-m", "tinit", "variance", "--layers", str(args.layers), "-q", "--device", "cpu",
-             "--threads", str(args.threads)]  # fmt: skip
-    bare = [sys.executable, str(HERE / "_bare_forward.py"), str(args.layers)]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(args.tree.resolve()))
+    tinit = [sys.executable, "-m", "tinit", "variance", "--layers", str(args.layers), "--threads", "1"]
+    peer = {
+        "independent": ("B independent peer: same 4 forwards, plain torch", HERE / "_variance_peer.py"),
+        "bare": ("B tinit's model, 4 forwards, no probe", HERE / "_bare_forward.py"),
+    }[args.peer]
     with tempfile.TemporaryDirectory() as tmp:
+        env["PYTHONPYCACHEPREFIX"] = os.path.join(tmp, "pycache")
         sa, sb, walls, cpus, loads = paired(
-            (f"A tinit variance --layers {args.layers} (CSVs, figure)", tinit),
-            (f"B bare: 4 models, 1 forward each, no probe ({args.threads} thread)", bare),
+            (f"A tinit variance --layers {args.layers} (tree {args.tree.name})", tinit),
+            (peer[0], [sys.executable, str(peer[1]), str(args.layers)]),
             args.repeats, env, fresh=lambda i: ["--out", os.path.join(tmp, f"r{i}")],
         )  # fmt: skip
     report(sa, sb, walls, cpus, loads, "<= 1.10")

@@ -32,6 +32,51 @@ def test_probe_statistics_match_numpy():
     assert math.isnan(row["stream_var_normed"])
 
 
+def test_probe_over_many_additions_matches_numpy():
+    """The statistics are derived once over all additions (VarianceProbe.frame): each row
+    against numpy, along a stream that reuses the sums of the tensor that left the last
+    addition, through a post-norm addition (normed stream), a branch too small for its
+    variance in float32 (NaN, flagged, with its correlation) and an addition of another
+    shape (so another count of elements)."""
+    g = torch.Generator().manual_seed(1)
+    x0 = torch.randn(2, 8, 16, generator=g) * 1.5 + 0.2
+    f1 = 0.5 * x0 + torch.randn(2, 8, 16, generator=g)
+    s1 = x0 + f1
+    f2 = torch.randn(2, 8, 16, generator=g) * 0.7
+    s2 = s1 + f2
+    n2 = (s2 - s2.mean(-1, keepdim=True)) / s2.std(-1, keepdim=True)  # stands in for a norm after the sum
+    tiny = torch.randn(2, 8, 16, generator=g) * 1e-30  # its squares underflow float32: variance 0
+    s3 = n2 + tiny
+    x4 = torch.randn(3, 5, 16, generator=g)
+    f4 = torch.randn(3, 5, 16, generator=g) * 2
+    probe = VarianceProbe(torch.float32)
+    probe(0, -1, "embed", None, None, x0)
+    probe(1, 0, "attn", x0, f1, s1)
+    probe(2, 0, "ffn", s1, f2, s2, normed=n2)
+    probe(3, 1, "attn", n2, tiny, s3)
+    probe(4, 1, "ffn", x4, f4, x4 + f4)
+    df = probe.frame()
+
+    def a(t):
+        return t.double().numpy().ravel()
+
+    def close(got, want):
+        assert got == pytest.approx(want, rel=1e-5, abs=1e-7)
+
+    close(df.loc[0, "stream_var"], a(x0).var())
+    for k, (x, f, s) in {1: (x0, f1, s1), 2: (s1, f2, s2), 4: (x4, f4, x4 + f4)}.items():
+        row = df.loc[k]
+        close(row["stream_var"], a(s).var())
+        close(row["branch_var"], a(f).var())
+        close(row["stream_in_var"], a(x).var())
+        close(row["cross_corr"], np.corrcoef(a(x), a(f))[0, 1])
+    close(df.loc[2, "stream_var_normed"], a(n2).var())
+    assert math.isnan(df.loc[1, "stream_var_normed"]) and math.isnan(df.loc[0, "branch_var"])
+    lost = df.loc[3]
+    assert math.isnan(lost["branch_var"]) and math.isnan(lost["cross_corr"])
+    close(lost["stream_in_var"], a(n2).var())
+
+
 def test_columns(tiny_model, tiny_run):
     res = run_variance(tiny_model, run=tiny_run)
     assert list(res["variance"].columns) == VARIANCE_COLUMNS
