@@ -52,10 +52,10 @@ def test_workers_are_forked_from_a_preloaded_server():
         pytest.skip("the start method differs by platform")
     ctx = local.context()
     assert ctx.get_start_method() == "forkserver"
-    assert "tinit.experiments.points" in local.PRELOAD
+    assert "tinit.experiments.measure.depth_sweep" in local.PRELOAD
     from multiprocessing import forkserver
 
-    assert "tinit.experiments.points" in forkserver._forkserver._preload_modules
+    assert "tinit.experiments.measure.depth_sweep" in forkserver._forkserver._preload_modules
 
 
 def test_a_worker_takes_the_environment_of_the_parent_not_of_the_server(monkeypatch, tmp_path):
