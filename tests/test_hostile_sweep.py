@@ -43,33 +43,8 @@ def config(out: Path) -> dict:
     return json.loads((out / "config.json").read_text())
 
 
-# --- case 2: the single run's bytes ----------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("command", "stems"),
-    [("variance", ("variance", "summary")), ("grad-norms", ("grad_norms", "stream_grads", "summary"))],
-)
-def test_sweep_writes_the_single_runs_bytes(tmp_path, monkeypatch, command, stems):
-    """first_nonfinite_k (variance) and branch_back_gain / grad_cross_corr at k = 0
-    (grad-norms) were written nan by the sweep, empty by the single run; rezero and
-    zero-out pass no gradient through W_O/W_down, so their ratio cells are empty too;
-    `--init NAME,... --init-file` was refused (the file's name unknown while parsing)."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the workers' threads, as this process's
-    # a user's scheme too: the workers have not read its file (every point failed), and its
-    # empty closed form came back from the point CSVs as nan
-    name = f"user-{command}"
-    (tmp_path / "mine.toml").write_text(f'name = "{name}"\n[roles]\no = "sigma / sqrt(2 * (l + 1))"\n')
-    schemes = ["--init", f"naive,rezero,zero-out,{name}", "--init-file", str(tmp_path / "mine.toml")]
-    args = [command, *TINY, "--layers", "3", *schemes, "-q"]
-    assert runner.invoke(app, [*args, "--out", str(tmp_path / "one")]).exit_code == 0
-    res = runner.invoke(app, ["sweep", *args, "--workers", "2", "--out", str(tmp_path / "swept")])
-    assert res.exit_code == 0, res.output
-    for stem in stems:
-        one, swept = (tmp_path / d / f"{stem}.csv" for d in ("one", "swept"))
-        assert one.read_bytes() == swept.read_bytes(), stem
-    for key in ("non_finite", "non_finite_total"):
-        assert config(tmp_path / "swept")[key] == config(tmp_path / "one")[key]
+# --- case 2 (the single run's bytes, a user's scheme, not-applicable cells) is
+# tests/test_sweep_equals_run.py's, for every sweepable command
 
 
 # --- case 4: signals and a killed worker -------------------------------------------------

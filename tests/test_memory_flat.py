@@ -69,14 +69,16 @@ def test_depth_sweep_memory_flat_in_points_and_depth():
     model = dataclasses.replace(MODEL, n_layers=16)
     res = run_depth_sweep(model, InitConfig(), RUN, layers=(2, 8, 16), seeds=2, grads=True,
                           on_partial=on_partial)  # fmt: skip
-    assert res.complete and len(after) == 6
-    assert [t for t, _ in after] == [before] * 6
+    assert res.complete and len(after) == 24  # a point per (L, seed, scheme, placement)
+    assert [t for t, _ in after] == [before] * 24
     rss = [r for _, r in after]
     held = gradient_pass_bytes(model, InitConfig(), RUN.batch, RUN.seq_len, torch.float32) / 2**20
     assert held > 40  # what one leaked configuration at L = 16 would add
     assert rss[-1] <= 1.10 * rss[0] and rss[-1] - rss[0] < held / 2, rss
-    # config.json's figure: resident memory after each point
-    assert list(res.meta["rss_mib"]) == [f"L={L}/seed={s}" for L in (2, 8, 16) for s in (0, 1)]
+    # config.json's figure: resident memory after each point (named as a sweep's point folder)
+    names = [f"L{L}-seed{s}-{i}-{p}" for L in (2, 8, 16) for s in (0, 1) for i in ("naive", "scaled")
+             for p in ("pre", "post")]  # fmt: skip
+    assert sorted(res.meta["rss_mib"]) == sorted(names)
 
 
 PEAK_SCRIPT = """

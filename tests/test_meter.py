@@ -130,7 +130,9 @@ def test_experiments_record_cost(tiny_model, tiny_run):
     assert res.meta["peak_rss_mib"] > 0
     assert "peak_gpu_memory_gib" not in res.meta  # a CPU run claims no GPU figure
     sweep = run_depth_sweep(tiny_model, run=tiny_run, layers=[1, 2], seeds=1, grads=False)
-    assert set(sweep.meta["seconds"]) == {"L=1/seed=0", "L=2/seed=0"}
+    # a point per (L, seed, scheme, placement), timed under its sweep folder's name
+    assert set(sweep.meta["seconds"]) == {f"L{L}-seed0-{i}-{p}" for L in (1, 2) for i in ("naive", "scaled")
+                                          for p in ("pre", "post")}  # fmt: skip
 
 
 @pytest.mark.parametrize("command", ["variance", "grad-norms"])

@@ -1,6 +1,7 @@
-"""Guards `tinit sweep`: a command's grid run as independent points and gathered gives
-byte for byte the CSVs of the single-process command (local pool and a real one-node
-SLURM cluster started from scripts/slurm-local-cluster.sh); a cancelled array task
+"""Guards `tinit sweep` beyond "a sweep equals the single run" (every sweepable command:
+tests/test_sweep_equals_run.py): the local workers pinned one GPU each, a missing and a
+failed point re-run by --resume (real one-node SLURM cluster started from
+scripts/slurm-local-cluster.sh for the array case); a cancelled array task
 leaves the other points, is recorded failed with SLURM's reason, and --resume completes
 the sweep; --dry-run prints the sbatch script; bad sweep options are one-line errors."""
 
@@ -19,12 +20,7 @@ from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
 from tinit.cli import app
-from tinit.experiments.measure.grad_norms import run_grad_norms
-from tinit.experiments.measure.variance import run_variance
-from tinit.experiments.points import grad_norms_plan, variance_plan
-from tinit.model.config import InitConfig, ModelConfig, RunConfig
-from tinit.sweep.folder import point_dir, point_done, read_point_frames
-from tinit.sweep.worker import run_one
+from tinit.sweep.folder import point_dir, point_done
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -82,26 +78,6 @@ def test_local_pool_gives_the_single_process_csvs(tmp_path, reference, monkeypat
     assert sweep["runs"][1]["options"]["workers"] == 1 and sweep["counts"]["done"] == 24
     kept = json.loads((out / "points" / "L16-seed0-scaled-pre.attempt-1" / "config.json").read_text())
     assert kept["error"] == "marked failed by the test"
-
-
-@pytest.mark.parametrize("command", ["variance", "grad-norms"])
-def test_points_written_and_gathered_equal_the_command(tmp_path, command):
-    model = ModelConfig(n_layers=3, d_model=16, n_heads=2, vocab_size=32, max_seq_len=8)
-    init, run = InitConfig(seed=2), RunConfig(batch=2, seq_len=8, device="cpu")
-    if command == "variance":
-        plan, direct = variance_plan(model, init, run, ("naive", "scaled"), ("pre", "post")), run_variance
-        want = direct(model, init, run).frames
-    else:
-        plan = grad_norms_plan(model, init, run, ("naive", "scaled"), ("pre", "post"), batches=2)
-        want = run_grad_norms(model, init, run, batches=2).frames
-    assert len(plan.points) == 4
-    for p in reversed(plan.points):  # any order: each point stands alone
-        run_one(p, point_dir(tmp_path, p.name), command)
-    got = plan.gather({p.name: read_point_frames(tmp_path, p.name) for p in plan.points})
-    assert set(got) == set(want)
-    for stem in want:  # through the CSVs each point wrote: nothing lost on the way
-        a = got[stem].to_csv(index=False, float_format="%.9g")
-        assert a == want[stem].to_csv(index=False, float_format="%.9g"), stem
 
 
 def test_dry_run_prints_the_sbatch_script_and_writes_nothing(tmp_path):

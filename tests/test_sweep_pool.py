@@ -1,8 +1,10 @@
-"""Guards the local pool of `tinit sweep`: its workers are forked from a server that
-imported torch and tinit once (not spawned to import them each), and when `tinit sweep`
+"""Guards the local workers of `tinit sweep`: forked, not spawned, from a process that
+imported torch and tinit once (`tinit sweep` itself, before any thread runs, for every
+worker; a preloaded fork server where forking it is not safe), and when `tinit sweep`
 returns nothing it started is still running: no worker, fork server or resource
 tracker left in its process group."""
 
+import json
 import os
 import subprocess
 import sys
@@ -44,6 +46,10 @@ def test_nothing_is_left_in_the_process_group_when_sweep_returns(tmp_path):
     assert stdout.strip() == str(out) and "leaked" not in stderr, stderr
     assert left == []
     assert (out / "config.json").is_file() and len(list((out / "points").iterdir())) == 8
+    # both workers were forked from `tinit sweep` itself, at the start: neither came from a
+    # fork server importing torch while the other measured (2 workers were slower than 1)
+    where = [json.loads((d / "config.json").read_text())["where"] for d in (out / "points").iterdir()]
+    assert {w["ppid"] for w in where} == {proc.pid} and len({w["pid"] for w in where}) == 2
 
 
 def test_workers_are_forked_from_a_preloaded_server():
@@ -52,10 +58,10 @@ def test_workers_are_forked_from_a_preloaded_server():
         pytest.skip("the start method differs by platform")
     ctx = local.context()
     assert ctx.get_start_method() == "forkserver"
-    assert "tinit.experiments.points" in local.PRELOAD
+    assert "tinit.experiments.measure.depth_sweep" in local.PRELOAD
     from multiprocessing import forkserver
 
-    assert "tinit.experiments.points" in forkserver._forkserver._preload_modules
+    assert "tinit.experiments.measure.depth_sweep" in forkserver._forkserver._preload_modules
 
 
 def test_a_worker_takes_the_environment_of_the_parent_not_of_the_server(monkeypatch, tmp_path):

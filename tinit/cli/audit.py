@@ -318,7 +318,7 @@ def audit(
             out["stream_grads"] = plot_stream_grads(r["stream_grads"], title)
         return out
 
-    def experiment(progress):
+    def experiment(progress, on_partial=None):  # (one unit: nothing partial to hand over)
         try:
             result = run_audit(model, found, roles, tokens, expectation, recipe, opts.seed, grads, progress,
                                meta)  # fmt: skip

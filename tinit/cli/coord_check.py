@@ -96,8 +96,7 @@ def coord_check(
     """
     opts = Options(locals())
     from ..experiments.measure.depth_sweep import parse_layers
-    from ..experiments.points import coord_check_plan
-    from ..experiments.training.coord_check import CoordConfig, make_grid, run_coord_check
+    from ..experiments.training.coord_check import CoordConfig, coord_check_plan, make_grid, run_coord_check
     from ..experiments.training.coord_fit import summary
     from .runner import Outputs, execute
 

@@ -94,9 +94,13 @@ def depth_sweep(
     depth_sweep.png and config.json to a new run folder.
     """
     opts = Options(locals())
-    from ..experiments.measure.depth_sweep import parse_layers, run_depth_sweep, transfer_reference
+    from ..experiments.measure.depth_sweep import (
+        depth_sweep_plan,
+        parse_layers,
+        run_depth_sweep,
+        transfer_reference,
+    )
     from ..experiments.measure.grad_norms import require_gradients
-    from ..experiments.points import depth_sweep_plan
     from .runner import Outputs, execute
 
     depths = configs_or_exit(lambda: parse_layers(layers))

@@ -104,6 +104,6 @@ def grad_norms(
 
 def _plan(*args):
     # only `tinit sweep` plans: a plain run does not import the other experiments
-    from ..experiments.points import grad_norms_plan
+    from ..experiments.measure.grad_norms import grad_norms_plan
 
     return grad_norms_plan(*args)

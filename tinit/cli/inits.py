@@ -115,4 +115,5 @@ def inits(
                  Text(f"not modelled: {s.not_modelled or '-'}"),
                  Text("upstream: " + ("; ".join(s.upstream) or "-"))]  # fmt: skip
         outputs = Outputs(tables=lambda r: [stds_table(r["init_stds"], title), *notes])
-    execute("inits", opts, lambda progress: run_inits(model, init_cfg, name, progress), outputs)
+    execute("inits", opts, lambda progress, on_partial: run_inits(model, init_cfg, name, progress,
+                                                                  on_partial), outputs)

@@ -118,7 +118,7 @@ def lr_sweep(
         return {**out, **variance_figure(r, title)}
 
     def plan():
-        from ..experiments.points import lr_sweep_plan
+        from ..experiments.training.lr_sweep import lr_sweep_plan
 
         model, init, run, tcfg, _data, *axes = args
         return lr_sweep_plan(model, init, run, tcfg, data_args(opts), data.floor, *axes, ds)

@@ -167,7 +167,8 @@ def params(
     execute(
         "params",
         opts,
-        lambda progress: run_params(model, reference_total=reference_total, n_kv_heads=kv, progress=progress),
+        lambda progress, on_partial: run_params(model, reference_total=reference_total, n_kv_heads=kv,
+                                                progress=progress, on_partial=on_partial),
         Outputs(
             figures=lambda r: {"params": plot_params(r["params"], r["ffn"], r["summary"], title)},
             tables=lambda r: [

@@ -9,9 +9,8 @@ SIGINT, SIGTERM and SIGHUP, out of memory and write failures all keep what was
 measured, mark the run incomplete, name the folder and exit 1."""
 
 import gc
-import inspect
 import signal
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,18 +37,16 @@ from ..experiments.result import (
 from ..model.config import ConfigError
 from ..model.structure import override_lines
 from ..results.rundir import (
-    CONFIG,
     FolderTaken,
     OutputError,
     RunFolder,
-    atomic_write_text,
     claim_run_dir,
     environment,
-    non_finite_counts,
     write_config,
     write_csvs,
 )
 from ..results.tables import cost_line, output_console, print_tables
+from ..results.writer import internal_error, write_result
 from .clickcompat import ClickException, Exit
 from .common import SWEEP_CAPTURE
 from .configs import OptionError, Options
@@ -125,14 +122,6 @@ class StopSignals:
             signal.signal(sig, before)
 
 
-def _accepts(func: Callable, name: str) -> bool:
-    try:
-        params = inspect.signature(func).parameters
-    except (TypeError, ValueError):
-        return False
-    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-
-
 class RunWriter:
     """Writes a run folder: the rows so far after each configuration (CSVs and a
     config.json still saying ``complete: false``), then everything at the end."""
@@ -171,22 +160,6 @@ def release_memory() -> None:
         pass
 
 
-def internal_error(exc: Exception, run_dir: Path) -> str:
-    """A one-line reason for an error that is tinit's own (a bug, not the input, the
-    memory or a signal); its traceback goes to ``traceback.txt`` in the run folder, for
-    a bug report, instead of the terminal."""
-    import traceback
-
-    why = " ".join(str(exc).split())[:200]
-    where = ""
-    try:
-        atomic_write_text(run_dir / "traceback.txt", "".join(traceback.format_exception(exc)))
-        where = f"; traceback in {run_dir / 'traceback.txt'}"
-    except OutputError:
-        pass
-    return f"internal error: {type(exc).__name__}: {why}{where}"
-
-
 def _fail(message: str, run_dir: Path) -> None:
     typer.echo(f"Error: {message}; what was measured is in {run_dir}", err=True)
 
@@ -198,9 +171,10 @@ def execute(
     outputs: Outputs,
     plan: Callable | None = None,
 ) -> ExperimentResult | None:
-    """Run ``experiment(progress=...)`` (and ``on_partial=...`` when it takes one: it
-    is called with the result so far after each configuration) and write everything;
-    exit 1 on a failed, stopped or unwritable run.
+    """Run ``experiment(progress=..., on_partial=...)`` (``on_partial`` is called with
+    the result so far after each unit: every experiment takes it) and write everything
+    (:func:`tinit.results.writer.write_result`, as `tinit sweep` does); exit 1 on a
+    failed, stopped or unwritable run.
 
     ``plan``: makes the command's grid as points (:mod:`tinit.experiments.points`) for
     ``tinit sweep``, which captures it here instead of running (returns None)."""
@@ -224,11 +198,10 @@ def execute(
     run_dir = folder.path
     writer = RunWriter(folder, command, {})
     failure: str | None = None
-    kwargs = {"on_partial": writer.partial} if _accepts(experiment, "on_partial") else {}
     with StopSignals() as signals:
         try:
             with progress_bar(opts.quiet, command) as progress:
-                result = experiment(progress=progress, **kwargs)
+                result = experiment(progress=progress, on_partial=writer.partial)
         except IncompleteRun as exc:
             result, failure = exc.result, str(exc)
         except ConfigError as exc:
@@ -272,71 +245,46 @@ def _finish(
     signals: StopSignals,
 ) -> ExperimentResult:
     run_dir = writer.path
-    counts = non_finite_counts(result.frames, result.not_applicable)
-    n_bad = sum(sum(c.values()) for c in counts.values())
-    expected = [run_dir / CONFIG]
-    write_error = None
-
-    def steps() -> Iterator[Callable[[], list[Path]]]:
-        yield lambda: write_csvs(run_dir, result.frames, result.not_applicable)
-        if result.frames and all(len(df) for df in result.frames.values()):
-            from ..results.plots import save_figure
-
-            for stem, fig in outputs.figures(result).items():
-                yield lambda stem=stem, fig=fig: save_figure(fig, run_dir, stem, opts.format)
-            yield lambda: outputs.files(result, run_dir)
-
-    try:
-        for step in steps():
-            if signals.caught:
-                break
-            expected += step()
-    except OutputError as exc:
-        write_error = str(exc)
-    except Exception as exc:  # a plot that cannot be drawn (no memory left, a bug): the CSVs are saved
-        write_error = "cannot draw the plots: " + internal_error(exc, run_dir)
-    stopped_writing = bool(signals.caught) and failure is None
-    if signals.caught and failure is None:
-        failure = f"stopped by {signals.caught[0]} while writing"
-    missing = [p.name for p in expected if p.name != CONFIG and not p.exists()]
-    complete = bool(result.complete and failure is None and write_error is None and not missing)
-    reasons = [r for r in (failure, write_error, f"missing {', '.join(missing)}" if missing else None) if r]
-    error = "; ".join(reasons) or result.error
-    try:
-        writer.config(result, complete, error, non_finite=counts, non_finite_total=n_bad)
-    except OutputError as exc:
-        write_error = write_error or str(exc)
-    if write_error:
-        _fail(f"run incomplete{f' ({failure})' if failure else ''}, {write_error}", run_dir)
+    done = write_result(run_dir, command, result, outputs.figures, outputs.files, opts.format, signals.caught,
+                        failure, writer.base)  # fmt: skip
+    if done.write_error:
+        _fail(f"run incomplete{f' ({failure})' if failure else ''}, {done.write_error}", run_dir)
         typer.echo(str(run_dir))
         raise typer.Exit(1)
-    console = output_console()
-    if not opts.quiet and not stopped_writing:
-        for line in override_lines(result.meta.get("structure") or {}):
-            # the header: where a configuration is not the model its scheme's upstream runs
-            console.print(f"Overrides the scheme's structure: {line}", highlight=False, soft_wrap=True)
-        try:
-            tables = outputs.tables(result)
-        except KeyError:  # a run that stopped before the frame a table shows has no table
-            if failure is None:
-                raise
-            tables = []
-        print_tables(console, tables)
-        for note in outputs.notes:
-            console.print(note)
-        cost = cost_line(result.meta)
-        if cost:
-            console.print(cost, style="dim", highlight=False)
-    if n_bad:
-        typer.echo(non_finite_line(counts, n_bad), err=True)
+    failure = failure or done.stopped
+    if not opts.quiet and not done.stopped:
+        print_summary(result, outputs, failure)
+    if done.n_bad:
+        typer.echo(non_finite_line(done.counts, done.n_bad), err=True)
     if failure:
         _fail(f"run incomplete ({failure})", run_dir)
-    elif missing:
-        _fail(f"run incomplete (missing {', '.join(missing)})", run_dir)
+    elif done.missing:
+        _fail(f"run incomplete (missing {', '.join(done.missing)})", run_dir)
     typer.echo(str(run_dir))
-    if failure or missing:
+    if failure or done.missing:
         raise typer.Exit(1)
     return result
+
+
+def print_summary(result: ExperimentResult, outputs: Outputs, failure: str | None) -> None:
+    """The terminal's summary of a run: the structure overrides, the command's tables,
+    its notes and the cost line (a run stopped before a table's frame has no table)."""
+    console = output_console()
+    for line in override_lines(result.meta.get("structure") or {}):
+        # the header: where a configuration is not the model its scheme's upstream runs
+        console.print(f"Overrides the scheme's structure: {line}", highlight=False, soft_wrap=True)
+    try:
+        tables = outputs.tables(result)
+    except KeyError:  # a run that stopped before the frame a table shows has no table
+        if failure is None:
+            raise
+        tables = []
+    print_tables(console, tables)
+    for note in outputs.notes:
+        console.print(note)
+    cost = cost_line(result.meta)
+    if cost:
+        console.print(cost, style="dim", highlight=False)
 
 
 def non_finite_line(counts: dict[str, dict[str, int]], total: int) -> str:

@@ -341,48 +341,16 @@ def _print_dry_run(plan, executor_, values) -> None:
 
 
 def _write(run_dir: Path, command: str, opts, result, outputs, signals) -> None:
-    """The merged files, as `tinit COMMAND` writes them, with config.json's non-finite
-    counts. config.json first says the merge is under way (so a disk that fills up, or a
-    stop, never leaves it "running"), and last whether the sweep is complete. A write that
-    fails, or a second signal, ends the sweep incomplete: one line, exit 1."""
-    from ..results.plots import save_figure
-    from ..results.rundir import OutputError, non_finite_counts, write_config, write_csvs
-    from ..results.tables import output_console, print_tables
-    from .runner import internal_error, non_finite_line
+    """The merged files, written as `tinit COMMAND` writes its own
+    (:func:`tinit.results.writer.write_result`: config.json first says the files are
+    being written, last whether the sweep is complete). A write that fails, or a second
+    signal, ends the sweep incomplete: one line, exit 1."""
+    from ..results.writer import write_result
+    from .runner import non_finite_line, print_summary
 
-    counts = non_finite_counts(result.frames, result.not_applicable)
-    n_bad = sum(sum(c.values()) for c in counts.values())
-    extra = {"non_finite": counts, "non_finite_total": n_bad}
-    error = result.error
-
-    def steps():  # the figures are drawn only once the CSVs are written
-        yield lambda: write_csvs(run_dir, result.frames, result.not_applicable)
-        if result.frames and all(len(df) for df in result.frames.values()):
-            for stem, fig in outputs.figures(result).items():
-                yield lambda stem=stem, fig=fig: save_figure(fig, run_dir, stem, opts.format)
-            yield lambda: outputs.files(result, run_dir)
-
-    try:
-        write_config(run_dir, command, result.meta, complete=False,
-                     error=f"writing the merged files{f'; {error}' if error else ''}", **extra)  # fmt: skip
-        for step in steps():
-            if signals.caught:
-                error = f"stopped by {signals.caught[0]} while writing" + (f"; {error}" if error else "")
-                result.complete = False
-                break
-            step()
-    except OutputError as exc:
-        result.complete, error = False, f"{exc}" + (f"; {error}" if error else "")
-    except Exception as exc:  # a plot that cannot be drawn: the CSVs are written
-        result.complete = False
-        error = "cannot draw the plots: " + internal_error(exc, run_dir) + (f"; {error}" if error else "")
-    result.error = error
-    try:  # last, as for every command: "complete" only once every file is in place
-        write_config(run_dir, command, result.meta, complete=result.complete, error=error, **extra)
-    except OutputError as exc:
-        result.complete, result.error = False, f"{exc}; {error}" if error else str(exc)
-    if n_bad:
-        typer.echo(non_finite_line(counts, n_bad), err=True)
+    done = write_result(run_dir, command, result, outputs.figures, outputs.files, opts.format, signals.caught)
+    result.complete, result.error = done.complete, done.error
+    if done.n_bad:
+        typer.echo(non_finite_line(done.counts, done.n_bad), err=True)
     if not opts.quiet and not signals.caught:
-        console = output_console()
-        print_tables(console, outputs.tables(result))
+        print_summary(result, outputs, None if done.complete else done.error)

@@ -79,6 +79,6 @@ def variance(
 
 def _plan(*args):
     # only `tinit sweep` plans: a plain run does not import the other experiments
-    from ..experiments.points import variance_plan
+    from ..experiments.measure.variance import variance_plan
 
     return variance_plan(*args)

@@ -38,6 +38,10 @@ inner IncompleteRun's message is not the reason to report, ``nested``. Frames de
 from the whole run (lr-sweep's optima, claims' verdicts) wrap it in :func:`extended`.
 Measurements outside one loop (check's items) use :meth:`Run.step` or
 :meth:`Run.guard` and call :meth:`Run.partial` themselves.
+
+A sweepable experiment's grid is a :class:`~tinit.experiments.points.Plan` of
+independent points; :func:`run_plan` runs it here, point after point, under :class:`Run`
+(``tinit sweep`` runs the same plan on workers or SLURM and gathers the same way).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ import pandas as pd
 import torch
 
 from .memory import peak_rss_own_mib, return_freed_memory, rss_mib
+from .points import Frames, Plan, Point, run_point
 from .result import RUN_FAILURES, ExperimentResult, IncompleteRun, Partial, Progress, failure_reason
 
 U = TypeVar("U")
@@ -247,3 +252,50 @@ def extended(
     except IncompleteRun as exc:  # what finished gets its derived frames too
         raise IncompleteRun(str(exc), add(exc.result)) from exc
     return add(result)
+
+
+def sub_progress(progress: Progress | None, start: int, width: int, total: int) -> Progress | None:
+    """A sub-run's progress (done, its total) mapped onto [start, start + width] of ours."""
+    if progress is None:
+        return None
+
+    def update(done: int, sub_total: int) -> None:
+        progress(start + (done * width) // max(sub_total, 1), total)
+
+    return update
+
+
+def run_plan(
+    plan: Plan,
+    meta: dict[str, Any],
+    *,
+    meter: Meter | None = None,
+    progress: Progress | None = None,
+    on_partial: Partial | None = None,
+    weight: Callable[[Point], int] = lambda p: 1,
+    label: Callable[[Point], str] = lambda p: p.name,
+    on_point: Callable[[Point, ExperimentResult], None] | None = None,
+    last_partial: bool = True,
+) -> ExperimentResult:
+    """Run ``plan``'s points in this process, in order, under :class:`Run`: each point is
+    :func:`run_point` (timed as its name), its frames kept, and the result so far is
+    ``plan.gather`` of the points done (exactly what ``tinit sweep`` gathers from the
+    points' folders) with ``plan.not_applicable``. ``meta``: config.json's settings
+    (:func:`run_meta`, with the device); ``weight(point)``: its steps of the progress;
+    ``on_point(point, result)``: sees each point's own result (its meta) once measured."""
+    done: dict[str, Frames] = {}
+    driver = Run(meta, lambda: plan.gather(done), plan.not_applicable, meter=meter, on_partial=on_partial,
+                 progress=progress, total=sum(weight(p) for p in plan.points))  # fmt: skip
+
+    def measure(point: Point) -> ExperimentResult:
+        return run_point(point, sub_progress(progress, driver.tick.done, weight(point), driver.tick.total))
+
+    def collect(point: Point, result: ExperimentResult) -> None:
+        done[point.name] = result.frames
+        if on_point is not None:
+            on_point(point, result)
+        driver.tick(weight(point))
+
+    driver.each(plan.points, measure, collect, label=label, span=lambda p: p.name if meter else None,
+                inner=lambda r: [r.meta], last_partial=last_partial)  # fmt: skip
+    return driver.result()

@@ -1,18 +1,19 @@
-"""The local executor: worker processes on this machine, one point per task, each
-worker slot its own one-process pool (a worker that dies fails only its own point; the
-slot gets a fresh one). On a machine with several GPUs each worker is pinned to one of
-them through ``CUDA_VISIBLE_DEVICES`` (set before the worker touches CUDA), round-robin
-when there are more workers than GPUs. When the sweep is stopped (a signal) the workers
-are terminated, not left running.
+"""The local executor: worker processes on this machine, each taking one point at a
+time through its own pipe (a worker that dies fails only its own point; its slot gets a
+fresh one). On a machine with several GPUs each worker is pinned to one of them through
+``CUDA_VISIBLE_DEVICES`` (set before the worker touches CUDA), round-robin when there
+are more workers than GPUs. When the sweep is stopped (a signal) the workers are
+terminated, not left running.
 
-Workers start once per sweep and at the cost of a fork, with torch and tinit imported:
-never spawned to import them again each (a spawned pair of workers cost a plain pool's
-whole run). A parent that has computed nothing, has no GPU to hand out and runs one
-thread (``tinit sweep`` itself, before its progress bar starts: :meth:`LocalExecutor.start`)
-forks them from itself, as a plain pool does; otherwise (and for a slot whose worker
-died, once the progress bar's thread runs) they are forked from a fork server that
-imported torch and the experiments once (``forkserver`` with preload), which has run
-nothing either (no CUDA, no thread pool). Either way a worker exits without tearing
+Workers start once per sweep, all of them at :meth:`LocalExecutor.start`, each one fork
+of ``tinit sweep`` itself: it has imported torch and the experiments, computed nothing
+and runs no other thread yet (no progress bar, no pool: the pipes need no thread).
+Before, each slot was a one-process pool whose management thread made every later slot
+wait for a fork server to import torch (2 workers on 2 cores ran slower than one
+process). Where forking is not safe (a GPU to hand out, a caller that has computed: the
+tests' in-process CLI; and for a slot whose worker died, once threads run) the worker
+comes from a fork server that imported torch and the experiments once (``forkserver``
+with preload), which has run nothing either. Either way a worker exits without tearing
 torch down. Where there is no fork (Windows) they are spawned.
 :meth:`LocalExecutor.close` joins them and stops the server and multiprocessing's
 resource tracker: nothing of a sweep outlives ``tinit sweep``."""
@@ -20,14 +21,12 @@ resource tracker: nothing of a sweep outlives ``tinit sweep``."""
 from __future__ import annotations
 
 import atexit
-import gc
 import multiprocessing as mp
 import os
 import signal
 import threading
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +45,8 @@ def visible_gpus() -> list[str]:
 
 
 #: What a worker needs, imported once by the fork server (torch, pandas and the experiments).
-PRELOAD = ["tinit.sweep.worker", "tinit.experiments.points"]
+PRELOAD = ["tinit.sweep.worker", "tinit.experiments.measure.depth_sweep",
+           "tinit.experiments.training.coord_check", "tinit.experiments.training.lr_sweep"]
 
 
 def context(fork: bool = False):
@@ -143,8 +143,71 @@ def _init_worker(gpu: str | None, threads: int | None, env: dict[str, str] | Non
         torch.set_num_threads(threads)
 
 
+def _serve(conn, gpu: str | None, threads: int | None, env: dict[str, str]) -> None:
+    """A worker's life: set up (:func:`_init_worker`), then measure each task
+    ``(points, dirs, command)`` received and send back its records, until the pipe
+    closes or ``None`` comes. It exits without tearing torch down (``os._exit``)."""
+    code = 0
+    try:
+        _init_worker(gpu, threads, env)
+        while True:
+            try:
+                task = conn.recv()
+            except (EOFError, OSError):
+                break
+            if task is None:
+                break
+            try:
+                reply: tuple[str, Any] = ("ok", run_points(*task))
+            except KeyboardInterrupt:  # the sweep stops: the point's folder says so already
+                break
+            except Exception as exc:  # the task could not run at all (unpicklable, a bug)
+                reply = ("error", f"{type(exc).__name__}: {exc}")
+            conn.send(reply)
+    except BaseException:
+        code = 1
+    finally:
+        try:
+            conn.close()
+        finally:
+            os._exit(code)
+
+
+class _Worker:
+    """One worker process and the pipe to it; ``task``: the point it is measuring."""
+
+    def __init__(self, ctx, gpu: str | None, threads: int | None):
+        self.conn, child = ctx.Pipe()
+        self.method = ctx.get_start_method()
+        self.proc = ctx.Process(target=_serve, args=(child, gpu, threads, dict(os.environ)), daemon=True)
+        self.proc.start()
+        child.close()
+        self.task: Any = None
+
+    def died(self) -> str:
+        """Why the process ended while a point ran (killed by a signal, an exit code)."""
+        self.proc.join(timeout=5)
+        c = self.proc.exitcode
+        how = f"killed by {signal.Signals(-c).name}" if c is not None and c < 0 else (
+            f"exit code {c}" if c else "it ended abruptly")  # fmt: skip
+        return f"worker process died ({how}) while running this point"
+
+    def stop(self, wait: bool = True) -> None:
+        try:
+            self.conn.send(None)
+        except (OSError, ValueError):
+            pass
+        self.conn.close()
+        if wait:
+            self.proc.join(timeout=10)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(timeout=5)
+
+
 class LocalExecutor:
-    """``--executor local``: ``workers`` processes on this machine."""
+    """``--executor local``: ``workers`` processes on this machine, each taking one
+    point at a time through its own pipe (no pool, no thread in this process)."""
 
     name = "local"
 
@@ -160,32 +223,31 @@ class LocalExecutor:
         # CPU threads split between the workers unless the user set them
         cpus = os.cpu_count() or 1
         self.threads = None if "OMP_NUM_THREADS" in os.environ else max(1, cpus // workers)
-        self._pools: list[ProcessPoolExecutor] | None = None  # the slots taking points, once started
-        self._started: list[tuple[ProcessPoolExecutor, str]] = []  # every pool made, and its start method
+        self._slots: list[_Worker] | None = None  # the workers taking points, once started
+        self._started: list[_Worker] = []  # every worker made
 
     def describe(self) -> dict[str, Any]:
         return {"workers": self.workers, "gpus": self.gpus, "pinned_gpus": self.pinned,
                 "threads_per_worker": self.threads}  # fmt: skip
 
-    def _new_pool(self, k: int, fork: bool) -> ProcessPoolExecutor:
-        """Slot ``k``'s one-process pool (its worker pinned to the slot's GPU, if any)."""
+    def _new_worker(self, k: int, fork: bool) -> _Worker:
+        """Slot ``k``'s worker (pinned to the slot's GPU, if any): forked from this process
+        when ``fork`` (and no thread runs here yet), else from the preloaded fork server."""
         ctx = context(fork and not self.pinned and not self.gpus)
-        if ctx.get_start_method() == "forkserver":
-            _stop_at_exit()
-        gpu = self.pinned[k] if self.pinned else None
-        pool = ProcessPoolExecutor(1, mp_context=ctx, initializer=_init_worker,
-                                   initargs=(gpu, self.threads, dict(os.environ)))  # fmt: skip
-        self._started.append((pool, ctx.get_start_method()))
-        if ctx.get_start_method() == "fork":
-            pool.submit(int).result()  # the first task forks the worker, here and now
-        return pool
+        if ctx.get_start_method() != "fork":
+            start_tracker()
+            if ctx.get_start_method() == "forkserver":
+                _stop_at_exit()
+        worker = _Worker(ctx, self.pinned[k] if self.pinned else None, self.threads)
+        self._started.append(worker)
+        return worker
 
     def start(self, points: int) -> None:
-        """Start the workers (at most one per point) now: forked workers must be made
-        before any other thread of this process exists (a progress bar's)."""
-        if self._pools is None:
-            start_tracker()
-            self._pools = [self._new_pool(k, self.fork) for k in range(max(1, min(self.workers, points)))]
+        """Start the workers (at most one per point) now, all of them before any thread of
+        this process exists (a progress bar's): each is one fork of this process, which
+        has imported torch and the experiments and computed nothing."""
+        if self._slots is None:
+            self._slots = [self._new_worker(k, self.fork) for k in range(max(1, min(self.workers, points)))]
 
     def run(
         self, points: list, dirs: list[Path], command: str, update: Callable[[dict[str, dict]], None]
@@ -196,82 +258,70 @@ class LocalExecutor:
         if not points:
             return info
         self.start(len(points))
-        pools, self._pools = self._pools, None  # a later run starts new pools
-        slots = len(pools)
+        slots, self._slots = self._slots, None  # a later run starts new workers
         queue = list(zip(points, dirs, strict=True))[::-1]  # popped from the end: in order
-        running: dict[Future, tuple[int, str, list]] = {}
         try:
-            while queue or running:
-                busy = {k for k, _, _ in running.values()}
-                for k in range(slots):
-                    if k not in busy and queue:
+            while queue or any(w.task is not None for w in slots):
+                for k, w in enumerate(slots):
+                    if w.task is None and queue:
+                        if not w.proc.is_alive():  # killed between two points: no point was lost
+                            slots[k] = w = self._new_worker(k, fork=False)
                         p, d = queue.pop()
-                        f, pools[k] = self._submit(pools[k], k, run_points, [p], [str(d)], command)
-                        running[f] = (k, p.name, list(getattr(pools[k], "_processes", {}).values()))
-                done, _ = wait(running, timeout=0.2, return_when=FIRST_COMPLETED)
-                for f in done:
-                    k, name, procs = running.pop(f)
-                    info[name] = _outcome(f, procs)
-                    if isinstance(f.exception(), BrokenProcessPool):
+                        w.task = p.name
+                        try:
+                            w.conn.send(([p], [str(d)], command))
+                            info[p.name]["state"] = "running"
+                        except (OSError, ValueError):  # its pipe broke: it died just now
+                            self._finish(slots, k, info, {"state": "failed", "reason": w.died()})
+                busy = [w for w in slots if w.task is not None]
+                ready = set(wait([x for w in busy for x in (w.conn, w.proc.sentinel)], timeout=0.2))
+                for k, w in enumerate(slots):
+                    if w.task is None or not (w.conn in ready or w.proc.sentinel in ready):
+                        continue
+                    try:
+                        status, value = w.conn.recv() if w.conn.poll() else (None, None)
+                    except (EOFError, OSError):
+                        status, value = None, None
+                    if status == "ok":
+                        self._finish(slots, k, info, _outcome(value[0]))
+                    elif status == "error":
+                        self._finish(slots, k, info, {"state": "failed", "reason": f"worker process failed: "
+                                                      f"{value}"})  # fmt: skip
+                    elif not w.proc.is_alive() or w.proc.sentinel in ready:
                         # this slot's worker died: only its point fails; the slot gets a fresh
-                        # worker (from the fork server: a thread runs by now) and goes on
-                        pools[k].shutdown(wait=False)
-                        pools[k] = self._new_pool(k, fork=False)
-                for f, (_, name, _) in running.items():
-                    if f.running():
-                        info[name]["state"] = "running"
+                        # worker (from the fork server: a thread may run by now) and goes on
+                        self._finish(slots, k, info, {"state": "failed", "reason": w.died()})
                 update(info)
         except BaseException:
             # stopped (a signal, Ctrl-C): end the workers now rather than leave them running
             # points nobody will gather; the interrupted points are failed by the caller
-            for pool in pools:
-                for proc in list(getattr(pool, "_processes", {}).values()):
-                    proc.terminate()
+            for w in slots:
+                if w.proc.is_alive():
+                    w.proc.terminate()
             raise
         finally:
-            # every point is in; the idle workers exit on their own while this process
-            # gathers (joined by :meth:`close`, or at exit)
-            for pool in pools:
-                pool.shutdown(wait=False, cancel_futures=True)
+            for w in slots:  # every point is in: the idle workers exit (joined by close)
+                w.stop(wait=False)
         return info
 
-    def _submit(self, pool: ProcessPoolExecutor, k: int, *task) -> tuple[Future, ProcessPoolExecutor]:
-        """Submit ``task`` to slot ``k``; a slot whose idle worker has died (killed between
-        two points: no point was lost) gets a fresh worker first."""
-        if all(p.is_alive() for p in (getattr(pool, "_processes", None) or {}).values()):
-            try:
-                return pool.submit(*task), pool
-            except BrokenProcessPool:
-                pass
-        pool.shutdown(wait=False)
-        pool = self._new_pool(k, fork=False)
-        return pool.submit(*task), pool
+    def _finish(self, slots: list[_Worker], k: int, info: dict, outcome: dict[str, Any]) -> None:
+        w = slots[k]
+        info[w.task] = outcome
+        w.task = None
+        if (outcome.get("reason") or "").startswith("worker process died"):
+            slots[k] = self._new_worker(k, fork=False)
 
     def close(self) -> None:
         """Join the workers and stop the helper processes: once this returns, nothing
         the executor started is running."""
-        tracked = False  # semaphores of a forked pool are unlinked at once, never tracked
-        for pool, method in self._started:
-            tracked |= method != "fork"
-            pool.shutdown(wait=True)
-        self._pools, self._started = None, []
-        if tracked:
-            gc.collect()  # the pools' semaphores are unregistered from the tracker as they go
+        helpers = any(w.method != "fork" for w in self._started)
+        for w in self._started:
+            w.stop(wait=True)
+        self._slots, self._started = None, []
+        if helpers:
             stop_helpers()
 
 
-def _outcome(future, procs: list | None = None) -> dict[str, Any]:
-    try:
-        r = future.result()[0]
-    except BrokenProcessPool:  # this slot's worker died (killed, out of host memory)
-        codes = []
-        for proc in procs or []:
-            proc.join(timeout=5)
-            codes.append(proc.exitcode)
-        how = next((f"killed by {signal.Signals(-c).name}" for c in codes if c is not None and c < 0), None)
-        how = how or next((f"exit code {c}" for c in codes if c), "it ended abruptly")
-        return {"state": "failed", "reason": f"worker process died ({how}) while running this point"}
-    except Exception as exc:  # the worker could not start, or the task could not be sent
-        return {"state": "failed", "reason": f"worker process failed: {type(exc).__name__}: {exc}"}
+def _outcome(r: dict[str, Any]) -> dict[str, Any]:
     out = {"state": "done" if r["complete"] else "failed", "reason": r["error"], "seconds": r["seconds"]}
     return {**out, **{k: v for k, v in r.items() if k in ("host", "pid", "cuda_visible_devices")}}

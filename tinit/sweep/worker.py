@@ -19,11 +19,12 @@ WHERE_VARS = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLUR
 
 
 def where() -> dict[str, Any]:
-    """This process's host, pid and SLURM/GPU placement."""
+    """This process's host, pid, parent pid (a local worker's: `tinit sweep` itself when
+    it was forked from it, else the fork server) and SLURM/GPU placement."""
     env = {k.lower(): os.environ[k] for k in WHERE_VARS if k in os.environ}
     if "slurm_array_job_id" in env and "slurm_array_task_id" in env:
         env["slurm_task"] = f"{env['slurm_array_job_id']}_{env['slurm_array_task_id']}"
-    return {"host": platform.node(), "pid": os.getpid(), **env}
+    return {"host": platform.node(), "pid": os.getpid(), "ppid": os.getppid(), **env}
 
 
 def write_frames(point_dir: Path, frames: dict) -> None:

@@ -32,9 +32,10 @@ from ...model.catalogue import get_scheme, known
 from ...model.config import MAX_SEEDS, ConfigError, InitConfig, ModelConfig, RunConfig, check_count
 from ..configs import check_configs, grid
 from ..device import resolve_device
-from ..driver import Meter, Run
+from ..driver import Meter, run_plan, sub_progress
 from ..memory import check_memory
 from ..meta import run_meta
+from ..points import Frames, Plan, Point, grid_meta
 from ..result import ExperimentResult, Partial, Progress
 from .depth_fits import (
     FIT_COLUMNS,
@@ -181,52 +182,86 @@ def run_depth_sweep(
     """
     model, init, run = model or ModelConfig(), init or InitConfig(), run or RunConfig()
     depths = parse_layers(layers)
+    plan = depth_sweep_plan(model, init, run, depths, seeds, inits, norm_positions, grads, transfer_from,
+                            here=True)  # fmt: skip
+    device = resolve_device(run.device)
+    base = dataclasses.replace(model, n_layers=depths[-1])
+    streamed: dict[int, bool] = {}
+    criterion = f"|v(L_max) - v(L_min)| <= {SPREAD_K:g} * sqrt(se_max^2 + se_min^2)"
+    meta = run_meta(base, init, run, device, configurations=plan.meta["configurations"], layers=depths,
+                    seeds=seeds, seed_values=[init.seed + i for i in range(seeds)], grads=grads,
+                    spread_criterion=criterion, transfer_from=plan.meta["transfer_from"],
+                    transfer_tol=TRANSFER_TOL, law_tol=LAW_TOL, streamed=streamed)  # fmt: skip
+
+    def seen(point, result: ExperimentResult) -> None:
+        streamed[point.labels["n_layers"]] = bool(result.meta.get("streamed"))
+
+    # progress in block passes: a forward per layer, and for the gradients a forward and a
+    # backward (grad_norms counts 2 per layer)
+    return run_plan(plan, meta, meter=Meter(device), progress=progress, on_partial=on_partial,
+                    weight=lambda p: (3 if grads else 1) * p.labels["n_layers"], label=_point_label,
+                    on_point=seen)  # fmt: skip
+
+
+def _point_label(point) -> str:
+    lab = point.labels
+    return f"L={lab['n_layers']}, seed {lab['seed']}, {lab['init']}/{lab['norm_position']}"
+
+
+def depth_sweep_plan(
+    model: ModelConfig, init: InitConfig, run: RunConfig, depths: Sequence[int], seeds: int,
+    inits: Sequence[str], norm_positions: Sequence[str] | None, grads: bool, transfer_from: int | None = None,
+    here: bool = False,
+) -> Plan:  # fmt: skip
+    """``depth-sweep`` as one point per (L, seed, init, norm position)
+    (:func:`depth_sweep_result`), in (L, seed, configuration) order; gathering is
+    :func:`assemble` over every point's rows. ``here``: the memory check is against this
+    machine (a run here), else against 1 PiB (a sweep: each point checks where it runs)."""
+    check_count("seeds", seeds, MAX_SEEDS)
     ref = transfer_reference(depths, transfer_from)
     if grads:
         require_gradients(model, run)
-    check_count("seeds", seeds, MAX_SEEDS)
     configs = list(grid(inits, norm_positions, init.schemes))
-    check_memory(model, init, run, configs, backward=grads, n_layers=max(depths))
+    check_memory(model, init, run, configs, backward=grads, n_layers=max(depths), here=here)
     check_configs(model, init, run, configs, depths)
-    device = resolve_device(run.device)
-    base = dataclasses.replace(model, n_layers=depths[-1])
-    # progress in block passes: a forward per layer and configuration, and for the
-    # gradients a forward and a backward (grad_norms counts 2 per layer)
-    per_layer = len(configs) * (3 if grads else 1)
-    records: list[dict] = []
-    streamed: dict[int, bool] = {}
-    criterion = f"|v(L_max) - v(L_min)| <= {SPREAD_K:g} * sqrt(se_max^2 + se_min^2)"
-    meta = run_meta(base, init, run, device, configurations=configs, layers=depths, seeds=seeds,
-                    seed_values=[init.seed + i for i in range(seeds)], grads=grads,
-                    spread_criterion=criterion, transfer_from=ref, transfer_tol=TRANSFER_TOL,
-                    law_tol=LAW_TOL)  # fmt: skip
+    points = [
+        Point(
+            depth_sweep_result,
+            {"n_layers": L, "seed": seed_configs(init, run, i)[0].seed, "init": recipe, "norm_position": pos},
+            {"model": model, "init": init, "run": run, "n_layers": L, "seed_index": i, "inits": (recipe,),
+             "norm_positions": (pos,), "grads": grads},
+        )  # fmt: skip
+        for L in depths
+        for i in range(seeds)
+        for recipe, pos in configs
+    ]
 
-    def frames() -> dict[str, pd.DataFrame]:
-        meta["streamed"] = streamed
-        return assemble(records, configs, model, init, ref)
+    def gather(frames: dict[str, Frames]) -> Frames:
+        done = [frames[p.name]["depth_sweep"] for p in points if p.name in frames]
+        rows = [r for f in done for r in f.to_dict("records")]
+        return assemble(rows, configs, model, init, ref)
 
-    na = not_applicable(grads and model.branch == "model", init.schemes, model)
-    driver = Run(meta, frames, na, meter=Meter(device), on_partial=on_partial,
-                 progress=progress, total=per_layer * seeds * sum(depths))  # fmt: skip
+    meta = grid_meta(
+        dataclasses.replace(model, n_layers=max(depths)), init, run, configurations=configs,
+        layers=list(depths), seeds=seeds, seed_values=[init.seed + i for i in range(seeds)], grads=grads,
+        transfer_from=ref,
+    )  # fmt: skip
+    return Plan("depth-sweep", points, gather, meta,
+                not_applicable(grads and model.branch == "model", init.schemes, model))  # fmt: skip
 
-    def measure(point: tuple[int, int]) -> tuple[list[dict], list[dict]]:
-        L, i = point
-        span = _span(progress, driver.tick.done, per_layer * L, driver.tick.total)
-        return depth_sweep_point(model, init, run, L, i, inits, norm_positions, grads, progress=span)
 
-    def collect(point: tuple[int, int], measured: tuple[list[dict], list[dict]]) -> None:
-        (L, _), (rows, metas) = point, measured
-        streamed[L] = bool(metas[0].get("streamed"))
-        records.extend(rows)
-        driver.tick(per_layer * L)
-
-    def name(point: tuple[int, int]) -> str:
-        return f"L={point[0]}/seed={init.seed + point[1]}"
-
-    driver.each([(L, i) for L in depths for i in range(seeds)], measure, collect,
-                label=lambda p: f"L={p[0]}, seed {init.seed + p[1]}", span=name,
-                inner=lambda measured: measured[1])  # fmt: skip
-    return driver.result()
+def depth_sweep_result(
+    model: ModelConfig, init: InitConfig, run: RunConfig, n_layers: int, seed_index: int,
+    inits: Sequence[str], norm_positions: Sequence[str], grads: bool, progress: Progress | None = None,
+) -> ExperimentResult:  # fmt: skip
+    """A point of the plan: :func:`depth_sweep_point`'s rows as frame ``depth_sweep``, the
+    variance run's meta (with the gradient run's as ``grad_norms_meta``)."""
+    rows, metas = depth_sweep_point(model, init, run, n_layers, seed_index, inits, norm_positions, grads,
+                                    progress)  # fmt: skip
+    meta = dict(metas[0])
+    if len(metas) > 1:
+        meta["grad_norms_meta"] = metas[1]
+    return ExperimentResult({"depth_sweep": pd.DataFrame(rows, columns=SWEEP_COLUMNS)}, meta)
 
 
 def not_applicable(grad_ratio: bool, custom=(), model: ModelConfig | None = None) -> dict:
@@ -345,10 +380,10 @@ def depth_sweep_point(
     ini, r = seed_configs(init, run, seed_index)
     per = len(list(grid(inits, norm_positions, init.schemes))) * n_layers
     total = per * (3 if grads else 1)
-    var = run_variance(cfg, ini, r, inits, norm_positions, progress=_span(progress, 0, per, total))
+    var = run_variance(cfg, ini, r, inits, norm_positions, progress=sub_progress(progress, 0, per, total))
     metas, ratios = [var.meta], {}
     if grads:
-        span = _span(progress, per, 2 * per, total)
+        span = sub_progress(progress, per, 2 * per, total)
         grad = run_grad_norms(cfg, ini, r, inits, norm_positions, batches=1, progress=span)
         metas.append(grad.meta)
         for g in grad["summary"].itertuples(index=False):
@@ -358,17 +393,6 @@ def depth_sweep_point(
         row["grad_ratio"] = ratios.get((row["init"], row["norm_position"]), math.nan)
         rows.append({c: row[c] for c in SWEEP_COLUMNS})
     return rows, metas
-
-
-def _span(progress: Progress | None, start: int, width: int, total: int) -> Progress | None:
-    """A sub-run's progress (done, its total) mapped onto [start, start + width] of ours."""
-    if progress is None:
-        return None
-
-    def update(done: int, sub_total: int) -> None:
-        progress(start + (done * width) // max(sub_total, 1), total)
-
-    return update
 
 
 def assemble(

@@ -44,6 +44,7 @@ from ..device import make_tokens, matmul_precision, resolve_device, resolve_dtyp
 from ..driver import Meter, Run
 from ..memory import backward_bound, check_memory, should_stream
 from ..meta import run_meta
+from ..points import Plan, concat_plan
 from ..result import ExperimentResult, Partial, Progress
 from .backward import PATH_ROWS, GradRecorder, autograd_backward, layerwise_backward
 from .probes import VarianceProbe
@@ -364,3 +365,16 @@ def run_grad_norms(
 
     driver.each(configs, measure, collect, label=config_label, span=config_name)
     return driver.result()
+
+
+def grad_norms_plan(model: ModelConfig, init: InitConfig, run: RunConfig, inits: Sequence[str],
+                    norm_positions: Sequence[str] | None, batches: int = 1) -> Plan:  # fmt: skip
+    """``grad-norms`` as one point per (init, norm position)."""
+    require_gradients(model, run)
+    plan = concat_plan(
+        "grad-norms", run_grad_norms, ("grad_norms", "stream_grads", "summary"), model, init, run, inits,
+        norm_positions, backward=True, batches=batches,
+    )  # fmt: skip
+    # the single run's rules, from the gathered frames (which configurations pass no gradient)
+    plan.not_applicable = lambda frames: not_applicable(model, frames["grad_norms"])
+    return plan

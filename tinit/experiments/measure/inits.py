@@ -15,7 +15,7 @@ from ...model.schemes import MATRIX_ROLES, environment, evaluate, ffn_of, resolv
 from ...model.structure import apply_scheme, structure_record
 from ..configs import check_configs
 from ..driver import Run
-from ..result import ExperimentResult, Progress
+from ..result import ExperimentResult, Partial, Progress
 
 INITS_COLUMNS = [
     "name", "description", "roles", "formula", "multipliers", "placement", "qk_norm", "architecture",
@@ -86,6 +86,7 @@ def run_inits(
     init: InitConfig | None = None,
     scheme: str | None = None,
     progress: Progress | None = None,
+    on_partial: Partial | None = None,
 ) -> ExperimentResult:
     """Frames ``inits`` (the catalogue) or, with ``scheme``, ``init_stds`` (that
     scheme's std per role and layer at the shape ``model``)."""

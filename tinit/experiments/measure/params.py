@@ -17,7 +17,7 @@ from ... import theory
 from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig, swiglu_hidden
 from ...model.params import BLOCK_COMPONENTS, COMPONENTS, count_params, ffn_params, gqa_attention_saving
 from ..driver import Run
-from ..result import ExperimentResult, Progress
+from ..result import ExperimentResult, Partial, Progress
 
 PARAMS_COLUMNS = ["tying", "component", "per_block", "n_blocks", "count", "fraction"]
 FFN_COLUMNS = ["variant", "ffn", "d_ff", "weights", "classic_weights", "ratio", "equal"]
@@ -94,6 +94,7 @@ def run_params(
     reference_total: float | None = None,
     n_kv_heads: int | None = None,
     progress: Progress | None = None,
+    on_partial: Partial | None = None,
 ) -> ExperimentResult:
     """Count every parameter of ``model``, with a tied and with an untied head.
 

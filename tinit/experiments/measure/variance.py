@@ -23,6 +23,7 @@ from ..device import make_tokens, matmul_precision, resolve_device, resolve_dtyp
 from ..driver import Meter, Run
 from ..memory import check_memory, should_stream
 from ..meta import run_meta
+from ..points import Plan, concat_plan
 from ..result import ExperimentResult, Partial, Progress
 from .probes import VarianceProbe
 
@@ -225,3 +226,11 @@ def run_variance(
 
     driver.each(configs, measure, collect, label=config_label, span=config_name)
     return driver.result()
+
+
+def variance_plan(model: ModelConfig, init: InitConfig, run: RunConfig, inits: Sequence[str],
+                  norm_positions: Sequence[str] | None) -> Plan:  # fmt: skip
+    """``variance`` as one point per (init, norm position): :func:`run_variance` of that
+    configuration alone; the frames are the points' one after the other."""
+    return concat_plan("variance", run_variance, ("variance", "summary"), model, init, run, inits,
+                       norm_positions, NOT_APPLICABLE)  # fmt: skip

@@ -45,8 +45,10 @@ from ...model.structure import apply_scheme
 from ...model.transformer import Transformer
 from ..configs import check_configs, grid, parse_widths, position_list, scheme_list
 from ..device import matmul_precision, resolve_device
-from ..driver import Meter, ProgressCounter, Run
+from ..driver import Meter, ProgressCounter, run_plan
 from ..meta import run_meta
+from ..points import Frames, Plan, Point
+from ..points import grid_meta as points_grid_meta
 from ..result import ExperimentResult, Partial, Progress
 from .coord_fit import fit_coord_check, fit_not_applicable
 from .data import load_data
@@ -261,21 +263,38 @@ def run_coord_check(
     """Every point of the grid in order (:func:`coord_point`) under the run driver
     (time and resident memory per point, rows on disk after each), then the fit."""
     g = make_grid(model, init, run, inits, norm_positions, widths, depths, seeds, d_ff, coord)
+    plan = coord_check_plan(model, init, run, coord, inits, norm_positions, widths, depths, seeds, d_ff, g)
     device = resolve_device(run.device)
-    points = g.points()
     big = dataclasses.replace(model, d_model=max(g.widths), n_layers=max(g.depths))
     meta = run_meta(big, init, run, device, configurations=list(g.configs), **grid_meta(g, coord, d_ff, init))
-    frames: list[pd.DataFrame] = []
-    driver = Run(meta, lambda: gather(frames), NOT_APPLICABLE, meter=Meter(device), on_partial=on_partial,
-                 progress=progress, total=len(points) * (coord.steps + 1))  # fmt: skip
+    return run_plan(plan, meta, meter=Meter(device), progress=progress, on_partial=on_partial,
+                    weight=lambda p: coord.steps + 1, label=lambda p: point_name(p.kwargs),
+                    last_partial=False)  # fmt: skip
 
-    def measure(p: dict[str, Any]) -> ExperimentResult:
-        tick = lambda done, total: driver.tick()  # noqa: E731 -- one step of this point done
-        return coord_point(model, init, run, coord, d_ff=d_ff, progress=tick, **p)
 
-    driver.each(points, measure, lambda p, r: frames.append(r["coord_check"]), label=point_name,
-                span=point_name, last_partial=False)  # fmt: skip
-    return driver.result()
+def coord_check_plan(
+    model: ModelConfig, init: InitConfig, run: RunConfig, coord: CoordConfig,
+    inits: Sequence[str], norm_positions: Sequence[str] | None, widths: Sequence[int],
+    depths: Sequence[int], seeds: int, d_ff: int | None = None, checked: CoordGrid | None = None,
+) -> Plan:  # fmt: skip
+    """``coord-check`` as one point per training run (scheme, norm position, depth,
+    width, seed: :func:`coord_point`), in grid order; gathering concatenates them, then
+    fits (:func:`gather`). ``checked``: the grid :func:`make_grid` gave already."""
+    g = checked or make_grid(model, init, run, inits, norm_positions, widths, depths, seeds, d_ff, coord)
+    points = [
+        Point(coord_point,
+              {"d": p["d_model"], "n_layers": p["n_layers"], "seed": p["seed"], "init": p["recipe"],
+               "norm_position": p["norm_position"]},
+              {"model": model, "init": init, "run": run, "coord": coord, "d_ff": d_ff, **p})  # fmt: skip
+        for p in g.points()
+    ]
+
+    def gather_points(frames: dict[str, Frames]) -> Frames:
+        return gather([frames[p.name]["coord_check"] for p in points if p.name in frames])
+
+    big = dataclasses.replace(model, d_model=max(widths), n_layers=max(depths))
+    meta = points_grid_meta(big, init, run, configurations=list(g.configs), **grid_meta(g, coord, d_ff, init))
+    return Plan("coord-check", points, gather_points, meta, NOT_APPLICABLE)
 
 
 def point_name(p: dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ bracketed) makes it "not resolved", since the true optimum may lie beyond the gr
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Sequence
@@ -32,6 +33,7 @@ from ...model.config import InitConfig, ModelConfig, RunConfig
 from ..driver import extended
 from ..measure.depth_fits import fit_line
 from ..measure.verdicts import t_quantile
+from ..points import Frames, Plan, Point, grid_meta
 from ..result import ExperimentResult, Partial, Progress
 from .data import TrainData, load_data
 from .train import SUMMARY_COLUMNS, not_applicable, run_specs, run_train, summarize_runs
@@ -333,3 +335,40 @@ def sweep_not_applicable(train: TrainConfig, floor: float | None, custom: Sequen
         return {**out, **drift_not_applicable()}
 
     return rules
+
+
+def lr_sweep_plan(
+    model: ModelConfig, init: InitConfig, run: RunConfig, train: TrainConfig, data_args: dict,
+    floor: float | None, schemes: Sequence[str], norm_positions: Sequence[str], depths: Sequence[int],
+    seeds: Sequence[int], lrs: Sequence[float], warmups: Sequence[int], widths: Sequence[int] | None = None,
+) -> Plan:  # fmt: skip
+    """``lr-sweep`` as one point per training run (scheme, norm position, depth, width,
+    lr, warmup, seed: :func:`lr_sweep_point`), in the single run's order; gathering
+    concatenates the runs' frames and derives the summary, optima and drifts as the
+    single run does (:func:`gather_points`)."""
+    from .train import check_schemes, grid_specs
+
+    specs = grid_specs(model, init, schemes, norm_positions, depths, seeds, lrs, warmups, widths)
+    check_schemes(specs, data_args["seq_len"], train.param_rules)  # before any point starts
+    points = [
+        Point(lr_sweep_point,
+              {"n_layers": s.model.n_layers, "d": s.model.d_model, "lr": f"{s.lr:g}", "warmup": s.warmup,
+               "seed": s.init.seed, "init": s.init.recipe, "norm_position": s.model.norm_position},
+              {"model": model, "init": init, "run": run, "train": train, "data_args": data_args, "spec": s})
+        for s in specs
+    ]  # fmt: skip
+    per_config = len(lrs) * len(seeds)
+
+    def gather(frames: dict[str, Frames]) -> Frames:
+        done = [frames[p.name] for p in points if p.name in frames]
+        return gather_points(done, train, floor, per_config)
+
+    big = dataclasses.replace(model, n_layers=max(depths))
+    grid_of = {"schemes": list(schemes),
+               "norm_positions": None if norm_positions is None else list(norm_positions),
+               "depths": list(depths),
+               "widths": list(widths or [model.d_model]), "seeds": list(seeds), "lrs": list(lrs),
+               "warmups": list(warmups)}  # fmt: skip
+    meta = grid_meta(big, init, run, train=dataclasses.asdict(train), data=data_args, grid=grid_of,
+                     lr_criterion=LR_CRITERION)  # fmt: skip
+    return Plan("lr-sweep", points, gather, meta, sweep_not_applicable(train, floor, init.schemes))
