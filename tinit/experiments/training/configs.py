@@ -12,6 +12,9 @@ from ...model.flags import TRAIN, flag, learning_rate, on_off, positive
 
 #: coord-check's --help section
 CHECK = "Coordinate check"
+_EPS_HELP = ("AdamW's eps, added to the root of the second moment; a scheme's optimizer rules scale it "
+             "per group (completep, depth-mup: by depth; megatron-mup: / m).")  # fmt: skip
+ADAM_EPS = flag("--adam-eps", panel=TRAIN, callback=positive, help=_EPS_HELP)
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,8 @@ class TrainConfig:
         "--min-lr-ratio", panel=TRAIN, min=0.0, max=1.0,
         help="Cosine decay ends at this fraction of the peak lr.",
     ))  # fmt: skip
-    eps: float = 1e-8  # AdamW's eps (torch's default)
+    # AdamW's eps (torch's default); a scheme's optimizer rules scale it per group
+    eps: float = field(default=1e-8, metadata=ADAM_EPS)
     beta1: float = 0.9
     beta2: float = 0.95
     # max global gradient norm; 0: no clipping (the norm is still recorded)
@@ -119,6 +123,8 @@ class CoordConfig:
         help="on: each scheme's optimizer rules (muP's lr / m on hidden matrices); off: one lr for every "
         "parameter, to show what the rules do.",
     ))  # fmt: skip
+    eps: float = field(default=1e-8, metadata=flag("--adam-eps", panel=CHECK, callback=positive,
+                                                   help=_EPS_HELP))  # fmt: skip
     markov_k: int = 4  # successors per token of the Markov language
 
     def __post_init__(self) -> None:
@@ -131,5 +137,8 @@ class CoordConfig:
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
             raise ConfigError("steps", f"must be a whole number >= 1, got {self.steps!r}")
         check_lr("lr", self.lr)
+        eps = self.eps
+        if isinstance(eps, bool) or not (isinstance(eps, int | float) and math.isfinite(eps) and eps > 0):
+            raise ConfigError("eps", f"must be a positive number, got {self.eps!r}")
 
 

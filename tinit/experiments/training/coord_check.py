@@ -64,9 +64,11 @@ def coord_optimizer(model: Transformer, init: InitConfig, coord: CoordConfig) ->
     """AdamW with the scheme's optimizer rules (:func:`tinit.model.param_rules.optimizer_groups`:
     muP's lr / m on hidden matrices as mup's MuAdam, CompleteP's depth rules, ...), or one
     lr for every parameter when ``coord.param_rules`` is off. No weight decay (mup's
-    coord check decays nothing), torch's default betas and eps (mup's ``Adam(lr)``)."""
-    groups = optimizer_groups(model, init, lr=coord.lr, weight_decay=0.0, rules=coord.param_rules)
-    return torch.optim.AdamW(groups, lr=coord.lr, weight_decay=0.0)
+    coord check decays nothing), torch's default betas (mup's ``Adam(lr)``) and ``coord.eps``
+    (torch's default unless --adam-eps), scaled per group by the scheme's rules."""
+    groups = optimizer_groups(model, init, lr=coord.lr, weight_decay=0.0, eps=coord.eps,
+                              rules=coord.param_rules)  # fmt: skip
+    return torch.optim.AdamW(groups, lr=coord.lr, weight_decay=0.0, eps=coord.eps)
 
 
 class RMSProbe:
