@@ -124,3 +124,60 @@ def test_no_command_reads_its_options_from_locals():
         text = path.read_text()
         assert "locals()" not in text, path.name
         assert not re.search(r"inspect\.signature\(|_accepts\(", text), path.name
+
+
+# --- --adam-eps: declared once (TrainConfig.eps, CoordConfig.eps), taken by every training command ---
+
+
+def test_adam_eps_is_taken_by_the_training_commands():
+    for name in ("train", "lr-sweep", "claims", "coord-check"):
+        params = {p.name: p for p in CLICK[name].params}
+        assert "--adam-eps" in params["eps"].opts and params["eps"].default == 1e-8, name
+    for name in ("variance", "grad-norms", "depth-sweep", "check", "inits"):
+        assert "eps" not in {p.name for p in CLICK[name].params}, name
+
+
+def _adamw_groups(monkeypatch) -> list:
+    """The param groups of every AdamW built while the test runs (what the optimizer
+    steps with, not what config.json says)."""
+    import torch
+
+    built = []
+
+    class Recording(torch.optim.AdamW):
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            built.append(self.param_groups)
+
+    monkeypatch.setattr(torch.optim, "AdamW", Recording)
+    return built
+
+
+@pytest.mark.parametrize("command", ["train", "coord-check"])
+def test_adam_eps_reaches_the_optimizer_and_config_json(tmp_path, monkeypatch, command):
+    """megatron-mup divides the hidden matrices' eps by m = d / d0 (its optimizer rules,
+    Megatron-LM get_mup_config_overrides): at d = 32, d0 = 16 they step with eps / 2, the
+    other groups with eps itself; config.json records the value given."""
+    import json
+
+    built = _adamw_groups(monkeypatch)
+    eps, out = 3e-6, tmp_path / "run"
+    shape = ["--d-model", "32", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "16",
+             "--layers", "1", "--steps", "1", "--init", "megatron-mup", "--base-width", "16"]  # fmt: skip
+    extra = ["--seeds", "1"] if command == "coord-check" else ["--eval-batches", "1"]
+    res = runner.invoke(app, [command, *shape, *extra, "--adam-eps", str(eps), "--out", str(out), "-q"])
+    assert res.exit_code == 0, res.output
+    assert built, "no AdamW was built"
+    for groups in built:
+        got = {g["name"]: g["eps"] for g in groups}
+        assert got["hidden_matrix"] == pytest.approx(eps / 2, rel=1e-12)
+        assert all(v == pytest.approx(eps, rel=1e-12) for k, v in got.items() if k != "hidden_matrix"), got
+    config = json.loads((out / "config.json").read_text())
+    recorded = config["train"]["eps"] if command == "train" else config["coord"]["eps"]
+    assert recorded == eps
+
+
+def test_adam_eps_must_be_positive(tmp_path):
+    res = runner.invoke(app, ["lr-sweep", "--adam-eps", "0", "--out", str(tmp_path / "run")])
+    assert res.exit_code == 2 and "'--adam-eps'" in res.stderr and "\n" not in res.stderr.strip()
+    assert not (tmp_path / "run").exists()
