@@ -181,3 +181,14 @@ def test_adam_eps_must_be_positive(tmp_path):
     res = runner.invoke(app, ["lr-sweep", "--adam-eps", "0", "--out", str(tmp_path / "run")])
     assert res.exit_code == 2 and "'--adam-eps'" in res.stderr and "\n" not in res.stderr.strip()
     assert not (tmp_path / "run").exists()
+
+
+def test_options_page_lists_every_shared_option():
+    """docs/reference/options.md's list of the shared options is the model, init, run and
+    output groups' flags, no more and no less (a flag's negation written beside it)."""
+    page = (ROOT / "docs" / "reference" / "options.md").read_text()
+    listed = re.search(r"lists its\s+own\): `(.*?)`;", page, re.S).group(1)
+    flags = {f for item in listed.split() for f in item.split("/")}
+    declared = {o.flag for g in ("model", "init", "run", "output") for o in GROUPS[g]}
+    negations = {"--post-norm", "--no-qk-norm", "--no-stream"}
+    assert flags - negations == declared - {"--post-norm"}
