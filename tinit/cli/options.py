@@ -269,7 +269,8 @@ def _groups() -> dict[str, tuple[Option, ...]]:
                    "attention", "untie", "bias", "no_attn_scale", "pre_norm", "post_norm", "norm_positions",
                    "qk_norm", "n_kv_heads", "branch", "branch_var")  # fmt: skip
     return {
-        "model": group(ModelConfig, PRE_NORM, POST_NORM, NORM_POSITIONS, order=("preset", *model_order)),
+        "model": group(ModelConfig, PRESET, PRE_NORM, POST_NORM, NORM_POSITIONS,
+                       order=("preset", *model_order)),
         "init": group(InitConfig, INIT_LIST, INIT_FILE,
                       order=("init", "init_file", "base_width", "base_depth", "sigma", "embed_std", "seed")),
         "run": group(RunConfig, THREADS, order=("seq_len", "batch")),
@@ -282,7 +283,6 @@ def _groups() -> dict[str, tuple[Option, ...]]:
 
 #: The option groups a registry row names, by name.
 GROUPS = _groups()
-GROUPS["model"] = (PRESET, *GROUPS["model"])
 #: Every option declared here or on a config (the list options included).
 DECLARED: tuple[Option, ...] = (*(o for g in GROUPS.values() for o in g), DEPTHS, WIDTHS)
 
