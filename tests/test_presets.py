@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from tinit.cli import app
 from tinit.cli.configs import Options
+from tinit.cli.options import options_of
 from tinit.model.config import InitConfig, ModelConfig
 from tinit.model.params import count_params, gqa_attention_saving
 from tinit.model.presets import PRESETS, get_preset
@@ -30,7 +31,7 @@ def preset_model(name: str) -> ModelConfig:
     """The ModelConfig of `tinit params --preset NAME` and no other option (params takes
     every shape option), its command line parsed as the CLI parses it."""
     ctx = get_command(app).commands["params"].make_context("params", ["--preset", name])
-    return Options(ctx.params).model_config()
+    return Options(ctx.params, options_of("params")).model_config()
 
 
 def test_required_presets_exist():

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from tinit.cli import app
 from tinit.cli.configs import Options
+from tinit.cli.options import options_of
 from tinit.experiments.configs import configure, grid
 from tinit.model.catalogue import CATALOGUE, get_scheme
 from tinit.model.config import ConfigError, InitConfig, ModelConfig
@@ -36,7 +37,7 @@ def cli_models(name: str, *flags: str) -> list[tuple[ModelConfig, InitConfig]]:
     given on the command line counts as given), Options and configure."""
     command = typer.main.get_command(app).commands["variance"]
     with command.make_context("variance", [*SHAPE, "--init", name, *flags]) as ctx:
-        opts = Options(ctx.params)
+        opts = Options(ctx.params, options_of("variance"))
         model, init, run = opts.model_config(), opts.init_config(), opts.run_config()
         configs = list(grid(opts.inits, opts.placements, init.schemes))
     return [configure(model, init, run, *c) for c in configs]

@@ -16,6 +16,7 @@ from typer.core import TyperGroup
 from ..interrupt import interrupted
 from .clickcompat import Abort, ClickException, UsageError, plain_message, stray_after_comma
 from .help import Command, HelpContext
+from .options import command
 from .registry import COMMANDS
 
 
@@ -126,7 +127,10 @@ def _root(
 def _register() -> None:
     # in the registry's order, which is the order of `tinit --help`
     for c in COMMANDS:
-        function = getattr(importlib.import_module(f"{__name__}.{c.module}"), c.function)
+        module = importlib.import_module(f"{__name__}.{c.module}")
+        function = getattr(module, c.function)
+        if not c.passes_options:  # (tinit sweep's options are its function's parameters)
+            function = command(c, function, getattr(module, "OPTIONS", ()))
         settings = {"allow_extra_args": True, "ignore_unknown_options": True} if c.passes_options else None
         app.command(c.name, short_help=c.short_help, cls=Command, context_settings=settings)(function)
 

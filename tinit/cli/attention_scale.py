@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ..model.config import ConfigError
-from . import options as opt
 from .common import positive_int_list
 from .configs import Options, configs_or_exit
+from .options import Param
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -50,8 +50,8 @@ def attention_scale_table(frame: "pd.DataFrame", title: str = "") -> "Table":
     return t
 
 
-def attention_scale(
-    head_dims: Annotated[
+OPTIONS = (
+    Param("head_dims", Annotated[
         str,
         typer.Option(
             "--head-dims",
@@ -60,27 +60,11 @@ def attention_scale(
             metavar="INT,INT,...",
             show_default=True,
         ),
-    ] = "16,32,64,128,256",
-    # of the model options, only those that change the logits of layer 0's W_Q, W_K on a
-    # normalised stream (d_model is n_heads * d_h here)
-    preset: opt.PresetName = None,
-    n_heads: opt.Heads = 4,
-    vocab_size: opt.Vocab = 1024,
-    norm: opt.Norm = "rmsnorm",
-    positions: opt.Positions = "rope",
-    attention: opt.Attention = "causal",
-    sigma: opt.Sigma = "0.02",
-    seed: opt.Seed = 0,
-    seq_len: opt.SeqLen = 128,
-    batch: opt.Batch = 8,
-    device: opt.Device = "auto",
-    dtype: opt.DType = "float32",
-    tf32: opt.TF32 = False,
-    threads: opt.Threads = None,
-    out: opt.Out = None,
-    format: opt.Format = "png",
-    quiet: opt.Quiet = False,
-) -> None:
+    ], "16,32,64,128,256"),
+)
+
+
+def attention_scale(opts: Options) -> None:
     """Attention logits at init for each head size d_h: their variance without and with
     the 1/sqrt(d_h) scale, the softmax entropy (relative to its maximum) and the largest
     attention weight, for unit-variance q, k (theory d_h and 1) and for the model's own
@@ -88,7 +72,7 @@ def attention_scale(
 
     Writes attention_scale.csv, attention_scale.png and config.json to a new run folder.
     """
-    opts = Options(locals())
+    head_dims, n_heads, positions, sigma = opts.head_dims, opts.n_heads, opts.positions, opts.sigma
     from ..experiments.measure.attention_scale import check_head_dims, run_attention_scale
     from ..results.plot_attention_scale import plot_attention_scale
     from .runner import Outputs, execute

@@ -11,9 +11,8 @@ from rich.text import Text
 from ..model.catalogue import alias_note
 from ..model.catalogue import names as scheme_names
 from ..model.config import ConfigError
-from . import options as opt
-from .clickcompat import given
 from .configs import Options, configs_or_exit
+from .options import Param
 
 if TYPE_CHECKING:
     from ..experiments.audit.audit import Expectation
@@ -70,9 +69,8 @@ def _no_closed_form(summary) -> list[str]:
     return list(summary.loc[summary["closed_form"].isna() | (summary["closed_form"] == ""), "init"])
 
 
-def audit(
-    ctx: typer.Context,
-    hf: Annotated[
+OPTIONS = (
+    Param("hf", Annotated[
         str | None,
         typer.Option(
             "--hf",
@@ -81,8 +79,8 @@ def audit(
             rich_help_panel=AUDIT,
             metavar="CONFIG.json|MODEL_TYPE",
         ),
-    ] = None,
-    set_: Annotated[
+    ], None),
+    Param("set_", Annotated[
         list[str] | None,
         typer.Option(
             "--set",
@@ -90,8 +88,8 @@ def audit(
             rich_help_panel=AUDIT,
             metavar="KEY=VALUE",
         ),
-    ] = None,
-    module: Annotated[
+    ], None),
+    Param("module", Annotated[
         str | None,
         typer.Option(
             "--module",
@@ -100,8 +98,8 @@ def audit(
             rich_help_panel=AUDIT,
             metavar="SPEC",
         ),
-    ] = None,
-    sites: Annotated[
+    ], None),
+    Param("sites", Annotated[
         str | None,
         typer.Option(
             "--sites",
@@ -110,8 +108,8 @@ def audit(
             rich_help_panel=AUDIT,
             metavar="SPEC",
         ),
-    ] = None,
-    expect: Annotated[
+    ], None),
+    Param("expect", Annotated[
         str,
         typer.Option(
             "--expect",
@@ -120,8 +118,8 @@ def audit(
             + "; or the scheme of --init-file.",
             rich_help_panel=AUDIT,
         ),
-    ] = "declared",
-    reinit: Annotated[
+    ], "declared"),
+    Param("reinit", Annotated[
         str,
         typer.Option(
             "--init",
@@ -130,8 +128,8 @@ def audit(
             "only as built.",
             rich_help_panel=AUDIT,
         ),
-    ] = "none",
-    sigma: Annotated[
+    ], "none"),
+    Param("sigma", Annotated[
         float | None,
         typer.Option(
             "--sigma",
@@ -139,8 +137,8 @@ def audit(
             rich_help_panel=AUDIT,
             show_default=False,
         ),
-    ] = None,
-    vocab: Annotated[
+    ], None),
+    Param("vocab", Annotated[
         int | None,
         typer.Option(
             "--vocab",
@@ -149,41 +147,31 @@ def audit(
             rich_help_panel=AUDIT,
             show_default=False,
         ),
-    ] = None,
-    z_max: Annotated[
+    ], None),
+    Param("z_max", Annotated[
         float,
         typer.Option(
             "--z-max", help="A std is ok when |z| <= this (or within --rtol).", rich_help_panel=AUDIT
         ),
-    ] = 5.0,
-    rtol: Annotated[
+    ], 5.0),
+    Param("rtol", Annotated[
         float,
         typer.Option(
             "--rtol",
             help="...or when within this relative distance of the expected std.",
             rich_help_panel=AUDIT,
         ),
-    ] = 0.01,
-    grads: Annotated[
+    ], 0.01),
+    Param("grads", Annotated[
         bool,
         typer.Option(
             "--grads/--no-grads", help="Also measure gradient norms (one backward).", rich_help_panel=AUDIT
         ),
-    ] = True,
-    # none of the options of tinit's own model (shape, placement, QK-norm, GQA, init scheme
-    # and its base sizes): the audited model has its own (an option accepted and ignored
-    # would mislead); --init-file is taken: its scheme may be named by --expect and --init
-    init_file: opt.InitFile = None,
-    seed: opt.Seed = 0,
-    seq_len: opt.SeqLen = SEQ_LEN,
-    batch: opt.Batch = 8,
-    device: opt.Device = "auto",
-    dtype: opt.DType = "float32",
-    threads: opt.Threads = None,
-    out: opt.Out = None,
-    format: opt.Format = "png",
-    quiet: opt.Quiet = False,
-) -> None:
+    ], True),
+)
+
+
+def audit(opts: Options) -> None:
     """Audit the init of a model tinit did not build: every weight's std against a
     scheme (weights.csv), the residual-stream variance at each of the 2L additions
     (variance.csv, summary.csv, as `tinit variance`) and gradient norms (grad_norms.csv,
@@ -192,7 +180,9 @@ def audit(
     Exit codes: 0 every weight ok; 3 some weight deviates (off-recipe, pytorch-default,
     zero, constant, non-finite); 2 bad input; 1 the run failed part-way.
     """
-    opts = Options(locals())
+    hf, set_, module, sites = opts.hf, opts.set_, opts.module, opts.sites
+    expect, reinit, sigma, vocab, z_max = opts.expect, opts.reinit, opts.sigma, opts.vocab, opts.z_max
+    rtol, grads, seq_len = opts.rtol, opts.grads, opts.seq_len
     from ..experiments.audit.audit import Expectation, ModelError, run_audit
     from ..experiments.audit.loaders import (
         check_parameters,
@@ -242,7 +232,7 @@ def audit(
             model = load_hf(hf, parse_set(sets), device, dtype, opts.seed)
         else:
             model = load_module(module, opts.seed)
-            model = model.to(device=device, dtype=dtype if given(ctx, "dtype") else None)
+            model = model.to(device=device, dtype=dtype if opts.given("dtype") else None)
         option = "--hf" if hf else "--module"
         check_parameters(model, option)
         inferred = infer_vocab(model)
@@ -257,7 +247,7 @@ def audit(
             )
         seq_len, limit = opts.seq_len, max_positions(model)
         if limit is not None and seq_len > limit:
-            if given(ctx, "seq_len"):
+            if opts.given("seq_len"):
                 raise ConfigError("--seq-len", f"{seq_len} exceeds the model's {limit} positions")
             seq_len = limit  # the default does not fit this model: its own length does
         if seq_len < 2 and grads:

@@ -6,10 +6,10 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from ..criteria import CHECK_ALPHA, CHECK_DEEP_LAYERS, CHECK_HEAD_DIMS, CHECK_MODEL, CHECK_RUN
-from . import options as opt
+from ..criteria import CHECK_ALPHA, CHECK_DEEP_LAYERS, CHECK_HEAD_DIMS
 from .common import positive_int_list
 from .configs import Options, configs_or_exit
+from .options import Param
 
 CHECK = "Check"
 
@@ -20,8 +20,8 @@ def _alpha(value: float) -> float:
     return value
 
 
-def check(
-    deep_layers: Annotated[
+OPTIONS = (
+    Param("deep_layers", Annotated[
         int,
         typer.Option(
             "--deep-layers",
@@ -29,8 +29,8 @@ def check(
             min=1,
             rich_help_panel=CHECK,
         ),  # fmt: skip
-    ] = CHECK_DEEP_LAYERS,
-    head_dims: Annotated[
+    ], CHECK_DEEP_LAYERS),
+    Param("head_dims", Annotated[
         str,
         typer.Option(
             "--head-dims",
@@ -38,8 +38,8 @@ def check(
             metavar="16,64,...",
             rich_help_panel=CHECK,
         ),  # fmt: skip
-    ] = ",".join(map(str, CHECK_HEAD_DIMS)),
-    alpha: Annotated[
+    ], ",".join(map(str, CHECK_HEAD_DIMS))),
+    Param("alpha", Annotated[
         float,
         typer.Option(
             "--alpha",
@@ -47,38 +47,11 @@ def check(
             callback=_alpha,
             rich_help_panel=CHECK,
         ),  # fmt: skip
-    ] = CHECK_ALPHA,
-    # the check chooses the schemes, norm positions and branches itself, each where its item
-    # needs them; its model and run defaults are run_check()'s (tinit.criteria)
-    preset: opt.PresetName = None,
-    n_layers: opt.Layers = CHECK_MODEL["n_layers"],
-    d_model: opt.DModel = CHECK_MODEL["d_model"],
-    n_heads: opt.Heads = CHECK_MODEL["n_heads"],
-    d_ff: opt.DFF = None,
-    vocab_size: opt.Vocab = 1024,
-    norm: opt.Norm = "rmsnorm",
-    ffn: opt.Ffn = "swiglu",
-    positions: opt.Positions = "rope",
-    attention: opt.Attention = "causal",
-    untie: opt.Untie = False,
-    bias: opt.Bias = False,
-    no_attn_scale: opt.NoAttnScale = False,
-    qk_norm: opt.QKNorm = None,
-    n_kv_heads: opt.KVHeads = None,
-    sigma: opt.Sigma = "0.02",
-    embed_std: opt.EmbedStd = None,
-    seed: opt.Seed = 0,
-    seq_len: opt.SeqLen = CHECK_RUN["seq_len"],
-    batch: opt.Batch = CHECK_RUN["batch"],
-    device: opt.Device = "auto",
-    dtype: opt.DType = "float32",
-    stream: opt.Stream = None,
-    tf32: opt.TF32 = False,
-    threads: opt.Threads = None,
-    out: opt.Out = None,
-    format: opt.Format = "png",
-    quiet: opt.Quiet = False,
-) -> None:
+    ], CHECK_ALPHA),
+)
+
+
+def check(opts: Options) -> None:
     """Answer the five "check yourself" items of the init primer (Transformer Assembly &
     Weight Initialization, the text tinit is built around; README) with measurements:
     (a) v_2L = 1 + 2L sigma^2 and the independence of stream and branch; (b) depth-scaled
@@ -92,7 +65,8 @@ def check(
     params_summary.csv, ffn.csv, attention_scale.csv), check_variance.png,
     stream_grads.png, params.png, attention_scale.png and config.json.
     """
-    opts = Options(locals())
+    deep_layers, head_dims, alpha = opts.deep_layers, opts.head_dims, opts.alpha
+    preset, sigma = opts.preset, opts.sigma
     from ..experiments.measure.attention_scale import check_head_dims
     from ..experiments.measure.check import run_check
     from ..experiments.measure.grad_norms import require_gradients

@@ -1,10 +1,10 @@
 """From a command's option values to the configs it runs, by config field name, and from
 a ConfigError back to the option that caused it.
 
-A command body starts with ``opts = Options(locals())``: its parameters, named after the
-fields they set (:mod:`tinit.cli.options`), become ``ModelConfig``, ``InitConfig``,
-``RunConfig`` (and any other config dataclass) field by field; what a command does not
-take keeps the config's default."""
+A command's body gets an ``Options`` (built by :func:`tinit.cli.options.command`): the
+values of its parameters, named after the fields they set, become ``ModelConfig``,
+``InitConfig``, ``RunConfig`` (and any other config dataclass) field by field; what a
+command does not take keeps the config's default."""
 
 import dataclasses
 import os
@@ -12,14 +12,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import typer
-from typer.main import get_current_context
 
 from ..model.catalogue import parse_init_list
 from ..model.config import STRUCTURE_FIELDS, ConfigError, InitConfig, ModelConfig, RunConfig
 from ..model.presets import get_preset
 from .clickcompat import current_context, given
 from .init_file import load_init_file
-from .options import FIELDS, NEGATED, OPTION_OF
+from .options import DECLARED, Option
 
 C = TypeVar("C")
 
@@ -64,8 +63,10 @@ class Options:
     the configs they make. Building it sets torch's threads (--threads) and checks --init
     and --init-file, so a bad value is refused before any run folder exists."""
 
-    def __init__(self, values: Mapping[str, Any]) -> None:
-        self.values = {k: v for k, v in values.items() if not isinstance(v, typer.Context)}
+    def __init__(self, values: Mapping[str, Any], options: Iterable[Option] = ()) -> None:
+        self.values = dict(values)
+        #: the declared options this command takes (their fields, negations)
+        self.options = tuple(options)
         if "threads" in self.values:
             self.values["threads"] = set_threads(self.values["threads"])
         if "init" in self.values:
@@ -81,18 +82,30 @@ class Options:
     def replace(self, **changes: Any) -> "Options":
         """The same call with some values changed (nothing is set or checked again)."""
         new = object.__new__(Options)
-        new.values = {**self.values, **changes}
+        new.values, new.options = {**self.values, **changes}, self.options
         return new
+
+    @property
+    def ctx(self) -> typer.Context | None:
+        """The click context of the command running now (None for a library caller)."""
+        return current_context()
+
+    def given(self, name: str) -> bool:
+        """Whether the option ``name`` (a parameter) was given on the command line, not
+        left at its default or a preset's; outside a command, False."""
+        ctx = self.ctx
+        return ctx is not None and name in ctx.params and given(ctx, name)
 
     def config(self, cls: Callable[..., C], **override: Any) -> C:
         """``cls`` (a config dataclass) from the values by field name, a field a flag negates
         (tie_embeddings: --untie) from that flag, then ``override``."""
+        negated = {o.negates: o.param for o in self.options if o.negates and o.param in self.values}
         kw = {}
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
             if f.name in self.values:
                 kw[f.name] = self.values[f.name]
-            elif NEGATED.get(f.name) in self.values:
-                kw[f.name] = not self.values[NEGATED[f.name]]
+            elif f.name in negated:
+                kw[f.name] = not self.values[negated[f.name]]
         return cls(**{**kw, **override})
 
     def model_config(self, **override: Any) -> ModelConfig:
@@ -101,7 +114,7 @@ class Options:
         kw: dict[str, Any] = {"max_seq_len": self.values["seq_len"]} if "seq_len" in self.values else {}
         if self.values.get("preset") is not None:
             preset = get_preset(self.values["preset"])
-            set_by_options = {f for fields in FIELDS.values() for f in fields}
+            set_by_options = {f for o in DECLARED for f in (*o.fields, o.negates) if f}
             kw.update({f: v for f, v in preset.model.items() if f not in set_by_options})
             # the context sizes the learned table (a run may use less)
             kw["max_seq_len"] = max(kw.get("max_seq_len", ModelConfig.max_seq_len), preset.context)
@@ -112,11 +125,8 @@ class Options:
         """The structure fields (:data:`STRUCTURE_FIELDS`) whose option was given on the
         command line (not a default, nor a preset's): they override each init scheme's
         structure (:func:`tinit.model.structure.apply_scheme`); the others take it."""
-        ctx = get_current_context(silent=True)
-        if ctx is None or ctx.command is None:
-            return ()
-        fields = [f for p in ctx.command.params if p.name in self.values and given(ctx, p.name)
-                  for f in FIELDS.get(p.name, (p.name,)) if f in STRUCTURE_FIELDS]  # fmt: skip
+        fields = [f for o in self.options if o.param in self.values and self.given(o.param)
+                  for f in (*o.fields, o.negates) if f in STRUCTURE_FIELDS]  # fmt: skip
         return tuple(dict.fromkeys(fields))
 
     def init_config(self) -> InitConfig:
@@ -177,13 +187,27 @@ class Options:
 
 
 def option_for(field: str, params: Iterable = ()) -> str:
-    """The option that decides config field ``field``: among ``params`` (the running
-    command's click parameters) the one named so or declaring it; else the declared
-    option that does; else the field's own name."""
-    for p in params:
-        if field == p.name or field in FIELDS.get(p.name, ()):
+    """The option of the running command (``params``: its click parameters) that decides
+    config field ``field``: the one that sets it as it is (named after it, or negating
+    it), else one that decides it with others (--d-model 64,128 decides d_ff too), else
+    one of the command's own named like it; else the first declared option that decides
+    it; else the field's own name."""
+    params = list(params)
+    taken = {p.name for p in params}
+    options = [o for o in DECLARED if o.param in taken]
+    ranked = [o.param for o in options if o.negates == field or o.fields[:1] == (field,)]
+    ranked += [o.param for o in options if field in o.fields]
+    ranked.append(field)
+    by_name = {p.name: p for p in params}
+    for name in ranked:
+        if name in by_name:
+            p = by_name[name]
             return next((o for o in p.opts if o.startswith("--")), p.opts[0])
-    return next((OPTION_OF[name] for name, fields in FIELDS.items() if field in fields), field)
+    # not an option of this click command (tinit sweep COMMAND runs COMMAND's under its own)
+    for o in DECLARED:
+        if field in (o.param, o.negates, *o.fields):
+            return o.flag
+    return field
 
 
 class OptionError(typer.BadParameter):

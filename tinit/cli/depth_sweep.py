@@ -7,14 +7,15 @@ import typer
 from . import options as opt
 from .common import describe
 from .configs import Options, configs_or_exit
+from .options import Param
 
 SWEEP = "Sweep"
 DEFAULT_LAYERS = "1,2,4,8,12,24,48,80"
 
 
-def depth_sweep(
-    layers: opt.Depths = DEFAULT_LAYERS,
-    seeds: Annotated[
+OPTIONS = (
+    opt.DEPTHS,  # default DEFAULT_LAYERS
+    Param("seeds", Annotated[
         int,
         typer.Option(
             "--seeds",
@@ -24,16 +25,16 @@ def depth_sweep(
             rich_help_panel=SWEEP,
             show_default=True,
         ),
-    ] = 3,
-    no_grads: Annotated[
+    ], 3),
+    Param("no_grads", Annotated[
         bool,
         typer.Option(
             "--no-grads",
             help="Skip the gradients (grad_ratio left empty); about 3x faster.",
             rich_help_panel=SWEEP,
         ),
-    ] = False,
-    transfer_from: Annotated[
+    ], False),
+    Param("transfer_from", Annotated[
         int | None,
         typer.Option(
             "--transfer-from",
@@ -43,44 +44,11 @@ def depth_sweep(
             rich_help_panel=SWEEP,
             show_default=False,
         ),
-    ] = None,
-    preset: opt.PresetName = None,
-    d_model: opt.DModel = 256,
-    n_heads: opt.Heads = 4,
-    d_ff: opt.DFF = None,
-    vocab_size: opt.Vocab = 1024,
-    norm: opt.Norm = "rmsnorm",
-    ffn: opt.Ffn = "swiglu",
-    positions: opt.Positions = "rope",
-    attention: opt.Attention = "causal",
-    untie: opt.Untie = False,
-    bias: opt.Bias = False,
-    no_attn_scale: opt.NoAttnScale = False,
-    pre_norm: opt.PreNorm = False,
-    post_norm: opt.PostNorm = False,
-    norm_positions: opt.NormPositions = None,
-    qk_norm: opt.QKNorm = None,
-    n_kv_heads: opt.KVHeads = None,
-    branch: opt.Branch = "model",
-    branch_var: opt.BranchVar = 1.0,
-    init: opt.Init = "both",
-    init_file: opt.InitFile = None,
-    base_width: opt.BaseWidth = 256,
-    base_depth: opt.BaseDepth = 1,
-    sigma: opt.Sigma = "0.02",
-    embed_std: opt.EmbedStd = None,
-    seed: opt.Seed = 0,
-    seq_len: opt.SeqLen = 128,
-    batch: opt.Batch = 8,
-    device: opt.Device = "auto",
-    dtype: opt.DType = "float32",
-    stream: opt.Stream = None,
-    tf32: opt.TF32 = False,
-    threads: opt.Threads = None,
-    out: opt.Out = None,
-    format: opt.Format = "png",
-    quiet: opt.Quiet = False,
-) -> None:
+    ], None),
+)
+
+
+def depth_sweep(opts: Options) -> None:
     """Sweep the depth L: final stream variance v_2L (and the first/last-layer W_down
     gradient ratio) at each L, naive vs depth-scaled init and pre- vs post-norm, with
     a least-squares slope of v_2L against L beside the theory (2 mean(s^2) naive, 0
@@ -93,7 +61,7 @@ def depth_sweep(
     Writes depth_sweep.csv, depth_sweep_summary.csv, depth_sweep_fit.csv,
     depth_sweep.png and config.json to a new run folder.
     """
-    opts = Options(locals())
+    layers, seeds, no_grads, transfer_from = opts.layers, opts.seeds, opts.no_grads, opts.transfer_from
     from ..experiments.measure.depth_sweep import (
         depth_sweep_plan,
         parse_layers,

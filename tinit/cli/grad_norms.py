@@ -7,12 +7,13 @@ import typer
 from . import options as opt
 from .common import describe
 from .configs import Options, configs_or_exit
+from .options import Param
 
 GRADIENTS = "Gradients"
 
 
-def grad_norms(
-    batches: Annotated[
+OPTIONS = (
+    Param("batches", Annotated[
         int,
         typer.Option(
             "--batches",
@@ -21,53 +22,19 @@ def grad_norms(
             max=opt.MAX_BATCHES,
             rich_help_panel=GRADIENTS,
         ),
-    ] = 1,
-    tensor: Annotated[
+    ], 1),
+    Param("tensor", Annotated[
         Literal["down", "o", "both"],
         typer.Option(
             "--tensor",
             help="Which matrix grad_norms.png shows (both: a panel each).",
             rich_help_panel=GRADIENTS,
         ),  # fmt: skip
-    ] = "both",
-    preset: opt.PresetName = None,
-    n_layers: opt.Layers = 12,
-    d_model: opt.DModel = 256,
-    n_heads: opt.Heads = 4,
-    d_ff: opt.DFF = None,
-    vocab_size: opt.Vocab = 1024,
-    norm: opt.Norm = "rmsnorm",
-    ffn: opt.Ffn = "swiglu",
-    positions: opt.Positions = "rope",
-    attention: opt.Attention = "causal",
-    untie: opt.Untie = False,
-    bias: opt.Bias = False,
-    no_attn_scale: opt.NoAttnScale = False,
-    pre_norm: opt.PreNorm = False,
-    post_norm: opt.PostNorm = False,
-    norm_positions: opt.NormPositions = None,
-    qk_norm: opt.QKNorm = None,
-    n_kv_heads: opt.KVHeads = None,
-    branch: opt.Branch = "model",
-    branch_var: opt.BranchVar = 1.0,
-    init: opt.Init = "both",
-    init_file: opt.InitFile = None,
-    base_width: opt.BaseWidth = 256,
-    base_depth: opt.BaseDepth = 1,
-    sigma: opt.Sigma = "0.02",
-    embed_std: opt.EmbedStd = None,
-    seed: opt.Seed = 0,
-    seq_len: opt.SeqLen = 128,
-    batch: opt.Batch = 8,
-    device: opt.Device = "auto",
-    dtype: opt.DType = "float32",
-    stream: opt.Stream = None,
-    tf32: opt.TF32 = False,
-    threads: opt.Threads = None,
-    out: opt.Out = None,
-    format: opt.Format = "png",
-    quiet: opt.Quiet = False,
-) -> None:
+    ], "both"),
+)
+
+
+def grad_norms(opts: Options) -> None:
     """Measure the gradient norm of every weight and of the residual stream at every
     addition at init, naive vs depth-scaled and pre- vs post-norm, next to the
     identity-path prediction (pre-norm: gain 1; post-norm: product of 1/sqrt(var)).
@@ -75,7 +42,7 @@ def grad_norms(
     Writes grad_norms.csv, stream_grads.csv, summary.csv, grad_norms.png,
     stream_grads.png and config.json to a new run folder.
     """
-    opts = Options(locals())
+    batches, tensor = opts.batches, opts.tensor
     from ..experiments.measure.grad_norms import require_gradients, run_grad_norms
     from ..results.plot_grad_norms import grad_norms_table, plot_grad_norms, plot_stream_grads
     from .runner import Outputs, execute

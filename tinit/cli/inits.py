@@ -5,8 +5,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.text import Text
 
-from . import options as opt
 from .configs import Options, configs_or_exit
+from .options import Param
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,39 +57,21 @@ def stds_table(df: "pd.DataFrame", title: str):
     return t
 
 
-def inits(
-    name: Annotated[
+OPTIONS = (
+    Param("name", Annotated[
         str | None, typer.Argument(help="A scheme: show its std per role and layer.", metavar="NAME")
-    ] = None,
-    # the options that change a rule's value
-    preset: opt.PresetName = None,
-    n_layers: opt.Layers = 12,
-    d_model: opt.DModel = 256,
-    n_heads: opt.Heads = 4,
-    d_ff: opt.DFF = None,
-    vocab_size: opt.Vocab = 1024,
-    ffn: opt.Ffn = "swiglu",
-    positions: opt.Positions = "rope",
-    untie: opt.Untie = False,
-    n_kv_heads: opt.KVHeads = None,
-    init_file: opt.InitFile = None,
-    base_width: opt.BaseWidth = 256,
-    base_depth: opt.BaseDepth = 1,
-    sigma: opt.Sigma = "0.02",
-    embed_std: opt.EmbedStd = None,
-    seq_len: opt.SeqLen = 128,
-    threads: opt.Threads = None,
-    out: opt.Out = None,
-    format: opt.Format = "png",
-    quiet: opt.Quiet = False,
-) -> None:
+    ], None),
+)
+
+
+def inits(opts: Options) -> None:
     """Print the init catalogue (name, roles touched, formula, multipliers, presumed
     placement; the upstream code each follows, repository@commit and file, and sources in
     inits.csv) and write inits.csv; or, with NAME, that scheme's
     std per role and layer at the current shape, written to init_stds.csv (columns
     scheme, role, layer, std, distribution, multiplier, bound, std_drawn).
     """
-    opts = Options(locals())
+    name, sigma = opts.name, opts.sigma
     from ..experiments.measure.inits import run_inits
     from ..model.catalogue import known, names
     from ..model.schemes import ffn_of

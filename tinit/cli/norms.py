@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from . import options as opt
 from .common import positive_int_list
 from .configs import Options
+from .options import Param
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -70,20 +70,20 @@ def ratio_table(ratio: "pd.DataFrame", timing: "pd.DataFrame", title: str) -> "T
     return t
 
 
-def norms(
-    rows: Annotated[
+OPTIONS = (
+    Param("rows", Annotated[
         str,
         typer.Option("--rows", help="Rows (tokens) per timed tensor, a comma list.", metavar="INT,INT,..."),
-    ] = "256,1024",
-    d_models: Annotated[
+    ], "256,1024"),
+    Param("d_models", Annotated[
         str,
         typer.Option("--d-model", help="Normalised widths d, a comma list.", metavar="INT,INT,..."),
-    ] = "256,1024,4096",
-    repeats: Annotated[
+    ], "256,1024,4096"),
+    Param("repeats", Annotated[
         int, typer.Option("--repeats", help="Timed samples per measurement; the median is reported.", min=1)
-    ] = 10,
-    warmup: Annotated[int, typer.Option("--warmup", help="Untimed calls before timing.", min=0)] = 3,
-    compile: Annotated[
+    ], 10),
+    Param("warmup", Annotated[int, typer.Option("--warmup", help="Untimed calls before timing.", min=0)], 3),
+    Param("compile", Annotated[
         bool | None,
         typer.Option(
             "--compile/--no-compile",
@@ -91,8 +91,8 @@ def norms(
             "inductor's C++ build takes 15-60 s). A failed compile is recorded as unavailable.",
             show_default=False,
         ),
-    ] = None,
-    timing_threads: Annotated[
+    ], None),
+    Param("timing_threads", Annotated[
         int,
         typer.Option(
             "--threads",
@@ -101,15 +101,11 @@ def norms(
             min=1,
             show_default=True,
         ),
-    ] = 1,
-    # no model shape: this command has its own --d-model list
-    seed: opt.Seed = 0,
-    device: opt.Device = "auto",
-    dtype: opt.DType = "float32",
-    out: opt.Out = None,
-    format: opt.Format = "png",
-    quiet: opt.Quiet = False,
-) -> None:
+    ], 1),
+)
+
+
+def norms(opts: Options) -> None:
     """RMSNorm vs LayerNorm. Behaviour: both invariant to x -> a x, only LayerNorm to
     x -> x + c, equal on zero-mean input. Cost: forward and forward+backward time of
     hand-written, torch.nn.functional and (optionally) compiled versions over --rows x
@@ -118,7 +114,9 @@ def norms(
     Writes norms_behaviour.csv, norms_timing.csv, norms_ratio.csv, norms.png and
     config.json to a new run folder.
     """
-    opts = Options(locals())
+    rows, d_models, repeats = opts.rows, opts.d_models, opts.repeats
+    warmup, compile = opts.warmup, opts.compile
+    timing_threads = opts.timing_threads
     from ..experiments.bench.norms import run_norms
     from ..results.plot_norms import plot_norms
     from .runner import Outputs, execute

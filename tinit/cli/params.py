@@ -9,6 +9,7 @@ from ..model.config import ModelConfig
 from ..model.presets import get_preset
 from . import options as opt
 from .configs import Options, configs_or_exit
+from .options import Param
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -109,8 +110,8 @@ def describe(model: ModelConfig, preset: str | None) -> str:
     )
 
 
-def params(
-    reference_total: Annotated[
+OPTIONS = (
+    Param("reference_total", Annotated[
         float | None,
         typer.Option(
             "--reference-total",
@@ -119,30 +120,11 @@ def params(
             rich_help_panel="Counting",
             show_default=False,
         ),
-    ] = None,
-    # the model options that change a parameter count
-    preset: opt.PresetName = None,
-    n_layers: opt.Layers = 12,
-    d_model: opt.DModel = 256,
-    n_heads: opt.Heads = 4,
-    d_ff: opt.DFF = None,
-    vocab_size: opt.Vocab = 1024,
-    norm: opt.Norm = "rmsnorm",
-    ffn: opt.Ffn = "swiglu",
-    positions: opt.Positions = "rope",
-    untie: opt.Untie = False,
-    bias: opt.Bias = False,
-    pre_norm: opt.PreNorm = False,
-    post_norm: opt.PostNorm = False,
-    norm_positions: opt.NormPositions = None,
-    qk_norm: opt.QKNorm = None,
-    n_kv_heads: opt.KVHeads = None,
-    seq_len: opt.SeqLen = 128,
-    threads: opt.Threads = None,
-    out: opt.Out = None,
-    format: opt.Format = "png",
-    quiet: opt.Quiet = False,
-) -> None:
+    ], None),
+)
+
+
+def params(opts: Options) -> None:
     """Count every parameter of the configured model exactly: embedding, positions,
     per-block attention, FFN and norms, final norm, head; tied vs untied head (the
     saving V*d and its share), and the check that a gated FFN at d_ff = 8d/3 holds as
@@ -151,7 +133,7 @@ def params(
 
     Writes params.csv, ffn.csv, summary.csv, params.png and config.json to a new run folder.
     """
-    opts = Options(locals())
+    reference_total, preset = opts.reference_total, opts.preset
     from ..experiments.measure.params import run_params
     from ..results.plot_params import plot_params
     from .runner import Outputs, execute

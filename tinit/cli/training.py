@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..model.config import LR_WHY, MAX_LR, ConfigError
-from .clickcompat import given
 from .configs import Options, configs_or_exit
 
 if TYPE_CHECKING:
@@ -53,12 +52,12 @@ def _once(values: list, text: str, option: str) -> list:
     return values
 
 
-def warmups_within(ctx: typer.Context, warmups: list[int], steps: int) -> list[int]:
+def warmups_within(opts: Options, warmups: list[int], steps: int) -> list[int]:
     """The warmups, each reaching its peak lr by the last step (a warmup of w steps reaches
     it at step w): a --warmup longer than --steps is refused (the lr it reports as the peak
     would never be reached); the default warmup of a shorter run is cut to --steps."""
     long = [w for w in warmups if w > steps]
-    if long and given(ctx, "warmup"):
+    if long and opts.given("warmup"):
         raise typer.BadParameter(
             f"{long[0]} is longer than --steps {steps}: the peak lr would never be reached; give a "
             f"warmup <= {steps}", param_hint="'--warmup'",
@@ -66,11 +65,11 @@ def warmups_within(ctx: typer.Context, warmups: list[int], steps: int) -> list[i
     return list(dict.fromkeys(min(w, steps) for w in warmups))
 
 
-def parse_widths(opts: Options, ctx: typer.Context | None = None) -> list[int]:
+def parse_widths(opts: Options) -> list[int]:
     """lr-sweep's and coord-check's --d-model: the width axis (the library's parser), each
     width divisible by --heads; a list takes each width's default FFN width (so --d-ff
-    goes with one width only; a --preset's d_ff, not given by the user (``ctx``), is left
-    to the caller to drop)."""
+    goes with one width only; a --preset's d_ff, not given by the user, is left to the
+    caller to drop)."""
     from ..experiments.configs import parse_widths as width_axis
 
     out = configs_or_exit(lambda: width_axis(opts.widths))
@@ -78,7 +77,7 @@ def parse_widths(opts: Options, ctx: typer.Context | None = None) -> list[int]:
     if bad:
         raise typer.BadParameter(f"{bad[0]} is not divisible by --heads {opts.n_heads}",
                                  param_hint="'--d-model'")  # fmt: skip
-    if len(out) > 1 and opts.d_ff is not None and (ctx is None or given(ctx, "d_ff")):
+    if len(out) > 1 and opts.d_ff is not None and (opts.ctx is None or opts.given("d_ff")):
         raise typer.BadParameter("a list of widths takes each width's default FFN width; leave --d-ff out",
                                  param_hint="'--d-ff'")  # fmt: skip
     return out
@@ -117,11 +116,11 @@ def data_for(opts: Options):
     return load_data(**data_args(opts))
 
 
-def model_vocab(ctx: typer.Context, opts: Options, data) -> int:
+def model_vocab(opts: Options, data) -> int:
     """The model's vocabulary: the data's (the Markov language's is --vocab; a file's is
     its largest token id + 1, bytes 256), or --vocab when given and at least that (the
     model then has rows the data never uses)."""
-    if data.chain is not None or not given(ctx, "vocab_size"):
+    if data.chain is not None or not opts.given("vocab_size"):
         return data.vocab
     if opts.vocab_size < data.vocab:
         tokens = data.info.get("format") in ("npy", "uint16 bin")
@@ -131,7 +130,7 @@ def model_vocab(ctx: typer.Context, opts: Options, data) -> int:
     return opts.vocab_size
 
 
-def grid(ctx: typer.Context, opts: Options):
+def grid(opts: Options):
     """The arguments of run_train / run_lr_sweep before ``progress`` (model, init, run,
     training config, data, schemes, norm positions, depths, seeds, lrs, warmups), the
     data and the runs' title."""
@@ -139,12 +138,12 @@ def grid(ctx: typer.Context, opts: Options):
 
     lrs = floats(opts.lr, "--lr", MAX_LR, f" ({LR_WHY})")
     warmups = ints(opts.warmup, "--warmup")
-    warmups = warmups_within(ctx, warmups, opts.steps)
+    warmups = warmups_within(opts, warmups, opts.steps)
     depths = configs_or_exit(lambda: parse_layers(opts.layers))
 
     def build():
         data = data_for(opts)
-        model = opts.model_config(n_layers=depths[-1], vocab_size=model_vocab(ctx, opts, data))
+        model = opts.model_config(n_layers=depths[-1], vocab_size=model_vocab(opts, data))
         init = opts.init_config()
         return data, model, init, opts.run_config(seeds=opts.seeds), train_config(opts, lrs[0], warmups[0])
 

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, get_args
 
 from .catalogue import get_scheme, known, names
+from .flags import INIT, MODEL, RUN, flag, nonneg, positive
+from .flags import sigma as sigma_value
 from .placements import PLACEMENTS, Placement
 from .schemes import Scheme
 
@@ -118,26 +120,84 @@ def swiglu_hidden(d_model: int, multiple_of: int = 64) -> int:
 class ModelConfig:
     """Shape and architecture of one transformer stack."""
 
-    n_layers: int = 12  # L: the stack performs 2L residual additions
-    d_model: int = 256  # residual-stream width d
-    n_heads: int = 4  # must divide d_model; d_h = d_model / n_heads
-    d_ff: int | None = None  # FFN hidden size; None -> 8d/3 (gated: swiglu, geglu; rounded up to 64) or 4d
-    vocab_size: int = 1024  # V: rows of the embedding (and of the head)
+    # L: the stack performs 2L residual additions
+    n_layers: int = field(default=12, metadata=flag(
+        "--layers", "-L", panel=MODEL, min=1, help="Number of layers L (2L residual additions).",
+    ))  # fmt: skip
+    # residual-stream width d
+    d_model: int = field(default=256, metadata=flag(
+        "--d-model", panel=MODEL, min=1, help="Residual-stream width d.",
+    ))  # fmt: skip
+    # must divide d_model; d_h = d_model / n_heads
+    n_heads: int = field(default=4, metadata=flag(
+        "--heads", panel=MODEL, min=1, help="Attention heads; must divide --d-model.",
+    ))  # fmt: skip
+    # FFN hidden size; None -> 8d/3 (gated: swiglu, geglu; rounded up to 64) or 4d
+    d_ff: int | None = field(default=None, metadata=flag(
+        "--d-ff", panel=MODEL, min=1, show_default=False,
+        help="FFN hidden size (default: 8d/3 rounded up to 64 for swiglu, 4d for gelu).",
+    ))  # fmt: skip
+    # V: rows of the embedding (and of the head)
+    vocab_size: int = field(default=1024, metadata=flag(
+        "--vocab", panel=MODEL, min=1, help="Vocabulary size V.",
+    ))  # fmt: skip
     max_seq_len: int = 128  # longest sequence: sizes the learned position table and RoPE cache
-    norm: NormKind = "rmsnorm"  # RMSNorm drops LayerNorm's centring and bias
+    # RMSNorm drops LayerNorm's centring and bias
+    norm: NormKind = field(default="rmsnorm", metadata=flag(
+        "--norm", panel=MODEL, help="Normalisation layer.",
+    ))  # fmt: skip
     norm_position: NormPosition = "pre"  # pre x+F(N(x)); post N(x+F(x)); sandwich; reordered; none
-    qk_norm: bool | None = None  # RMSNorm on q and k per head; None -> what the init scheme presumes
-    n_kv_heads: int | None = None  # grouped-query attention: K/V heads (None -> n_heads)
-    ffn: FfnKind = "swiglu"  # gated (swiglu, geglu: 3 matrices) or 2 matrices (gelu, relu^2, relu)
-    positions: PositionsKind = "rope"  # RoPE has no parameters; learned adds a table to x0
-    attention: AttentionKind = "causal"  # causal mask or full bidirectional attention
-    attn_scale: bool = True  # divide logits by sqrt(d_h); off only to study why it is there
-    tie_embeddings: bool = True  # head reuses E: saves V*d parameters
-    bias: bool = False  # zero-initialised biases on every linear layer
+    # RMSNorm on q and k per head; None -> what the init scheme presumes
+    qk_norm: bool | None = field(default=None, metadata=flag(
+        "--qk-norm/--no-qk-norm", panel=MODEL, show_default=False,
+        help="RMSNorm on every head's q and k (default: as the scheme presumes; olmo2, nanochat).",
+    ))  # fmt: skip
+    # grouped-query attention: K/V heads (None -> n_heads)
+    n_kv_heads: int | None = field(default=None, metadata=flag(
+        "--kv-heads", panel=MODEL, min=1, show_default=False,
+        help="K/V heads (grouped-query attention); must divide --heads (default: --heads).",
+    ))  # fmt: skip
+    # gated (swiglu, geglu: 3 matrices) or 2 matrices (gelu, relu^2, relu)
+    ffn: FfnKind = field(default="swiglu", metadata=flag(
+        "--ffn", panel=MODEL,
+        help="Feed-forward network: gated SwiGLU or GeGLU (Gemma), classic GELU, or relu^2 "
+             "(nanochat). Gemma's and nanochat's schemes build their codebase's own.",
+    ))  # fmt: skip
+    # RoPE has no parameters; learned adds a table to x0
+    positions: PositionsKind = field(default="rope", metadata=flag(
+        "--positions", panel=MODEL, help="Position information: RoPE, none, or a learned table.",
+    ))  # fmt: skip
+    # causal mask or full bidirectional attention
+    attention: AttentionKind = field(default="causal", metadata=flag(
+        "--attention", panel=MODEL, help="Attention mask.",
+    ))  # fmt: skip
+    # divide logits by sqrt(d_h); off only to study why it is there
+    attn_scale: bool = field(default=True, metadata=flag(
+        "--no-attn-scale", param='no_attn_scale', negates=True, panel=MODEL,
+        help="Drop the 1/sqrt(d_h) logit scale (to study why it is there).",
+    ))  # fmt: skip
+    # head reuses E: saves V*d parameters
+    tie_embeddings: bool = field(default=True, metadata=flag(
+        "--untie", param='untie', negates=True, panel=MODEL,
+        help="Untied output head (default: head reuses the embedding).",
+    ))  # fmt: skip
+    # zero-initialised biases on every linear layer
+    bias: bool = field(default=False, metadata=flag(
+        "--bias", panel=MODEL, help="Zero-initialised biases on every linear layer.",
+    ))  # fmt: skip
     norm_eps: float = 1e-6  # added to the mean square (variance) inside every norm
     rope_base: float = 10000.0  # RoPE frequency base (Su et al. 2021)
-    branch: BranchKind = "model"  # gaussian: every branch is an independent N(0, branch_var)
-    branch_var: float = 1.0  # variance of a Gaussian branch (only with branch="gaussian")
+    # gaussian: every branch is an independent N(0, branch_var)
+    branch: BranchKind = field(default="model", metadata=flag(
+        "--branch", panel=MODEL,
+        help="'gaussian' replaces every branch by independent N(0, --branch-var) noise: the one "
+             "model in which v_2L = v0 + 2L s^2 holds exactly.",
+    ))  # fmt: skip
+    # variance of a Gaussian branch (only with branch="gaussian")
+    branch_var: float = field(default=1.0, metadata=flag(
+        "--branch-var", panel=MODEL, callback=nonneg,
+        help="Variance S2 of each Gaussian branch (with --branch gaussian).",
+    ))  # fmt: skip
     qk_norm_span: QKNormSpan | None = None  # QK-norm per head ("head") or across q, k ("full"); None: scheme
     # structure fields (STRUCTURE_FIELDS) the user set: an init scheme's structure does not replace them
     user_set: tuple[str, ...] = ()
@@ -228,11 +288,29 @@ class InitConfig:
     brings them along: nothing is looked up in a process-global table."""
 
     recipe: RecipeName = "naive"  # a catalogue scheme: naive, gpt2 (alias scaled), depth-init, ...
-    sigma: float | Literal["inv-sqrt-d"] = 0.02  # base std; "inv-sqrt-d" means 1/sqrt(d_model)
-    embed_std: float | None = None  # std of the embedding (and learned positions); None -> sigma
-    seed: int = 0  # weights are drawn per (seed, layer, role): configs share their draws
-    base_width: int = 256  # d0 of muP / CompleteP (width multiplier m = d / d0)
-    base_depth: int = 1  # L0 of CompleteP / depth-muP (branch multiplier (L / L0)^-alpha)
+    # base std; "inv-sqrt-d" means 1/sqrt(d_model)
+    sigma: float | Literal["inv-sqrt-d"] = field(default=0.02, metadata=flag(
+        "--sigma", type=str, default="0.02", panel=INIT, parser=sigma_value, metavar="FLOAT|inv-sqrt-d",
+        help="Base init std: a number, or 'inv-sqrt-d' for 1/sqrt(d).",
+    ))  # fmt: skip
+    # std of the embedding (and learned positions); None -> sigma
+    embed_std: float | None = field(default=None, metadata=flag(
+        "--embed-std", panel=INIT, callback=positive, show_default=False,
+        help="Std of the embedding (and learned positions) (default: --sigma).",
+    ))  # fmt: skip
+    # weights are drawn per (seed, layer, role): configs share their draws
+    seed: int = field(default=0, metadata=flag(
+        "--seed", panel=INIT, min=0,
+        help="Seed of the weights (drawn per seed, layer, role) and the tokens.",
+    ))  # fmt: skip
+    # d0 of muP / CompleteP (width multiplier m = d / d0)
+    base_width: int = field(default=256, metadata=flag(
+        "--base-width", panel=INIT, min=1, help="Base width d0 of mup/completep/depth-mup.",
+    ))  # fmt: skip
+    # L0 of CompleteP / depth-muP (branch multiplier (L / L0)^-alpha)
+    base_depth: int = field(default=1, metadata=flag(
+        "--base-depth", panel=INIT, min=1, help="Base depth L0 of completep/depth-mup.",
+    ))  # fmt: skip
     schemes: tuple[Scheme, ...] = ()  # the user's schemes (--init-file), carried with the config
 
     def __post_init__(self) -> None:
@@ -279,13 +357,39 @@ class InitConfig:
 class RunConfig:
     """Where and how a measurement runs: the data, the device, the precision."""
 
-    batch: int = 8  # sequences per batch
-    seq_len: int = 128  # tokens per sequence
-    device: str = "auto"  # auto: cuda when available, else cpu
-    dtype: DTypeName = "float32"  # bf16 runs keep their statistics in float32
-    stream: bool | None = None  # build each block just before it runs; None -> when needed
+    # sequences per batch
+    batch: int = field(default=8, metadata=flag(
+        "--batch", panel=RUN, min=1, help="Sequences per batch.",
+    ))  # fmt: skip
+    # tokens per sequence
+    seq_len: int = field(default=128, metadata=flag(
+        "--seq-len", panel=RUN, min=1, help="Tokens per sequence.",
+    ))  # fmt: skip
+    # auto: cuda when available, else cpu
+    device: str = field(default="auto", metadata=flag(
+        "--device", type=Literal["auto", "cpu", "cuda"], panel=RUN,
+        help="Where to run: cuda when available (auto), cpu, or cuda.",
+    ))  # fmt: skip
+    # bf16 runs keep their statistics in float32
+    dtype: DTypeName = field(default="float32", metadata=flag(
+        "--dtype", panel=RUN,
+        help="Weights and activations dtype; statistics accumulate in float32 (float64 for float64"
+             " runs).",
+    ))  # fmt: skip
+    # build each block just before it runs; None -> when needed
+    stream: bool | None = field(default=None, metadata=flag(
+        "--stream/--no-stream", panel=RUN, show_default=False,
+        help="Build each block just before it runs and drop it after, so memory does not grow with"
+             " depth (default: a forward without gradients on the CPU always; otherwise when the "
+             "built model would not fit).",
+    ))  # fmt: skip
     data_seed: int | None = None  # seed of the random tokens; None -> the init seed
-    tf32: bool = False  # allow TF32 matmuls on CUDA in float32 runs (faster, 10-bit mantissa)
+    # allow TF32 matmuls on CUDA in float32 runs (faster, 10-bit mantissa)
+    tf32: bool = field(default=False, metadata=flag(
+        "--tf32", panel=RUN,
+        help="Allow TF32 matmuls on CUDA in float32 runs (faster, 10-bit mantissa; recorded in "
+             "config.json as tf32_matmul).",
+    ))  # fmt: skip
     extra: dict[str, Any] = field(default_factory=dict)  # command-specific settings, recorded
 
     def __post_init__(self) -> None:

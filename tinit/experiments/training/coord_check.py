@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from ...model.catalogue import placements_for
-from ...model.config import MAX_SEEDS, ConfigError, InitConfig, ModelConfig, RunConfig, check_count, check_lr
+from ...model.config import MAX_SEEDS, ConfigError, InitConfig, ModelConfig, RunConfig, check_count
 from ...model.param_rules import optimizer_groups, rules_summary
 from ...model.params import count_params
 from ...model.structure import apply_scheme
@@ -50,6 +50,7 @@ from ..meta import run_meta
 from ..points import Frames, Plan, Point
 from ..points import grid_meta as points_grid_meta
 from ..result import ExperimentResult, Partial, Progress
+from .configs import CoordConfig
 from .coord_fit import fit_coord_check, fit_not_applicable
 from .data import load_data
 
@@ -59,34 +60,15 @@ COLUMNS = ["init", "norm_position", "d_model", "n_layers", "seed", "step", "laye
 DEFAULT_PLACEMENT = ("pre",)
 
 
-@dataclass(frozen=True)
-class CoordConfig:
-    """The training of a coordinate check and its data (the Markov language)."""
-
-    steps: int = 4  # optimizer steps; the RMS is recorded at steps 0..steps
-    lr: float = 1e-2  # constant Adam lr (mup's Transformer example checks Adam at 0.01)
-    param_rules: bool = True  # the scheme's optimizer rules (per-group lr); off: one lr ("on"/"off" too)
-    markov_k: int = 4  # successors per token of the Markov language
-
-    def __post_init__(self) -> None:
-        if self.param_rules in ("on", "off"):  # as --param-rules says it
-            object.__setattr__(self, "param_rules", self.param_rules == "on")
-        if not isinstance(self.param_rules, bool):
-            raise ConfigError("param_rules", f"must be True or False ('on', 'off'), got {self.param_rules!r}")
-        if isinstance(self.markov_k, bool) or not isinstance(self.markov_k, int) or self.markov_k < 1:
-            raise ConfigError("markov_k", f"must be a whole number >= 1, got {self.markov_k!r}")
-        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
-            raise ConfigError("steps", f"must be a whole number >= 1, got {self.steps!r}")
-        check_lr("lr", self.lr)
-
-
 def coord_optimizer(model: Transformer, init: InitConfig, coord: CoordConfig) -> torch.optim.Optimizer:
     """AdamW with the scheme's optimizer rules (:func:`tinit.model.param_rules.optimizer_groups`:
     muP's lr / m on hidden matrices as mup's MuAdam, CompleteP's depth rules, ...), or one
     lr for every parameter when ``coord.param_rules`` is off. No weight decay (mup's
-    coord check decays nothing), torch's default betas and eps (mup's ``Adam(lr)``)."""
-    groups = optimizer_groups(model, init, lr=coord.lr, weight_decay=0.0, rules=coord.param_rules)
-    return torch.optim.AdamW(groups, lr=coord.lr, weight_decay=0.0)
+    coord check decays nothing), torch's default betas (mup's ``Adam(lr)``) and ``coord.eps``
+    (torch's default unless --adam-eps), scaled per group by the scheme's rules."""
+    groups = optimizer_groups(model, init, lr=coord.lr, weight_decay=0.0, eps=coord.eps,
+                              rules=coord.param_rules)  # fmt: skip
+    return torch.optim.AdamW(groups, lr=coord.lr, weight_decay=0.0, eps=coord.eps)
 
 
 class RMSProbe:

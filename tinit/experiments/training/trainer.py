@@ -30,10 +30,11 @@ import torch
 import torch.nn.functional as F
 from torch.optim.lr_scheduler import LambdaLR
 
-from ...model.config import ConfigError, InitConfig, ModelConfig, check_lr
+from ...model.config import InitConfig, ModelConfig
 from ...model.param_rules import describe_groups, optimizer_groups
 from ...model.transformer import Transformer
 from ..measure.probes import VarianceProbe
+from .configs import TrainConfig
 from .data import TrainData
 
 #: Configuration columns, first in every frame of a training run.
@@ -85,56 +86,6 @@ def peak_flops(device: torch.device) -> float | None:
         return None
     name = torch.cuda.get_device_name(device)
     return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """The optimizer, schedule and bookkeeping of a training run."""
-
-    steps: int = 300  # optimizer steps
-    lr: float = 1e-2  # peak learning rate
-    warmup: int = 30  # steps of linear warmup from lr/warmup to lr; 0: none
-    min_lr_ratio: float = 0.1  # cosine decay ends at this fraction of the peak
-    weight_decay: float = 0.1  # decoupled, on matrices only (norm gains and biases are not decayed)
-    eps: float = 1e-8  # AdamW's eps (torch's default)
-    param_rules: bool = True  # apply the scheme's optimizer rules (muP's lr / m, ...); False: one lr
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0  # max global gradient norm; 0: no clipping (the norm is still recorded)
-    eval_every: int = 25  # held-out loss every this many steps (and at step 0 and the last step)
-    diverge_margin: float = 1.0  # nats above the first step's loss that mark a run diverged
-    probe_points: int = 3  # variance profiles at this many evenly spaced steps (0 and the last included)
-    autocast: bool = True  # bf16 autocast on CUDA (no effect on the CPU)
-    compile: bool = False  # torch.compile the model (meant for long GPU runs)
-
-    def __post_init__(self) -> None:
-        for name in ("steps", "eval_every"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(name, f"must be a whole number >= 1, got {v!r}")
-        for name in ("warmup", "probe_points"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ConfigError(name, f"must be a whole number >= 0, got {v!r}")
-        check_lr("lr", self.lr)
-        for name in ("lr", "eps"):
-            v = getattr(self, name)
-            if not (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0):
-                raise ConfigError(name, f"must be a positive number, got {v!r}")
-        for name in ("beta1", "beta2"):  # Adam's moment decays: torch refuses others only at step time
-            v = getattr(self, name)
-            if not (isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 1):
-                raise ConfigError(name, f"must be a number in [0, 1), got {v!r}")
-        if not isinstance(self.param_rules, bool):
-            raise ConfigError("param_rules", f"must be true or false, got {self.param_rules!r}")
-        for name in ("min_lr_ratio", "weight_decay", "grad_clip", "diverge_margin"):
-            v = getattr(self, name)
-            if not (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
-                raise ConfigError(name, f"must be a finite number >= 0, got {v!r}")
-        if self.min_lr_ratio > 1:
-            raise ConfigError("min_lr_ratio", f"must be <= 1, got {self.min_lr_ratio}")
-        if self.diverge_margin <= 0:
-            raise ConfigError("diverge_margin", f"must be a positive number, got {self.diverge_margin}")
 
 
 def lr_factor(step: int, warmup: int, steps: int, min_ratio: float) -> float:
