@@ -49,6 +49,7 @@ from .trainer import (
     RATIO_COLUMNS,
     RUN_COLUMNS,
     TRAIN_COLUMNS,
+    OnCheckpoint,
     RunRecord,
     RunSpec,
     TrainConfig,
@@ -101,6 +102,36 @@ def summarize_runs(runs: pd.DataFrame, floor: float | None) -> pd.DataFrame:
     return pd.DataFrame(out, columns=SUMMARY_COLUMNS)
 
 
+def parse_save_steps(spec: str | Sequence[int | str] | None, steps: int) -> list[int]:
+    """``"0,100,final"`` -> [0, 100, steps]: the steps at which a run saves its weights
+    (0: the initialization, before the first step; ``final``: the last step). Each a
+    whole number in [0, steps], given once; a ConfigError naming ``save_steps``
+    otherwise. None or "" -> [] (no checkpoints)."""
+    if spec is None:
+        return []
+    items = [x.strip() for x in spec.split(",")] if isinstance(spec, str) else list(spec)
+    if isinstance(spec, str) and not spec.strip():
+        return []
+    out: list[int] = []
+    for item in items:
+        if isinstance(item, str) and item.lower() in ("final", "last"):
+            value = steps
+        else:
+            try:
+                value = int(item) if not isinstance(item, float) or item == int(item) else None
+            except (TypeError, ValueError):
+                value = None
+            if isinstance(item, bool) or value is None:
+                raise ConfigError("save_steps", f"{item!r} is not a step: give whole numbers and 'final', "
+                                  "e.g. 0,100,final")  # fmt: skip
+        if not 0 <= value <= steps:
+            raise ConfigError("save_steps", f"step {value} is outside 0..{steps} (--steps {steps})")
+        if value in out:
+            raise ConfigError("save_steps", f"step {value} is given twice")
+        out.append(value)
+    return sorted(out)
+
+
 def run_specs(
     specs: Sequence[RunSpec],
     train: TrainConfig,
@@ -110,12 +141,17 @@ def run_specs(
     meta_extra: dict | None = None,
     on_partial: Partial | None = None,
     compare: bool = False,
+    on_checkpoint: OnCheckpoint | None = None,
+    save_steps: Sequence[int] = (),
 ) -> ExperimentResult:
     """Train every spec in order (``on_partial`` gets the result so far after each run,
     so a finished run is on disk before the next starts). Frames: ``train``, ``update_ratios``,
     ``variance_during_training``, ``runs`` (one row per run) and ``summary`` (over seeds).
     With ``compare``, also ``compare``: each scheme against the first, paired by seed
-    (:func:`.compare.compare_schemes`). A run that fails part-way (out of memory,
+    (:func:`.compare.compare_schemes`). With ``on_checkpoint``, each run's weights are
+    handed to it at ``save_steps`` (:func:`parse_save_steps`; the callback writes them,
+    :class:`tinit.results.checkpoints.CheckpointWriter`), and config.json's
+    ``checkpoints`` lists what it wrote. A run that fails part-way (out of memory,
     interrupted) raises :class:`IncompleteRun` holding the finished runs."""
     device = resolve_device(run.device)
     if run.dtype != "float32":
@@ -139,6 +175,9 @@ def run_specs(
     )
     meta["seconds"] = {}
     meta["param_groups"] = {}  # per run: every optimizer group's lr, weight decay and eps
+    if on_checkpoint is not None:
+        meta["save_steps"] = list(save_steps)
+        meta["checkpoints"] = []  # per checkpoint written: run, step, file, json, bytes
 
     def frames() -> dict[str, pd.DataFrame]:
         def frame(rows, cols):
@@ -182,10 +221,18 @@ def run_specs(
             spec = dataclasses.replace(spec, model=dataclasses.replace(spec.model, max_seq_len=data.seq_len))
         t0 = time.perf_counter()
         with matmul_precision(run):
-            record = train_run(spec, train, data, device, driver.tick)
+            record = train_run(spec, train, data, device, driver.tick, saving, save_steps)
         return record, time.perf_counter() - t0
 
     names = run_names(specs)
+
+    def saving(step: int, label: str, state: dict, info: dict) -> dict:
+        # listed as soon as it is written: a run stopped later still lists its checkpoints
+        entry = on_checkpoint(step, label, state, info)
+        meta["checkpoints"].append(entry)
+        return entry
+
+    saving = saving if on_checkpoint is not None else None
 
     def collect(unit: tuple[int, RunSpec], measured: tuple[RunRecord, float]) -> None:
         i, (record, seconds) = unit[0], measured
@@ -439,11 +486,14 @@ def run_train(
     progress: Progress | None = None,
     on_partial: Partial | None = None,
     widths: Sequence[int] | None = None,
+    on_checkpoint: OnCheckpoint | None = None,
+    save_steps: str | Sequence[int | str] | None = None,
 ) -> ExperimentResult:
     """Train the grid schemes x norm positions x depths x widths x lrs x warmups x seeds
     on ``data`` (``widths``: d_model values, each with its default d_ff; None: the model's).
     With two or more schemes the result has ``compare``: each against the first, paired
-    by seed.
+    by seed. ``save_steps`` (``"0,100,final"``) with ``on_checkpoint``: each run's weights
+    at those steps (:func:`run_specs`).
 
     >>> from tinit.experiments.training.data import load_data
     >>> data = load_data("markov", vocab=64, seq_len=16, batch=8, seed=0)
@@ -455,6 +505,9 @@ def run_train(
         model, init, train, schemes, norm_positions, depths, seeds, lrs, warmups, widths
     )
     specs = grid_specs(model, init, schemes, norm_positions, depths, seeds, lrs, warmups, widths)
+    saves = parse_save_steps(save_steps, train.steps)
+    if saves and on_checkpoint is None:
+        raise ConfigError("save_steps", "needs on_checkpoint, the callback that writes the files")
     return run_specs(
         specs,
         train,
@@ -478,4 +531,6 @@ def run_train(
         },
         on_partial,
         compare=len(schemes) > 1,
+        on_checkpoint=on_checkpoint if saves else None,
+        save_steps=saves,
     )
