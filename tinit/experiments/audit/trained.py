@@ -259,7 +259,8 @@ def _table_row(ck: Checkpoint, summary: dict, df: pd.DataFrame, drift: pd.DataFr
         "n_layers": summary["n_layers"], "v_final_rel": summary["v_final_rel"],
         "v_final_rel_first": first["v_final_rel"] if first else summary["v_final_rel"],
         "first_step": first["step"] if first else ck.step, "fastest_k": k, "fastest_growth": growth,
-        "moved_most": ", ".join(moved.index[:3]) if len(moved) else None,
+        # (nothing moved, at the step-0 checkpoint: no order among the roles to report)
+        "moved_most": ", ".join(moved.index[:3]) if len(moved) and moved.iloc[0] > 0 else "none",
         "moved_most_rel_change": float(moved.iloc[0]) if len(moved) else math.nan, "init_source": source,
     }  # fmt: skip
 
