@@ -108,6 +108,15 @@ class CheckpointWriter:
         self.written.append(entry)
         return entry
 
+    def free_bytes(self) -> int | None:
+        """Free space on the run folder's file system (None where it cannot be told)."""
+        import shutil
+
+        try:
+            return shutil.disk_usage(self.run_dir).free
+        except OSError:
+            return None
+
     @property
     def total_bytes(self) -> int:
         return sum(e["bytes"] for e in self.written)

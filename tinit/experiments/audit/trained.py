@@ -278,9 +278,14 @@ def run_checkpoint_audit(found: Found, run: RunConfig, device: torch.device, dty
     for ck in cks:
         first_of.setdefault(ck.run, ck)
     refs = {run_: c if c.step == 0 else None for run_, c in first_of.items()}
-    # every header checked before anything is measured: a bad file fails the run at once
+    # every header (and a tinit checkpoint's keys, shapes and dtypes) checked before anything
+    # is measured: a bad file stops the audit before a row exists
     for ck in cks:
-        ck.tensors()
+        files = ck.tensors()
+        if ck.kind == "tinit":
+            cfg, init = model_from_info(ck.info, str(ck.path.with_suffix(".json")))
+            files.check(tinit_groups(cfg, init, dtype), f"tinit model of its JSON (L={cfg.n_layers}, "
+                        f"d={cfg.d_model}, V={cfg.vocab_size})")  # fmt: skip
     var, sums, drift, table = [], [], [], []
     firsts: dict[str, dict] = {}
     meta.update(source=found.source, checkpoints=[str(c.path) for c in cks], skipped=found.skipped,

@@ -159,6 +159,8 @@ def run_specs(
             "dtype", "training keeps float32 master weights (bf16 autocast on CUDA); use float32"
         )
     check_specs(specs, data, device, train.param_rules, train.steps)
+    if on_checkpoint is not None and save_steps:
+        check_disk(specs, save_steps, getattr(on_checkpoint, "free_bytes", lambda: None)())
     torch.manual_seed(0)  # nothing draws from the global generator; fixed in case a kernel does
     records: list[RunRecord] = []
     base = specs[0] if specs else RunSpec(ModelConfig(), InitConfig(), train.lr, train.warmup)
@@ -416,6 +418,16 @@ def check_specs(
                           f"{records / 2**30:.3g} GiB of per-step records (a train row and two update "
                           f"ratios a layer), more than half the {host / 2**30:.3g} GiB of free host "
                           "memory")  # fmt: skip
+
+
+def check_disk(specs: Sequence[RunSpec], save_steps: Sequence[int], free: int | None) -> None:
+    """The checkpoints of every run (float32 weights at each save step) must fit in the
+    ``free`` bytes of the run folder's file system (None: not known, not checked)."""
+    need = sum(count_params(s.model, s.init.scheme).total for s in specs) * 4 * len(save_steps)
+    if free is not None and need > free:
+        raise ConfigError("save_steps", f"{len(save_steps)} checkpoints of {len(specs)} run(s) take "
+                          f"{need / 2**30:.3g} GiB, more than the {free / 2**30:.3g} GiB free on the run "
+                          "folder's disk")  # fmt: skip
 
 
 def not_applicable(train: TrainConfig, device: torch.device, floor: float | None = 0.0,
