@@ -77,9 +77,31 @@ def audit(
         typer.Option(
             "--hf",
             help="A transformers config.json file, or a MODEL_TYPE "
-            "(llama, gpt2, ...) with --set; built offline with AutoModelForCausalLM.from_config.",
+            "(llama, gpt2, ...) with --set; built offline with AutoModelForCausalLM.from_config. "
+            "With --checkpoint FILE.safetensors: the config of its weights.",
             rich_help_panel=AUDIT,
             metavar="CONFIG.json|MODEL_TYPE",
+        ),
+    ] = None,
+    checkpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--checkpoint",
+            help="Trained weights, read block by block: a `tinit train --save-steps` run folder (every "
+            "checkpoint, over steps), a Hugging Face model folder (config.json + model.safetensors or a "
+            "sharded index) or a .safetensors file with --hf CONFIG. Writes drift.csv and checkpoints.csv.",
+            rich_help_panel=AUDIT,
+            metavar="PATH",
+        ),
+    ] = None,
+    data: Annotated[
+        str | None,
+        typer.Option(
+            "--data",
+            help="With --checkpoint: the tokens, as tinit train reads them (stdlib, a text file, a "
+            "nanoGPT .bin: its first held-out batch); default: uniform random ids from --seed.",
+            rich_help_panel=AUDIT,
+            metavar="SOURCE",
         ),
     ] = None,
     set_: Annotated[
@@ -193,6 +215,12 @@ def audit(
     zero, constant, non-finite); 2 bad input; 1 the run failed part-way.
     """
     opts = Options(locals())
+    if checkpoint is not None:
+        from .audit_checkpoint import audit_checkpoint
+
+        return audit_checkpoint(ctx, opts, checkpoint, hf, data, expect)
+    if data is not None:
+        raise typer.BadParameter("only applies with --checkpoint", param_hint="'--data'")
     from ..experiments.audit.audit import Expectation, ModelError, run_audit
     from ..experiments.audit.loaders import (
         check_parameters,

@@ -225,6 +225,8 @@ def execute(
     writer = RunWriter(folder, command, {})
     failure: str | None = None
     kwargs = {"on_partial": writer.partial} if _accepts(experiment, "on_partial") else {}
+    if _accepts(experiment, "run_dir"):  # (train's checkpoints are written into the run folder)
+        kwargs["run_dir"] = run_dir
     with StopSignals() as signals:
         try:
             with progress_bar(opts.quiet, command) as progress:

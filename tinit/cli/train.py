@@ -4,9 +4,10 @@
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from . import options as opt
-from .configs import Options
+from .configs import Options, configs_or_exit
 from .options import TRAIN
 from .training import grid, rules_notes, variance_figure
 
@@ -37,6 +38,16 @@ def train(
     eval_every: opt.EvalEvery = 25,
     diverge_margin: opt.DivergeMargin = 1.0,
     probe_points: opt.ProbePoints = 3,
+    save_steps: Annotated[
+        str | None,
+        typer.Option(
+            "--save-steps",
+            help="Save each run's weights at these steps (0: the init; final: the last step) as "
+            "safetensors with a JSON of the model, scheme and seed, in checkpoints/ of the run folder "
+            "(tinit audit --checkpoint reads them).",
+            metavar="0,100,final", rich_help_panel=TRAIN,
+        ),
+    ] = None,
     param_rules: opt.ParamRules = "on",
     compile: opt.Compile = False,
     no_autocast: opt.NoAutocast = False,
@@ -89,16 +100,24 @@ def train(
     loss_curves.png, with two or more depths final_vs_depth.png, and config.json.
     """
     opts = Options(locals())
-    from ..experiments.training.train import run_train
+    from ..experiments.training.train import parse_save_steps, run_train
+    from ..results.checkpoints import CheckpointWriter, checkpoint_lines
     from ..results.plot_train import plot_final_vs_depth, plot_loss_curves, train_table
     from ..results.report_compare import compare_table
     from .runner import Outputs, execute
 
     args, data, title = grid(ctx, opts)
+    saves = configs_or_exit(lambda: parse_save_steps(save_steps, opts.steps))
+
+    def experiment(progress, on_partial=None, run_dir=None):
+        writer = CheckpointWriter(run_dir) if saves and run_dir is not None else None
+        saving = saves if writer else None
+        return run_train(*args, progress, on_partial, on_checkpoint=writer, save_steps=saving)
+
     execute(
         "train",
         opts,
-        lambda progress, on_partial=None: run_train(*args, progress, on_partial),
+        experiment,
         Outputs(
             figures=lambda r: {
                 "loss_curves": plot_loss_curves(r["train"], data.floor, title),
@@ -108,7 +127,8 @@ def train(
                 **variance_figure(r, title),
             },
             tables=lambda r: [train_table(r["summary"], f"tinit train ({title})")]
-            + ([compare_table(r["compare"])] if "compare" in r.frames else []),
+            + ([compare_table(r["compare"])] if "compare" in r.frames else [])
+            + [Text(line) for line in checkpoint_lines(r.meta.get("checkpoints", []))],
             notes=rules_notes(opts),
         ),
     )
