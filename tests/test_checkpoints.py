@@ -16,7 +16,8 @@ from tinit.experiments.audit.tensors import CheckpointError
 from tinit.experiments.audit.trained import run_checkpoint_audit
 from tinit.experiments.measure.variance import run_variance
 from tinit.experiments.training.data import load_data
-from tinit.experiments.training.train import parse_save_steps, run_train
+from tinit.experiments.training.saving import parse_save_steps
+from tinit.experiments.training.train import run_train
 from tinit.experiments.training.trainer import TrainConfig
 from tinit.model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from tinit.model.transformer import Transformer

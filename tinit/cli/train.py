@@ -100,7 +100,8 @@ def train(
     loss_curves.png, with two or more depths final_vs_depth.png, and config.json.
     """
     opts = Options(locals())
-    from ..experiments.training.train import parse_save_steps, run_train
+    from ..experiments.training.saving import parse_save_steps
+    from ..experiments.training.train import run_train
     from ..results.checkpoints import CheckpointWriter, checkpoint_lines
     from ..results.plot_train import plot_final_vs_depth, plot_loss_curves, train_table
     from ..results.report_compare import compare_table
