@@ -214,3 +214,28 @@ def test_folder_without_config_and_missing_shard(tmp_path):
     (sharded / "model.safetensors.index.json").write_text(json.dumps(index))
     msg = _refused(sharded, "names shard model-00002-of-00002.safetensors, which does not exist")
     assert "model.safetensors.index.json" in msg
+
+
+def test_a_failed_write_leaves_no_partial_checkpoint(tmp_path, monkeypatch):
+    """A write that fails half-way (a full disk, a signal turned into an exception) leaves
+    neither a file under its final name nor its temporary file; earlier checkpoints stay."""
+    import safetensors.torch as st
+
+    writer = CheckpointWriter(tmp_path)
+    state = {"w": torch.ones(4, 4)}
+    first = writer(0, "run", state, {"model": {}, "init": {}})
+    real = st.save_file
+
+    def half(tensors, filename, metadata=None):
+        real(tensors, filename, metadata=metadata)
+        with open(filename, "r+b") as f:
+            f.truncate(10)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(st, "save_file", half)
+    with pytest.raises(OSError, match="No space left"):
+        writer(5, "run", state, {"model": {}, "init": {}})
+    folder = tmp_path / "checkpoints" / "run"
+    assert sorted(p.name for p in folder.iterdir()) == ["step-000000.json", "step-000000.safetensors"]
+    assert torch.equal(load_file(tmp_path / first["file"])["w"], state["w"])
+    assert len(writer.written) == 1
