@@ -75,9 +75,31 @@ OPTIONS = (
         typer.Option(
             "--hf",
             help="A transformers config.json file, or a MODEL_TYPE "
-            "(llama, gpt2, ...) with --set; built offline with AutoModelForCausalLM.from_config.",
+            "(llama, gpt2, ...) with --set; built offline with AutoModelForCausalLM.from_config. "
+            "With --checkpoint FILE.safetensors: the config of its weights.",
             rich_help_panel=AUDIT,
             metavar="CONFIG.json|MODEL_TYPE",
+        ),
+    ], None),
+    Param("checkpoint", Annotated[
+        str | None,
+        typer.Option(
+            "--checkpoint",
+            help="Trained weights, read block by block: a `tinit train --save-steps` run folder (every "
+            "checkpoint, over steps), a Hugging Face model folder (config.json + model.safetensors or a "
+            "sharded index) or a .safetensors file with --hf CONFIG. Writes drift.csv and checkpoints.csv.",
+            rich_help_panel=AUDIT,
+            metavar="PATH",
+        ),
+    ], None),
+    Param("data", Annotated[
+        str | None,
+        typer.Option(
+            "--data",
+            help="With --checkpoint: the tokens, as tinit train reads them (stdlib, a text file, a "
+            "nanoGPT .bin: its first held-out batch); default: uniform random ids from --seed.",
+            rich_help_panel=AUDIT,
+            metavar="SOURCE",
         ),
     ], None),
     Param("set_", Annotated[
@@ -180,6 +202,12 @@ def audit(opts: Options) -> None:
     Exit codes: 0 every weight ok; 3 some weight deviates (off-recipe, pytorch-default,
     zero, constant, non-finite); 2 bad input; 1 the run failed part-way.
     """
+    if opts.checkpoint is not None:
+        from .audit_checkpoint import audit_checkpoint
+
+        return audit_checkpoint(opts.ctx, opts, opts.checkpoint, opts.hf, opts.data, opts.expect)
+    if opts.data is not None:
+        raise typer.BadParameter("only applies with --checkpoint", param_hint="'--data'")
     hf, set_, module, sites = opts.hf, opts.set_, opts.module, opts.sites
     expect, reinit, sigma, vocab, z_max = opts.expect, opts.reinit, opts.sigma, opts.vocab, opts.z_max
     rtol, grads, seq_len = opts.rtol, opts.grads, opts.seq_len

@@ -170,11 +170,15 @@ def execute(
     experiment: Callable[..., ExperimentResult],
     outputs: Outputs,
     plan: Callable | None = None,
+    wants_run_dir: bool = False,
 ) -> ExperimentResult | None:
     """Run ``experiment(progress=..., on_partial=...)`` (``on_partial`` is called with
     the result so far after each unit: every experiment takes it) and write everything
     (:func:`tinit.results.writer.write_result`, as `tinit sweep` does); exit 1 on a
     failed, stopped or unwritable run.
+
+    ``wants_run_dir``: the experiment also takes ``run_dir`` (the claimed folder: train
+    writes its checkpoints there as they are saved).
 
     ``plan``: makes the command's grid as points (:mod:`tinit.experiments.points`) for
     ``tinit sweep``, which captures it here instead of running (returns None)."""
@@ -198,10 +202,11 @@ def execute(
     run_dir = folder.path
     writer = RunWriter(folder, command, {})
     failure: str | None = None
+    extra = {"run_dir": run_dir} if wants_run_dir else {}  # (train's checkpoints go into the run folder)
     with StopSignals() as signals:
         try:
             with progress_bar(opts.quiet, command) as progress:
-                result = experiment(progress=progress, on_partial=writer.partial)
+                result = experiment(progress=progress, on_partial=writer.partial, **extra)
         except IncompleteRun as exc:
             result, failure = exc.result, str(exc)
         except ConfigError as exc:

@@ -2,9 +2,10 @@
 ``--init`` schemes as the measurements at initialization."""
 
 
+from rich.text import Text
 
 from . import options as opt
-from .configs import Options
+from .configs import Options, configs_or_exit
 from .options import TRAIN
 from .training import grid, rules_notes, variance_figure
 
@@ -17,6 +18,11 @@ OPTIONS = (
                default="1e-2"),
     opt.option("warmup", str, "--warmup", help="Warmup steps, a comma list.", metavar="30,...", panel=TRAIN,
                default="30"),
+    opt.option("save_steps", str | None, "--save-steps", panel=TRAIN, default=None, metavar="0,100,final",
+               show_default=False,
+               help="Save each run's weights at these steps (0: the init; final: the last step) as "
+               "safetensors with a JSON of the model, scheme and seed, in checkpoints/ of the run folder "
+               "(tinit audit --checkpoint reads them)."),
 )  # fmt: skip
 
 
@@ -32,17 +38,25 @@ def train(opts: Options) -> None:
     schemes compare.csv (each against the first, paired by seed, with a verdict),
     loss_curves.png, with two or more depths final_vs_depth.png, and config.json.
     """
+    from ..experiments.training.saving import parse_save_steps
     from ..experiments.training.train import run_train
+    from ..results.checkpoints import CheckpointWriter, checkpoint_lines
     from ..results.plot_train import plot_final_vs_depth, plot_loss_curves
     from ..results.report_compare import compare_table
     from ..results.report_train import train_table
     from .runner import Outputs, execute
 
     args, data, title = grid(opts)
+    saves = configs_or_exit(lambda: parse_save_steps(opts.save_steps, opts.steps))
+
+    def experiment(progress, on_partial, run_dir):
+        writer = CheckpointWriter(run_dir) if saves else None
+        return run_train(*args, progress, on_partial, on_checkpoint=writer, save_steps=saves if writer else None)
+
     execute(
         "train",
         opts,
-        lambda progress, on_partial=None: run_train(*args, progress, on_partial),
+        experiment,
         Outputs(
             figures=lambda r: {
                 "loss_curves": plot_loss_curves(r["train"], data.floor, title),
@@ -52,7 +66,9 @@ def train(opts: Options) -> None:
                 **variance_figure(r, title),
             },
             tables=lambda r: [train_table(r["summary"], f"tinit train ({title})")]
-            + ([compare_table(r["compare"])] if "compare" in r.frames else []),
+            + ([compare_table(r["compare"])] if "compare" in r.frames else [])
+            + [Text(line) for line in checkpoint_lines(r.meta.get("checkpoints", []))],
             notes=rules_notes(opts),
         ),
+        wants_run_dir=True,
     )

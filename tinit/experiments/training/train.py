@@ -43,12 +43,14 @@ from ..result import ExperimentResult, Partial, Progress
 from .compare import compare_schemes
 from .compare import not_applicable as compare_not_applicable
 from .data import TrainData
+from .saving import check_disk, parse_save_steps
 from .trainer import (
     CONFIG_COLUMNS,
     PROBE_COLUMNS,
     RATIO_COLUMNS,
     RUN_COLUMNS,
     TRAIN_COLUMNS,
+    OnCheckpoint,
     RunRecord,
     RunSpec,
     TrainConfig,
@@ -110,12 +112,17 @@ def run_specs(
     meta_extra: dict | None = None,
     on_partial: Partial | None = None,
     compare: bool = False,
+    on_checkpoint: OnCheckpoint | None = None,
+    save_steps: Sequence[int] = (),
 ) -> ExperimentResult:
     """Train every spec in order (``on_partial`` gets the result so far after each run,
     so a finished run is on disk before the next starts). Frames: ``train``, ``update_ratios``,
     ``variance_during_training``, ``runs`` (one row per run) and ``summary`` (over seeds).
     With ``compare``, also ``compare``: each scheme against the first, paired by seed
-    (:func:`.compare.compare_schemes`). A run that fails part-way (out of memory,
+    (:func:`.compare.compare_schemes`). With ``on_checkpoint``, each run's weights are
+    handed to it at ``save_steps`` (:func:`parse_save_steps`; the callback writes them,
+    :class:`tinit.results.checkpoints.CheckpointWriter`), and config.json's
+    ``checkpoints`` lists what it wrote. A run that fails part-way (out of memory,
     interrupted) raises :class:`IncompleteRun` holding the finished runs."""
     device = resolve_device(run.device)
     if run.dtype != "float32":
@@ -123,6 +130,8 @@ def run_specs(
             "dtype", "training keeps float32 master weights (bf16 autocast on CUDA); use float32"
         )
     check_specs(specs, data, device, train.param_rules, train.steps)
+    if on_checkpoint is not None and save_steps:
+        check_disk(specs, save_steps, getattr(on_checkpoint, "free_bytes", lambda: None)())
     torch.manual_seed(0)  # nothing draws from the global generator; fixed in case a kernel does
     records: list[RunRecord] = []
     base = specs[0] if specs else RunSpec(ModelConfig(), InitConfig(), train.lr, train.warmup)
@@ -139,6 +148,9 @@ def run_specs(
     )
     meta["seconds"] = {}
     meta["param_groups"] = {}  # per run: every optimizer group's lr, weight decay and eps
+    if on_checkpoint is not None:
+        meta["save_steps"] = list(save_steps)
+        meta["checkpoints"] = []  # per checkpoint written: run, step, file, json, bytes
 
     def frames() -> dict[str, pd.DataFrame]:
         def frame(rows, cols):
@@ -182,10 +194,18 @@ def run_specs(
             spec = dataclasses.replace(spec, model=dataclasses.replace(spec.model, max_seq_len=data.seq_len))
         t0 = time.perf_counter()
         with matmul_precision(run):
-            record = train_run(spec, train, data, device, driver.tick)
+            record = train_run(spec, train, data, device, driver.tick, saving, save_steps)
         return record, time.perf_counter() - t0
 
     names = run_names(specs)
+
+    def saving(step: int, label: str, state: dict, info: dict) -> dict:
+        # listed as soon as it is written: a run stopped later still lists its checkpoints
+        entry = on_checkpoint(step, label, state, info)
+        meta["checkpoints"].append(entry)
+        return entry
+
+    saving = saving if on_checkpoint is not None else None
 
     def collect(unit: tuple[int, RunSpec], measured: tuple[RunRecord, float]) -> None:
         i, (record, seconds) = unit[0], measured
@@ -439,11 +459,14 @@ def run_train(
     progress: Progress | None = None,
     on_partial: Partial | None = None,
     widths: Sequence[int] | None = None,
+    on_checkpoint: OnCheckpoint | None = None,
+    save_steps: str | Sequence[int | str] | None = None,
 ) -> ExperimentResult:
     """Train the grid schemes x norm positions x depths x widths x lrs x warmups x seeds
     on ``data`` (``widths``: d_model values, each with its default d_ff; None: the model's).
     With two or more schemes the result has ``compare``: each against the first, paired
-    by seed.
+    by seed. ``save_steps`` (``"0,100,final"``) with ``on_checkpoint``: each run's weights
+    at those steps (:func:`run_specs`).
 
     >>> from tinit.experiments.training.data import load_data
     >>> data = load_data("markov", vocab=64, seq_len=16, batch=8, seed=0)
@@ -455,6 +478,9 @@ def run_train(
         model, init, train, schemes, norm_positions, depths, seeds, lrs, warmups, widths
     )
     specs = grid_specs(model, init, schemes, norm_positions, depths, seeds, lrs, warmups, widths)
+    saves = parse_save_steps(save_steps, train.steps)
+    if saves and on_checkpoint is None:
+        raise ConfigError("save_steps", "needs on_checkpoint, the callback that writes the files")
     return run_specs(
         specs,
         train,
@@ -478,4 +504,6 @@ def run_train(
         },
         on_partial,
         compare=len(schemes) > 1,
+        on_checkpoint=on_checkpoint if saves else None,
+        save_steps=saves,
     )

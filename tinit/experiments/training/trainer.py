@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import pandas as pd
@@ -211,6 +211,27 @@ class RunSpec:
         }
 
 
+    def checkpoint_label(self) -> str:
+        """The run's name in its checkpoints' folder: every configuration value, so two
+        runs of a grid never share it (``gpt2-pre-L12-d256-lr0.01-w30-seed0``)."""
+        x = self.labels()
+        return (f"{x['init']}-{x['norm_position']}-L{x['n_layers']}-d{x['d_model']}-lr{x['peak_lr']:g}"
+                f"-w{x['warmup']}-seed{x['seed']}")  # fmt: skip
+
+    def checkpoint_info(self, train: TrainConfig) -> dict[str, Any]:
+        """What a checkpoint's JSON says besides its step: the model config, the init
+        (scheme, seed, sigma, ...), the run's labels and the training settings, enough
+        to rebuild the model and, from the seed, its weights at step 0."""
+        return {"model": self.model.to_dict(), "init": self.init.to_dict(), "labels": self.labels(),
+                "train": asdict(train), "format": "tinit-checkpoint-1"}  # fmt: skip
+
+
+#: ``on_checkpoint(step, run_label, state_dict, info) -> entry``: writes one checkpoint
+#: (the CLI's :class:`tinit.results.checkpoints.CheckpointWriter`) and returns what
+#: config.json lists for it.
+OnCheckpoint = Callable[[int, str, dict, dict], dict]
+
+
 @dataclass
 class RunRecord:
     train: list[dict]
@@ -218,12 +239,20 @@ class RunRecord:
     probes: list[pd.DataFrame]
     summary: dict
     groups: list[dict]  # the optimizer's parameter groups (name, lr, weight_decay, eps, ...)
+    checkpoints: list[dict] = None  # what on_checkpoint returned, in step order
+
+    def __post_init__(self) -> None:
+        self.checkpoints = [] if self.checkpoints is None else self.checkpoints
 
 
 def train_run(
-    spec: RunSpec, train: TrainConfig, data: TrainData, device: torch.device, tick=None
-) -> RunRecord:
-    """Train one configuration; the training batches are seeded by the init seed."""
+    spec: RunSpec, train: TrainConfig, data: TrainData, device: torch.device, tick=None,
+    on_checkpoint: OnCheckpoint | None = None, save_steps: Sequence[int] = (),
+) -> RunRecord:  # fmt: skip
+    """Train one configuration; the training batches are seeded by the init seed.
+    ``on_checkpoint`` is called with the model's state dict at each of ``save_steps``
+    (0: before the first step; a step after that optimizer step); a run that diverges
+    saves nothing after its divergence."""
     labels = spec.labels()
     model = Transformer(spec.model, spec.init, device)
     trainer = Trainer(model, train, device, spec.lr, spec.warmup)
@@ -233,9 +262,15 @@ def train_run(
     tokens_per_step = data.batch * data.seq_len
     rows, ratios, probes = [], [], []
 
+    saved: list[dict] = []
+    save_at, label = set(save_steps), spec.checkpoint_label()
+    info = spec.checkpoint_info(train) if on_checkpoint is not None else {}
+
     def probe(step: int) -> None:
         if step in probe_at:
             probes.append(trainer.variance_profile(evals[0]).assign(step=step, **labels))
+        if on_checkpoint is not None and step in save_at:
+            saved.append(on_checkpoint(step, label, model.state_dict(), info))
 
     initial_eval = trainer.eval_loss(evals)
     rows.append(
@@ -306,4 +341,4 @@ def train_run(
     summary["model_flops_per_s"] = summary["tokens_per_s"] * per_token
     peak = peak_flops(device)
     summary["mfu"] = summary["model_flops_per_s"] / peak if peak else math.nan
-    return RunRecord(rows, ratios, probes, summary, trainer.groups)
+    return RunRecord(rows, ratios, probes, summary, trainer.groups, saved)

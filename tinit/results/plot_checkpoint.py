@@ -1,0 +1,183 @@
+"""Figures and the table of ``tinit audit --checkpoint`` (the frames of
+:mod:`tinit.experiments.audit.trained`).
+
+- :func:`plot_stream_over_steps`: v_k / v0 against addition k, one panel per run
+  (scheme and placement), one curve per saved step coloured by step (viridis: dark
+  early, yellow late) and the init-time law dashed (the cumulative law from the first
+  checkpoint's measured branch variances);
+- :func:`plot_drift`: ||W - W0|| / ||W0|| against layer, one panel per run, one colour
+  per role, the last step solid and earlier steps lighter;
+- :func:`plot_spectral`: each matrix's spectral norm against layer, per run and role, at
+  the first checkpoint (dashed) and the last (solid);
+- :func:`checkpoint_table`: per checkpoint, v_2L / v0 now and at the run's first
+  checkpoint, where the stream grows fastest, which roles moved most.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from matplotlib import colormaps
+from matplotlib.colors import Normalize
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
+from rich.table import Table
+
+from .style import FONT, FULL_WIDTH, NEUTRAL, ROLE_STYLES, THEORY, footnote, styled, suptitle, wants_log
+from .tables import fmt, summary_table
+
+#: Matrix roles drawn, in this order (norm gains and biases have no spectral norm).
+MATRIX_ROLES = ("embed", "pos", "q", "k", "v", "qkv", "o", "gate", "up", "down", "head")
+
+
+def _panels(n: int, row_height: float = 2.5) -> tuple[Figure, list]:
+    ncol = 1 if n == 1 else 2
+    nrow = math.ceil(n / ncol)
+    fig = Figure(figsize=(FULL_WIDTH, row_height * nrow + 0.6), layout="constrained")
+    axes = list(fig.subplots(nrow, ncol, squeeze=False).ravel())
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    for ax in axes[:n]:
+        ax.tick_params(labelsize=FONT)
+        ax.grid(True, which="major", alpha=0.3)
+    return fig, axes[:n]
+
+
+def _run_title(run: str, df: pd.DataFrame) -> str:
+    first = df.iloc[0]
+    if "init" in df and isinstance(first.get("init"), str):
+        return f"{first['init']} / {first['norm_position']}, L={int(first['n_layers'])}\n{run}"
+    return run
+
+
+def _steps(df: pd.DataFrame) -> list:
+    return sorted(df["step"].dropna().unique().tolist()) or [None]
+
+
+@styled
+def plot_stream_over_steps(variance: pd.DataFrame, title: str = "") -> Figure:
+    runs = list(dict.fromkeys(variance["run"]))
+    fig, axes = _panels(len(runs))
+    all_steps = sorted(variance["step"].dropna().unique().tolist())
+    norm = Normalize(min(all_steps, default=0), max(max(all_steps, default=1), 1))
+    cmap = colormaps["viridis"]
+    for ax, run in zip(axes, runs, strict=True):
+        df = variance[variance["run"] == run]
+        ys = []
+        for step in _steps(df):
+            d = df if step is None else df[df["step"] == step]
+            d = d.sort_values("k")
+            v0 = float(d["stream_var"].iloc[0])
+            y = d["stream_var"].to_numpy(float) / v0
+            ys.append(y)
+            color = cmap(0.0) if step is None else cmap(0.9 * norm(step))
+            ax.plot(d["k"], y, color=color, lw=1.4, label=f"step {step}" if step is not None else "as saved")
+        first = df[df["step"] == _steps(df)[0]] if _steps(df)[0] is not None else df
+        first = first.sort_values("k")
+        law = first["pred_cumulative"].to_numpy(float) / float(first["stream_var"].iloc[0])
+        ax.plot(first["k"], law, color=NEUTRAL, **THEORY, label="law at the first checkpoint")
+        if wants_log(np.concatenate([*ys, law])):
+            ax.set_yscale("log")
+        ax.set_title(_run_title(run, df), fontsize=FONT)
+        ax.set_xlabel("addition k", fontsize=FONT)
+        ax.set_ylabel(r"$v_k / v_0$", fontsize=FONT)
+        ax.legend(fontsize=FONT - 1, frameon=True, framealpha=0.8, loc="best", ncol=2 if len(ys) > 4 else 1)
+    suptitle(fig, title)
+    note = (
+        "Dashed: the variance law (the scheme's recursion from the measured branch variances) at the "
+        "run's first checkpoint; solid: the measured stream at each saved step."
+    )
+    footnote(fig, [note])
+    return fig
+
+
+def _roles(df: pd.DataFrame) -> list[str]:
+    present = set(df["role"])
+    return [r for r in MATRIX_ROLES if r in present]
+
+
+def _per_layer(df: pd.DataFrame, col: str) -> pd.Series:
+    """A role's value per layer (the mean where a layer has several tensors of it)."""
+    return df.groupby("layer")[col].mean().sort_index()
+
+
+@styled
+def plot_drift(drift: pd.DataFrame, title: str = "") -> Figure:
+    runs = list(dict.fromkeys(drift["run"]))
+    fig, axes = _panels(len(runs))
+    handles = {}
+    for ax, run in zip(axes, runs, strict=True):
+        df = drift[(drift["run"] == run) & drift["shape"].astype(str).str.contains("x")]
+        steps = [s for s in _steps(df) if s is not None and s != 0] or _steps(df)
+        for role in _roles(df):
+            color, marker = ROLE_STYLES.get(role, ROLE_STYLES["unknown"])
+            for i, step in enumerate(steps):
+                d = df[(df["role"] == role) & ((df["step"] == step) if step is not None else True)]
+                s = _per_layer(d, "rel_change").dropna()
+                last = i == len(steps) - 1
+                alpha = 1.0 if last else 0.25 + 0.5 * i / max(len(steps) - 1, 1)
+                ax.plot(s.index, s.values, color=color, alpha=alpha, lw=1.5 if last else 0.9,
+                        marker=marker if last else None, ms=3)  # fmt: skip
+            handles[role] = Line2D([], [], color=color, marker=marker, ms=3, label=role)
+        ax.set_title(f"{run}\nsteps {', '.join(map(str, steps))} (the last solid)", fontsize=FONT)
+        ax.set_xlabel("layer (-1: embedding side, L: head)", fontsize=FONT)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel(r"$\|W - W_0\| / \|W_0\|$", fontsize=FONT)
+    fig.legend(handles=list(handles.values()), loc="outside lower center", ncol=min(len(handles), 8),
+               fontsize=FONT, frameon=False)  # fmt: skip
+    suptitle(fig, title)
+    return fig
+
+
+@styled
+def plot_spectral(drift: pd.DataFrame, title: str = "") -> Figure:
+    runs = list(dict.fromkeys(drift["run"]))
+    fig, axes = _panels(len(runs))
+    handles = {}
+    for ax, run in zip(axes, runs, strict=True):
+        df = drift[(drift["run"] == run) & drift["spectral_norm"].notna()]
+        steps = _steps(df)
+        ends = [steps[0], steps[-1]] if len(steps) > 1 else steps
+        for role in _roles(df):
+            color, marker = ROLE_STYLES.get(role, ROLE_STYLES["unknown"])
+            for step in ends:
+                d = df[(df["role"] == role) & ((df["step"] == step) if step is not None else True)]
+                s = _per_layer(d, "spectral_norm")
+                last = step == ends[-1]
+                ls, lw = ("-", 1.4) if last else ((0, (4, 2)), 1.0)
+                ax.plot(s.index, s.values, color=color, ls=ls, lw=lw, marker=marker if last else None, ms=3)
+            handles[role] = Line2D([], [], color=color, marker=marker, ms=3, label=role)
+        where = f"step {ends[0]} dashed, {ends[-1]} solid" if len(ends) > 1 else f"step {ends[0]}"
+        ax.set_title(f"{run}\n{where}", fontsize=FONT)
+        ax.set_xlabel("layer (-1: embedding side, L: head)", fontsize=FONT)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel("spectral norm", fontsize=FONT)
+        if wants_log(df["spectral_norm"].to_numpy(float)):
+            ax.set_yscale("log")
+    fig.legend(handles=list(handles.values()), loc="outside lower center", ncol=min(len(handles), 8),
+               fontsize=FONT, frameon=False)  # fmt: skip
+    suptitle(fig, title)
+    return fig
+
+
+def checkpoint_table(table: pd.DataFrame, title: str = "Checkpoints") -> Table:
+    """One row per checkpoint: v_2L / v0 now and at the run's first checkpoint, the
+    addition where v_k / v_(k-1) is largest, the roles whose mean rel_change is largest."""
+    caption = (
+        "v_2L/v0 at this step and at the run's first checkpoint; fastest: the addition k with the "
+        "largest v_k/v_(k-1); moved most: largest mean ||W-W0||/||W0|| by role"
+    )
+    t = summary_table(title, caption)
+    for col in ("run", "step", "v_2L/v0", "at first", "fastest k", "x", "moved most", "rel"):
+        t.add_column(col, justify="left" if col in ("run", "moved most") else "right")
+    for _, r in table.iterrows():
+        step = "" if pd.isna(r["step"]) else str(int(r["step"]))
+        first = "" if pd.isna(r["first_step"]) else f" (@{int(r['first_step'])})"
+        k = "" if pd.isna(r["fastest_k"]) else str(int(r["fastest_k"]))
+        moved = str(r["moved_most"]) if isinstance(r["moved_most"], str) else "-"
+        t.add_row(str(r["run"]), step, fmt(r["v_final_rel"]), fmt(r["v_final_rel_first"]) + first, k,
+                  fmt(r["fastest_growth"], 3), moved, fmt(r["moved_most_rel_change"], 3))  # fmt: skip
+    return t
