@@ -51,7 +51,8 @@ def train(opts: Options) -> None:
 
     def experiment(progress, on_partial, run_dir):
         writer = CheckpointWriter(run_dir) if saves else None
-        return run_train(*args, progress, on_partial, on_checkpoint=writer, save_steps=saves if writer else None)
+        saving = saves if writer else None
+        return run_train(*args, progress, on_partial, on_checkpoint=writer, save_steps=saving)
 
     execute(
         "train",
