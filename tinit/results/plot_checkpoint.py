@@ -26,7 +26,8 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 from rich.table import Table
 
-from .style import FONT, FULL_WIDTH, NEUTRAL, ROLE_STYLES, THEORY, footnote, styled, suptitle, wants_log
+from .palette import ROLE_STYLES
+from .style import FONT, FULL_WIDTH, NEUTRAL, THEORY, footnote, styled, suptitle, wants_log
 from .tables import fmt, summary_table
 
 #: Matrix roles drawn, in this order (norm gains and biases have no spectral norm).
