@@ -12,7 +12,8 @@ from pathlib import Path
 
 import torch
 
-from tinit.experiments.measure.depth_sweep import depth_sweep_plan, parse_layers
+from tinit.experiments.configs import parse_layers
+from tinit.experiments.measure.depth_sweep import depth_sweep_plan
 from tinit.experiments.points import run_point
 from tinit.model.config import InitConfig, ModelConfig, RunConfig
 

@@ -33,7 +33,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
 
-from tinit.experiments.measure.depth_sweep import depth_sweep_plan, parse_layers  # noqa: E402
+from tinit.experiments.configs import parse_layers  # noqa: E402
+from tinit.experiments.measure.depth_sweep import depth_sweep_plan  # noqa: E402
 from tinit.experiments.points import run_point  # noqa: E402
 from tinit.model.config import InitConfig, ModelConfig, RunConfig  # noqa: E402
 from tinit.sweep.folder import point_dir, point_done  # noqa: E402

@@ -16,12 +16,12 @@ from typer.testing import CliRunner
 
 from tinit import run_depth_sweep
 from tinit.cli import app
+from tinit.experiments.configs import parse_layers
 from tinit.experiments.measure.depth_fits import fit_line
 from tinit.experiments.measure.depth_sweep import (
     FIT_COLUMNS,
     SUMMARY_COLUMNS,
     SWEEP_COLUMNS,
-    parse_layers,
 )
 from tinit.experiments.measure.grad_norms import run_grad_norms
 from tinit.experiments.measure.variance import run_variance

@@ -22,9 +22,9 @@ from typer.testing import CliRunner
 from tinit.cli import app
 from tinit.experiments.audit.loaders import parse_set
 from tinit.experiments.measure.variance import run_variance
-from tinit.experiments.training import train as train_module
+from tinit.experiments.training import grid as grid_module
 from tinit.experiments.training.coord_check import CoordConfig, make_grid, run_coord_check
-from tinit.experiments.training.train import grid_specs
+from tinit.experiments.training.grid import grid_specs
 from tinit.experiments.training.trainer import TrainConfig
 from tinit.model import Transformer
 from tinit.model.catalogue import parse_init_list
@@ -238,7 +238,7 @@ def test_a_zero_branch_still_has_no_correlation_by_design(tmp_path):
 
 def test_a_deep_model_that_does_not_fit_blames_layers(tmp_path, monkeypatch):
     """lr-sweep --layers 100000 (d=32): "Invalid value for '--d-model'"."""
-    monkeypatch.setattr(train_module, "available_memory", lambda device: 2**30)
+    monkeypatch.setattr(grid_module, "available_memory", lambda device: 2**30)
     out = tmp_path / "run"
     res = runner.invoke(app, ["lr-sweep", *M, "--layers", "100000", *QUICK, "--out", str(out)])
     assert_one_line_error(res, "--layers", out)

@@ -234,7 +234,7 @@ def test_overrides_are_recorded_in_config_json_and_the_header(tmp_path):
 def test_training_grids_build_each_scheme_as_its_upstream_runs_it():
     """train and lr-sweep (grid_specs): without --norm-position each scheme runs in its own
     placement, and every model has its scheme's structure, the user's fields on top."""
-    from tinit.experiments.training.train import grid_specs
+    from tinit.experiments.training.grid import grid_specs
 
     base = ModelConfig(n_layers=2, d_model=32, n_heads=2, vocab_size=32)
     specs = grid_specs(base, InitConfig(), ["deepnet", "nanochat", "naive"], None, [2], [0], [1e-3], [0])

@@ -34,7 +34,7 @@ def coord_check(opts: Options) -> None:
     per layer, mup's view) and config.json.
     """
     layers, seeds = opts.layers, opts.seeds
-    from ..experiments.measure.depth_sweep import parse_layers
+    from ..experiments.configs import parse_layers
     from ..experiments.training.coord_check import CoordConfig, coord_check_plan, make_grid, run_coord_check
     from ..experiments.training.coord_fit import summary
     from .runner import Outputs, execute

@@ -62,12 +62,8 @@ def depth_sweep(opts: Options) -> None:
     depth_sweep.png and config.json to a new run folder.
     """
     layers, seeds, no_grads, transfer_from = opts.layers, opts.seeds, opts.no_grads, opts.transfer_from
-    from ..experiments.measure.depth_sweep import (
-        depth_sweep_plan,
-        parse_layers,
-        run_depth_sweep,
-        transfer_reference,
-    )
+    from ..experiments.configs import parse_layers
+    from ..experiments.measure.depth_sweep import depth_sweep_plan, run_depth_sweep, transfer_reference
     from ..experiments.measure.grad_norms import require_gradients
     from .runner import Outputs, execute
 

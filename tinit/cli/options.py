@@ -207,7 +207,7 @@ PRESET = option(
     "defines (not batch or --seq-len); options given explicitly override it.",
 )  # fmt: skip
 #: --layers as the depths a command runs one after the other (depth-sweep, train,
-#: lr-sweep, coord-check), parsed by experiments.measure.depth_sweep.parse_layers
+#: lr-sweep, coord-check), parsed by experiments.configs.parse_layers
 DEPTHS = option(
     "layers", str, "--layers", "-L", panel=MODEL, fields=("n_layers",), lists="n_layers",
     help="Depths to sweep: a comma list (1,2,4,12,80), an arithmetic range start:stop:step (12:96:12, "

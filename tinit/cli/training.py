@@ -134,7 +134,7 @@ def grid(opts: Options):
     """The arguments of run_train / run_lr_sweep before ``progress`` (model, init, run,
     training config, data, schemes, norm positions, depths, seeds, lrs, warmups), the
     data and the runs' title."""
-    from ..experiments.measure.depth_sweep import parse_layers
+    from ..experiments.configs import parse_layers
 
     lrs = floats(opts.lr, "--lr", MAX_LR, f" ({LR_WHY})")
     warmups = ints(opts.warmup, "--warmup")

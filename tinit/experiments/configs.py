@@ -6,7 +6,9 @@ widths of a width axis (coord-check, lr-sweep)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Iterator, Sequence
+from numbers import Integral
 
 from ..model.catalogue import placements_for
 from ..model.config import ConfigError, InitConfig, ModelConfig, RunConfig
@@ -161,3 +163,85 @@ def parse_widths(spec: str | int | Sequence[int]) -> list[int]:
     if repeated:
         raise ConfigError("d_model", f"{', '.join(map(str, repeated))} is given twice; give each width once")
     return sorted(out)
+
+
+#: The most depths one sweep takes (a range giving more is refused before it is built).
+MAX_DEPTHS = 1000
+
+
+_INT = r"\s*(\d+)\s*"
+_RANGE = re.compile(rf"^{_INT}:{_INT}(?::\s*(x?)\s*(\d+)\s*)?$")
+LAYERS_HELP = (
+    "give a comma list of whole numbers >= 1 (1,2,4,12,80), a range start:stop:step (12:96:12, "
+    "stop included), a geometric range start:stop:xFACTOR (4:128:x2), or a mix (1,2,4:64:x2)"
+)
+
+
+def parse_layers(spec: str | int | Sequence[int]) -> list[int]:
+    """The depths of a sweep, ascending, from a spec string (or a list of ints).
+
+    Grammar: comma-separated items, each an integer ``L``, an arithmetic range
+    ``start:stop[:step]`` (step 1 by default; ``stop`` included when the steps land on
+    it), or a geometric range ``start:stop:xF`` (start, start*F, start*F^2, ... <= stop;
+    F a whole number >= 2). Every depth must be >= 1 and appear once. Raises
+    :class:`ConfigError` (field ``n_layers``, so the CLI names ``--layers``).
+    """
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        spec = [spec]
+    if not isinstance(spec, str):
+        values = list(spec)
+        if not values:
+            raise ConfigError("n_layers", f"no depths given; {LAYERS_HELP}")
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, Integral) or v < 1:
+                raise ConfigError("n_layers", f"{v!r} is not a whole number >= 1; {LAYERS_HELP}")
+        spec = ",".join(str(int(v)) for v in values)
+    if not spec.strip():
+        raise ConfigError("n_layers", f"empty list; {LAYERS_HELP}")
+    out: list[int] = []
+    for item in spec.split(","):
+        if not item.strip():
+            raise ConfigError("n_layers", f"{spec!r} has an empty item; {LAYERS_HELP}")
+        out.extend(_parse_item(item.strip()))
+        if len(out) > MAX_DEPTHS:
+            raise ConfigError(
+                "n_layers",
+                f"{spec!r} gives more than {MAX_DEPTHS} depths (the most a sweep takes)"
+            )
+    seen: set[int] = set()
+    for v in out:
+        if v in seen:
+            raise ConfigError("n_layers", f"{spec!r} gives {v} more than once; each depth must appear once")
+        seen.add(v)
+    return sorted(out)
+
+
+def _parse_item(item: str) -> list[int]:
+    if re.fullmatch(r"\s*-?\d+\s*", item):
+        v = int(item)
+        if v < 1:
+            raise ConfigError("n_layers", f"{item!r}: depths must be >= 1; {LAYERS_HELP}")
+        return [v]
+    m = _RANGE.match(item)
+    if not m:
+        raise ConfigError("n_layers", f"{item!r} is not a depth or a range; {LAYERS_HELP}")
+    start, stop = int(m.group(1)), int(m.group(2))
+    geometric, step = m.group(3) == "x", int(m.group(4)) if m.group(4) else 1
+    if start < 1:
+        raise ConfigError("n_layers", f"{item!r}: depths must be >= 1; {LAYERS_HELP}")
+    if stop < start:
+        raise ConfigError("n_layers", f"{item!r}: stop {stop} is below start {start}")
+    if geometric:
+        if step < 2:
+            raise ConfigError("n_layers", f"{item!r}: the factor must be a whole number >= 2")
+        values, v = [], start
+        while v <= stop:
+            values.append(v)
+            v *= step
+        return values
+    if step < 1:
+        raise ConfigError("n_layers", f"{item!r}: the step must be a whole number >= 1")
+    count = (stop - start) // step + 1
+    if count > MAX_DEPTHS:  # refused before the list is built
+        raise ConfigError("n_layers", f"{item!r} gives {count} depths; a sweep takes at most {MAX_DEPTHS}")
+    return list(range(start, stop + 1, step))

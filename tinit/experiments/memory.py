@@ -377,7 +377,7 @@ def check_memory(
     (:func:`least_bytes`; with ``run.stream`` False every block's weights, built) fits
     in the device's free memory. Else a ConfigError naming the size that drives the
     excess: of the largest term, the size furthest beyond the default shape (L 12, d 256,
-    V 1024, 8 x 128 tokens). train and lr-sweep (tinit.experiments.training.train.check_specs)
+    V 1024, 8 x 128 tokens). train and lr-sweep (tinit.experiments.training.grid.check_specs)
     and coord-check (its check_fits) make the same refusal with their optimizer state.
     ``here`` False (a sweep's plan, whose points may run on other machines): against
     :data:`ANY_MACHINE` instead of this machine's free memory."""

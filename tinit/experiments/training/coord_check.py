@@ -171,7 +171,7 @@ def make_grid(
     ``norm_positions`` None: each scheme in its presumed placement, else pre-norm (the
     placement of mup's and CompleteP's models)."""
     inits, norm_positions = scheme_list(inits, init.schemes), position_list(norm_positions)
-    from ..measure.depth_sweep import parse_layers
+    from ..configs import parse_layers
 
     widths = parse_widths(widths)  # each a whole number >= 1, once (ConfigError otherwise)
     depths = parse_layers(depths)

@@ -346,7 +346,7 @@ def lr_sweep_plan(
     lr, warmup, seed: :func:`lr_sweep_point`), in the single run's order; gathering
     concatenates the runs' frames and derives the summary, optima and drifts as the
     single run does (:func:`gather_points`)."""
-    from .train import check_schemes, grid_specs
+    from .grid import check_schemes, grid_specs
 
     specs = grid_specs(model, init, schemes, norm_positions, depths, seeds, lrs, warmups, widths)
     check_schemes(specs, data_args["seq_len"], train.param_rules)  # before any point starts

@@ -16,33 +16,25 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 
-from ...model.catalogue import placements_for
 from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
-from ...model.params import count_params
 from ...model.schemes import Scheme
-from ...model.structure import apply_scheme
 from ..configs import (
-    DEFAULT_PLACEMENTS,
-    check_configs,
-    parse_widths,
-    position_list,
-    scheme_list,
     structure_meta,
 )
 from ..device import matmul_precision, resolve_device
 from ..driver import Run
-from ..memory import available_memory, host_memory
 from ..meta import run_meta
 from ..result import ExperimentResult, Partial, Progress
 from .compare import compare_schemes
 from .compare import not_applicable as compare_not_applicable
 from .data import TrainData
+from .grid import check_specs, grid_axes, grid_specs
 from .saving import check_disk, parse_save_steps
 from .trainer import (
     CONFIG_COLUMNS,
@@ -237,158 +229,6 @@ def run_names(specs: Sequence[RunSpec]) -> list[str]:
 
     return [", ".join([f"{x['init']}/{x['norm_position']}", *(part(k, x[k]) for k in varying)])
             for x in labels]  # fmt: skip
-
-
-def _numbers(values, field: str, whole: bool, low: float) -> list:
-    """A list of numbers (never a string, iterated by character): finite, whole when
-    ``whole``, ``>= low`` (whole) or ``> low``; a ConfigError naming ``field`` otherwise."""
-    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
-        raise ConfigError(field, f"give a list of numbers, got {values!r}")
-    out = list(values)
-    for v in out:
-        real = isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool)
-        ok = real and math.isfinite(v) and (v == int(v) and v >= low if whole else v > low)
-        if not ok:
-            want = f"a whole number >= {low:g}" if whole else f"a finite number > {low:g}"
-            raise ConfigError(field, f"{v!r} is not {want}")
-    if not out:
-        raise ConfigError(field, "the list is empty")
-    return [int(v) for v in out] if whole else [float(v) for v in out]
-
-
-def grid_axes(model: ModelConfig, init: InitConfig, train: TrainConfig, schemes, norm_positions, depths,
-              seeds, lrs, warmups, widths) -> tuple:  # fmt: skip
-    """The axes of a training grid as a library caller gave them, checked: schemes and
-    placements (a string is a comma list, as --init reads it), depths and widths (each
-    once), seeds and warmups (whole numbers >= 0), lrs (positive); lrs None: the
-    config's, warmups None: the config's. A ConfigError naming the axis otherwise."""
-    from ..measure.depth_sweep import parse_layers
-
-    return (
-        scheme_list(schemes, init.schemes),
-        position_list(norm_positions) or None,
-        parse_layers(depths),
-        _numbers(seeds, "seed", True, 0),
-        _numbers(lrs, "lr", False, 0) if lrs is not None else [train.lr],
-        _numbers(warmups, "warmup", True, 0) if warmups is not None else [train.warmup],
-        parse_widths(widths) if widths is not None else None,
-    )
-
-
-def grid_specs(
-    model: ModelConfig,
-    init: InitConfig,
-    schemes: Sequence[str],
-    norm_positions: Sequence[str] | None,
-    depths: Sequence[int],
-    seeds: Sequence[int],
-    lrs: Sequence[float],
-    warmups: Sequence[int],
-    widths: Sequence[int] | None = None,
-) -> list[RunSpec]:
-    """schemes x norm positions x depths x widths x lrs x warmups x seeds, seeds
-    innermost; each model with its scheme's structure
-    (:func:`tinit.model.structure.apply_scheme`, as ``ModelConfig.from_scheme``), and
-    ``norm_positions`` None: each scheme in its own placement (pre and post for a scheme
-    scheme is whatever ``InitConfig.recipe`` accepts: the run only passes it on.
-    ``widths`` (d_model values; None: the model's): several each take their default FFN
-    width (d_ff grows with d, as a width-transfer study needs); the model's own width alone
-    keeps the model's d_ff."""
-    schemes, norm_positions, depths, seeds, lrs, warmups, widths = grid_axes(
-        model, init, TrainConfig(), schemes, norm_positions, depths, seeds, lrs, warmups, widths
-    )
-    own = widths is None or widths == [model.d_model]
-
-    def shape(pos: str, scheme: str, L: int, d: int) -> ModelConfig:
-        sized = {"n_layers": L} if own else {"n_layers": L, "d_model": d, "d_ff": None}
-        return apply_scheme(dataclasses.replace(model, **sized), scheme, init.schemes, norm_position=pos)
-
-    def positions(scheme: str) -> tuple[str, ...]:
-        if norm_positions is None:
-            return placements_for(scheme, DEFAULT_PLACEMENTS, init.schemes)
-        return tuple(norm_positions)
-
-    return [
-        RunSpec(shape(pos, scheme, L, d), dataclasses.replace(init, recipe=scheme, seed=seed), lr, warmup)
-        for scheme in schemes
-        for pos in positions(scheme)
-        for L in depths
-        for d in (widths or [model.d_model])
-        for lr in lrs
-        for warmup in warmups
-        for seed in seeds
-    ]
-
-
-#: Bytes per parameter a training run holds at least: float32 weights, gradients and
-#: AdamW's two moments.
-TRAIN_BYTES_PER_PARAM = 16
-#: Bytes a run keeps in memory per record: every step adds a ``train`` row and an
-#: ``update_ratios`` row per stream-writing matrix (2 a layer), kept until the run's
-#: frames are made. 316 bytes a row as dicts (tracemalloc, 20,000 steps at L 12), with
-#: the frames made from them rounded up to 512.
-RECORD_BYTES = 512
-
-
-def check_schemes(specs: Sequence[RunSpec], seq_len: int, rules: bool = True) -> None:
-    """Before anything trains: every run's scheme is defined at every layer of its model
-    and, with ``rules`` (--param-rules on), its optimizer rules are in range at that
-    model's shape (a ConfigError naming --init-file or --init otherwise)."""
-    checked = set()
-    for spec in specs:
-        key = (spec.model, spec.init.recipe)
-        if key not in checked:
-            checked.add(key)
-            check_configs(spec.model, spec.init, RunConfig(seq_len=seq_len),
-                          [(spec.init.recipe, spec.model.norm_position)], optimizer=rules)  # fmt: skip
-
-
-def check_specs(
-    specs: Sequence[RunSpec], data: TrainData, device: torch.device, rules: bool = True, steps: int = 0
-) -> None:
-    """Before anything trains: no run repeats another (a repeat would be counted as a
-    seed), every vocabulary covers the data, every scheme is defined at every layer (and
-    its optimizer rules, with ``rules``, in range at the run's shape), the records of
-    ``steps`` steps of every run (:data:`RECORD_BYTES` each, kept in host memory) take at
-    most half the free host memory, and the largest model's weights, gradients and AdamW
-    state fit in the device's free memory (else a ConfigError naming what makes it large,
-    not an out-of-memory stop)."""
-    seen: set = set()
-    for spec in specs:
-        key = (tuple(sorted(spec.labels().items())), spec.init.seed)
-        if key in seen:
-            raise ConfigError("lr", f"the run {spec.labels()} (seed {spec.init.seed}) is in the grid twice: "
-                              "give each lr, warmup, depth and seed once")  # fmt: skip
-        seen.add(key)
-        if spec.model.vocab_size < data.vocab:
-            raise ConfigError(
-                "vocab_size", f"the data needs a vocabulary of {data.vocab}, got {spec.model.vocab_size}"
-            )
-    check_schemes(specs, data.seq_len, rules)
-    if not specs:
-        return
-    big_spec = max(specs, key=lambda s: count_params(s.model, s.init.scheme).total)
-    big, n = big_spec.model, count_params(big_spec.model, big_spec.init.scheme).total
-    free = available_memory(device)
-    if n * TRAIN_BYTES_PER_PARAM > free:
-        embedding = big.vocab_size * big.d_model
-        if 2 * embedding > n:
-            field = "data" if data.chain is None else "vocab_size"
-        else:  # the stack: its depth when one layer of this width would fit, else its width
-            one = count_params(dataclasses.replace(big, n_layers=1)).total
-            field = "n_layers" if one * TRAIN_BYTES_PER_PARAM <= free else "d_model"
-        need, gib = n * TRAIN_BYTES_PER_PARAM / 2**30, free / 2**30
-        raise ConfigError(field, f"a model of {n:.3g} parameters (L={big.n_layers}, d={big.d_model}, "
-                          f"V={big.vocab_size}) needs {need:.3g} GiB for its weights, gradients and AdamW "
-                          f"state, more than the {gib:.3g} GiB free")  # fmt: skip
-    # then the per-step records (the model fits: what remains large is the number of steps)
-    records = sum(steps * (1 + 2 * s.model.n_layers) for s in specs) * RECORD_BYTES
-    host = host_memory()
-    if records > host / 2:
-        raise ConfigError("steps", f"{steps:,} steps of {len(specs)} run{'s' * (len(specs) > 1)} keep "
-                          f"{records / 2**30:.3g} GiB of per-step records (a train row and two update "
-                          f"ratios a layer), more than half the {host / 2**30:.3g} GiB of free host "
-                          "memory")  # fmt: skip
 
 
 def not_applicable(train: TrainConfig, device: torch.device, floor: float | None = 0.0,
