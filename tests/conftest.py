@@ -14,6 +14,14 @@ import torch
 from tinit.model.config import InitConfig, ModelConfig, RunConfig
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_thread_for_every_fixture():
+    # module-scoped fixtures are set up before a function-scoped autouse fixture: without
+    # this they ran at torch's default thread count (2 x 2 threads on 2 cores under -n 2,
+    # up to 6x the CPU time of one thread on these tiny models)
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(autouse=True)
 def _deterministic_threads():
     # small models are faster single-threaded and results do not depend on the thread count

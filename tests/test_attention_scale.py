@@ -200,8 +200,19 @@ def test_cli_writes_csv_plot_and_config(tmp_path):
 
 
 def test_cli_odd_head_dims_without_rope(tmp_path):
-    res = invoke("--out", str(tmp_path / "r"), "--head-dims", "3,5", "--positions", "none", "-q")
+    """Odd head dims (refused with RoPE, which rotates pairs) run without it: unit inputs
+    at d_h = 3 and 5 against d_h unscaled and 1 scaled, within Z standard errors (a 1/d_h
+    scaling, 1/3 and 1/5 against 1, lies more than Z away)."""
+    out = tmp_path / "r"
+    res = invoke("--out", str(out), "--head-dims", "3,5", "--positions", "none", "-q")
     assert res.exit_code == 0, res.output
+    df = pd.read_csv(out / "attention_scale.csv")
+    assert sorted(set(df["head_dim"])) == [3, 5] and len(df) == 2 * 2 * 2
+    unit = df[df["input"] == "unit"]
+    assert np.allclose(unit["pred_logit_var"], np.where(unit["scaled"], 1.0, unit["head_dim"]))
+    z = (unit["logit_var"] - unit["pred_logit_var"]) / unit["logit_var_se"]  # se ~11% at this size
+    assert (z.abs() < Z).all(), unit.to_string()
+    assert set(df.loc[df["input"] == "model", "d_model"]) == {6, 10}  # heads x d_h
 
 
 @pytest.mark.parametrize(

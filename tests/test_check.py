@@ -237,6 +237,7 @@ def test_cli_bad_input(tmp_path, args, option):
 def test_check_options_chosen_by_the_check_are_not_offered():
     result = runner.invoke(app, ["check", "--post-norm"])
     assert result.exit_code == 2
+    assert "No such option: --post-norm" in result.output
 
 
 def test_background_shape_is_fresh():

@@ -59,8 +59,17 @@ def test_sites_that_do_not_rebuild_the_stream_are_refused(tmp_path, spec):
 
 
 def test_the_right_sites_still_pass(tmp_path):
+    """The right sites rebuild the stream: each addition's stream variance is that of the
+    sum of the stream before it and the branch, Var(a + b) = Var a + Var b + 2 Cov(a, b),
+    computed here from variance.csv's own stream, branch and correlation columns."""
     res, out = audit(tmp_path, "--module", f"{MODELS}:good_model", "--sites", "layers:attn:mlp", "-q")
     assert res.exit_code == 0, res.output
+    v = pd.read_csv(out / "variance.csv")
+    assert list(v["sublayer"]) == ["embed"] + ["attn", "ffn"] * 3  # good_model: 3 layers
+    prev, cur = v.iloc[:-1].reset_index(drop=True), v.iloc[1:].reset_index(drop=True)
+    cov = cur["cross_corr"] * (prev["stream_var"] * cur["branch_var"]) ** 0.5
+    want = prev["stream_var"] + cur["branch_var"] + 2 * cov
+    assert ((cur["stream_var"] / want - 1).abs() < 1e-4).all(), (cur["stream_var"], want)
 
 
 def test_pass_counts_only_the_parameters_it_checked(tmp_path):
@@ -116,6 +125,12 @@ def test_a_module_file_imports_the_files_beside_it(tmp_path, monkeypatch):
     monkeypatch.setattr("sys.path", list(__import__("sys").path))
     res, out = audit(tmp_path, "--module", f"{HERE}/hostile/uses_a_neighbour.py:build", "-q")
     assert res.exit_code == 0, res.output
+    spec = importlib.util.spec_from_file_location("neighbour", HERE / "hostile" / "neighbour_for_audit.py")
+    neighbour = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(neighbour)
+    w = pd.read_csv(out / "weights.csv")
+    assert list(w["param"]) == [n for n, _ in neighbour.make().named_parameters()]  # the neighbour's model
+    assert len(pd.read_csv(out / "variance.csv")) == 1 + 2 * 2  # its 2 blocks
 
 
 def test_readme_says_module_executes_the_file():

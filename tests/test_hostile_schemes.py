@@ -10,6 +10,7 @@ import sys
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from helpers import ROOT, assert_one_line_error
@@ -158,6 +159,10 @@ def test_a_bound_far_inside_one_std_draws_a_truncated_normal_at_once():
 
 
 def test_a_bound_of_1e_30_runs_end_to_end(tmp_path):
+    """W_O drawn inside +-1e-30 runs to the end: the attention branch is too small for its
+    variance to be a float32 number, so its branch_var and cross_corr are NaN, flagged as
+    measured values that are not finite (not a silent 0), and the stream passes each
+    attention addition unchanged; the FFN additions stay finite numbers."""
     out = tmp_path / "run"
     body = '[roles]\no = { std = "sigma", dist = "trunc", bound = "1e-30" }'
     res = runner.invoke(
@@ -176,6 +181,15 @@ def test_a_bound_of_1e_30_runs_end_to_end(tmp_path):
     )
     assert res.exit_code == 0, res.output
     assert "Traceback" not in res.output
+    assert "not finite" in res.output and "variance.csv" in res.output
+    df = pd.read_csv(out / "variance.csv")
+    pre = df[df["norm_position"] == "pre"].set_index("k")
+    attn = pre[pre["sublayer"] == "attn"]
+    assert len(attn) == 2 and attn["branch_var"].isna().all() and attn["cross_corr"].isna().all()
+    for k in attn.index:  # an addition of ~1e-32 to entries ~0.02: the float32 stream is unchanged
+        assert pre.loc[k, "stream_var"] == pytest.approx(pre.loc[k - 1, "stream_var"], rel=1e-6)
+    ffn = pre[pre["sublayer"] == "ffn"]
+    assert len(ffn) == 2 and (ffn["branch_var"] > 0).all() and np.isfinite(ffn["cross_corr"]).all()
 
 
 # --- case 5: strict booleans ----------------------------------------------------------

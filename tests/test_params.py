@@ -223,3 +223,4 @@ def test_counting_options_only():
     # options that do not change a count are not offered
     result = runner.invoke(app, ["params", "--sigma", "0.1"])
     assert result.exit_code == 2
+    assert "No such option: --sigma" in result.output
