@@ -13,9 +13,9 @@ from tinit.model.transformer import Transformer
 layers = int(sys.argv[1]) if len(sys.argv) > 1 else 80
 run = RunConfig()
 for norm_position in ("pre", "post"):
-    for recipe in ("naive", "scaled"):
+    for scheme in ("naive", "scaled"):
         cfg = ModelConfig(n_layers=layers, norm_position=norm_position)
-        init = InitConfig(recipe=recipe)
+        init = InitConfig(scheme=scheme)
         model = Transformer(cfg, init, "cpu", torch.float32, stream=True)
         tokens = make_tokens(cfg, run, init.seed, torch.device("cpu"))
         with torch.no_grad():

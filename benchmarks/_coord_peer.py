@@ -30,7 +30,7 @@ def main() -> None:
                     data = load_data("markov", vocab=256, seq_len=32, batch=4, seed=0, eval_batches=1)
                     data.reset(seed)
                     batch = data.next_batch()
-                    net = Transformer(cfg, InitConfig(recipe=init, seed=seed))
+                    net = Transformer(cfg, InitConfig(scheme=init, seed=seed))
                     opt = torch.optim.AdamW(optimizer_groups(net, lr=1e-2), lr=1e-2, weight_decay=0.0)
                     for step in range(5):
                         with torch.set_grad_enabled(step < 4):

@@ -31,7 +31,7 @@ def main() -> None:
             for lr in lrs:
                 cfg = ModelConfig(n_layers=L, d_model=48, n_heads=4, vocab_size=64, max_seq_len=128,
                                   norm_position=pos)  # fmt: skip
-                net = Transformer(cfg, InitConfig(recipe="scaled", seed=0))
+                net = Transformer(cfg, InitConfig(scheme="scaled", seed=0))
                 groups = optimizer_groups(net, lr=lr, weight_decay=0.1)
                 opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
                 sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, warmup, steps, 0.1))

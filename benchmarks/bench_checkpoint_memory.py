@@ -35,7 +35,7 @@ def write(path: str, layers: int, d: int) -> None:
     from tinit.results.checkpoints import CheckpointWriter
 
     cfg = ModelConfig(n_layers=layers, d_model=d, n_heads=8, vocab_size=1024, max_seq_len=128)
-    init = InitConfig(recipe="gpt2", seed=0)
+    init = InitConfig(scheme="gpt2", seed=0)
     spec = RunSpec(cfg, init, 1e-3, 0)
     # the state dict, built a block at a time (the writer's input; a real run holds it anyway)
     from tinit.model.transformer import Transformer

@@ -87,7 +87,7 @@ def main() -> None:
         big = ModelConfig(n_layers=80, d_model=8192, n_heads=64, d_ff=28672, vocab_size=1024, max_seq_len=512)
         grad_cfg = ModelConfig(n_layers=80, d_model=4096, n_heads=32, vocab_size=1024, max_seq_len=512)
         run = RunConfig(batch=4, seq_len=512, device=str(device), stream=True)
-    init = InitConfig(recipe="naive")
+    init = InitConfig(scheme="naive")
     shape = "tiny" if args.small else "70B-shape"
     gshape = "tiny" if args.small else "80 x 4096"
     rows: list[tuple[str, float, float, str]] = []

@@ -1,7 +1,7 @@
 """Independent peer of `tinit coord-check --init mup`, built on microsoft/mup's own package.
 
 No tinit import: plain torch + ``mup`` (PyPI ``mup`` 1.0.0, the code of microsoft/mup
-@1981497). The model follows mup's recipe (README "Basic Usage", examples/Transformer/model.py):
+@1981497). The model follows mup's scheme (README "Basic Usage", examples/Transformer/model.py):
 ``set_base_shapes`` with a base model at d0 = 256 and a delta model at 2 d0, hidden matrices
 re-initialised with ``mup.init.normal_`` (std sigma * sqrt(d0 / fan_in): sigma at d0),
 ``MuReadout``/``MuSharedReadout`` (logits x d0 / d), attention q.k / d_head and zero-initialised
@@ -136,7 +136,7 @@ class Decoder(nn.Module):
 
 
 def build(d: int, a: argparse.Namespace, shapes: dict, seed: int) -> Decoder:
-    """mup's recipe: shapes first, then re-initialise with mup.init so the std follows width."""
+    """mup's scheme: shapes first, then re-initialise with mup.init so the std follows width."""
     sigma, embed_std, tied = CONSTANTS[a.const]
     torch.manual_seed(seed)  # overrides get_coord_data's manual_seed(0): init varies by seed
     model = Decoder(d, a.layers, tied, a.d_ff)

@@ -14,12 +14,12 @@ TINIT_SHAPE = {"n_layers": 2, "d_model": 16, "n_heads": 2, "vocab_size": 32, "ma
 
 def tinit_model() -> Transformer:
     """tinit's own model, naive pre-norm, exactly as `tinit variance --init naive --pre-norm` builds it."""
-    return Transformer(ModelConfig(**TINIT_SHAPE), InitConfig(recipe="naive"))
+    return Transformer(ModelConfig(**TINIT_SHAPE), InitConfig(scheme="naive"))
 
 
 def tinit_post_model() -> Transformer:
     """tinit's own model, depth-scaled post-norm."""
-    return Transformer(ModelConfig(**TINIT_SHAPE, norm_position="post"), InitConfig(recipe="scaled"))
+    return Transformer(ModelConfig(**TINIT_SHAPE, norm_position="post"), InitConfig(scheme="scaled"))
 
 
 class _Attn(nn.Module):

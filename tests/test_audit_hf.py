@@ -125,7 +125,7 @@ def test_llama_fails_gpt2_on_exactly_o_and_down_and_passes_naive(built):
 def test_recipe_beside_as_built(built):
     model, sites, _tr, roles, tokens = built["llama"]
     res = run_audit(model, sites, roles, tokens, Expectation("naive", 0.02, 0.02, "n"),
-                    recipe=Expectation("scaled", 0.02, 0.02, "s"))  # fmt: skip
+                    scheme=Expectation("scaled", 0.02, 0.02, "s"))  # fmt: skip
     assert list(res["summary"]["init"]) == ["as-built", "scaled"]
     assert res.meta["recipe_weights_deviating"] == 0 and res.meta["recipe_kept_as_built"] == []
     s = res["summary"].set_index("init")["branch_var_mean"]
@@ -142,7 +142,7 @@ def _tinit_in_hf_llama():
     cfg = ModelConfig(n_layers=2, d_model=32, n_heads=4, vocab_size=V, max_seq_len=16)
     run = RunConfig(batch=2, seq_len=16, device="cpu", dtype="float64")
     ref = run_variance(cfg, InitConfig(), run, inits=("naive",), norm_positions=("pre",))["variance"]
-    net = Transformer(cfg, InitConfig(recipe="naive"), dtype=torch.float64)
+    net = Transformer(cfg, InitConfig(scheme="naive"), dtype=torch.float64)
     hf = load_hf("llama", {"hidden_size": 32, "intermediate_size": cfg.d_ff, "num_hidden_layers": 2,
                            "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": V,
                            "max_position_embeddings": 16, "rms_norm_eps": cfg.norm_eps,

@@ -43,7 +43,7 @@ def test_tinit_model_as_module_gives_tinit_variance_numbers(tmp_path):
     )
     assert ref.exit_code == 0, ref.output
     res = audit("--module", f"{MODELS}:tinit_model", "--no-grads", "-q", "-o", str(tmp_path / "a"))
-    assert res.exit_code == 0, res.output  # the model declares its recipe and matches it
+    assert res.exit_code == 0, res.output  # the model declares its scheme and matches it
     want = pd.read_csv(tmp_path / "v" / "variance.csv")
     got = pd.read_csv(tmp_path / "a" / "variance.csv")
     assert (got["init"] == "as-built").all() and (got["norm_position"] == "pre").all()
@@ -206,12 +206,12 @@ def test_tinit_model_gradients_match_tinit_grad_norms(factory):
 
     model = getattr(audit_models, factory)()
     cfg, run = model.cfg, RunConfig(batch=2, seq_len=8, device="cpu")
-    inits, positions = (model.init.recipe,), (cfg.norm_position,)
+    inits, positions = (model.init.scheme,), (cfg.norm_position,)
     ref = run_grad_norms(cfg, InitConfig(), run, inits=inits, norm_positions=positions)
     tokens = make_tokens(cfg, run, 0, torch.device("cpu"))
     sites, tr = find_sites(model, tokens[:1, :4])
     roles = classify_roles(model, sites, tr, cfg.vocab_size)
-    exp = Expectation(model.init.recipe, 0.02, 0.02, "declared")
+    exp = Expectation(model.init.scheme, 0.02, 0.02, "declared")
     res = run_audit(model, sites, roles, tokens, exp, grads=True)
     got = res["grad_norms"].set_index("param")["grad_norm"]
     want = ref["grad_norms"].set_index("param")["grad_norm"]

@@ -31,7 +31,7 @@ from tinit.model.transformer import Transformer
 def build():
     cfg = ModelConfig(n_layers=2, d_model=256, n_heads=4, vocab_size=512, max_seq_len=16,
                       tie_embeddings={tied})
-    return Transformer(cfg, InitConfig(recipe={scheme!r}, seed=1))
+    return Transformer(cfg, InitConfig(scheme={scheme!r}, seed=1))
 """
 
 
@@ -73,7 +73,7 @@ def test_tied_models_pass_too(tmp_path, scheme):
 
 
 def _model_and_roles(scheme: str, seed: int = 1):
-    model = Transformer(CFG, InitConfig(recipe=scheme, seed=seed))
+    model = Transformer(CFG, InitConfig(scheme=scheme, seed=seed))
     tokens = torch.randint(CFG.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
     sites, tr = find_sites(model, tokens[:1, :4])
     return model, sites, classify_roles(model, sites, tr, CFG.vocab_size), tokens
@@ -85,8 +85,8 @@ def test_audit_init_draws_each_schemes_own_distribution(scheme):
     the scheme's own audit, and its weights have the scheme's shape: a uniform's max is
     sqrt(3) std (no normal tail), a truncated normal stays inside its bound, a zero is 0."""
     model, sites, roles, tokens = _model_and_roles("naive")
-    recipe = Expectation(scheme, 0.02, 0.02, f"tinit {scheme}")
-    res = run_audit(model, sites, roles, tokens, Expectation("naive", 0.02, 0.02, "n"), recipe, grads=False)
+    scheme = Expectation(scheme, 0.02, 0.02, f"tinit {scheme}")
+    res = run_audit(model, sites, roles, tokens, Expectation("naive", 0.02, 0.02, "n"), scheme, grads=False)
     assert res.meta["recipe_weights_deviating"] == 0, scheme
     assert res.meta["recipe_kept_as_built"] == []
     twin = dict(model.named_parameters())  # the original is untouched: a deep copy was re-drawn
@@ -151,7 +151,7 @@ from tinit.model.transformer import Transformer
 def build():
     cfg = ModelConfig(n_layers=4, d_model=256, n_heads=4, vocab_size=512, max_seq_len=16)
     s = load_scheme({toml!r})
-    return Transformer(cfg, InitConfig(recipe=s.name, schemes=(s,), seed=1))
+    return Transformer(cfg, InitConfig(scheme=s.name, schemes=(s,), seed=1))
 """
 
 

@@ -98,9 +98,9 @@ def test_covariance_z_scores_are_standard_normal_across_seeds():
     assert abs(z.std(ddof=1) - 1) < 4 / math.sqrt(2 * (n - 1))
 
 
-def _synthetic(recipe: str, L: int, u_attn: np.ndarray, u_ffn: np.ndarray, v0: float = 1.0) -> pd.DataFrame:
+def _synthetic(scheme: str, L: int, u_attn: np.ndarray, u_ffn: np.ndarray, v0: float = 1.0) -> pd.DataFrame:
     """A variance frame whose branch variances (in unscaled units) are given."""
-    scale = 1.0 / (2 * L) if recipe == "scaled" else 1.0
+    scale = 1.0 / (2 * L) if scheme == "scaled" else 1.0
     k = np.arange(2 * L + 1)
     s2 = np.empty(2 * L)
     s2[0::2], s2[1::2] = u_attn * scale, u_ffn * scale

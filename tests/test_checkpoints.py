@@ -73,7 +73,7 @@ def test_checkpoint_files_listed_and_complete(trained):
     first = d / listed[0]["file"]
     info = _info(first)
     cfg = ModelConfig(**{**info["model"], "user_set": tuple(info["model"]["user_set"])})
-    fresh = Transformer(cfg, InitConfig(recipe=info["init"]["recipe"], seed=3)).state_dict()
+    fresh = Transformer(cfg, InitConfig(scheme=info["init"]["scheme"], seed=3)).state_dict()
     stored = load_file(first)
     assert set(stored) == set(fresh)
     assert all(torch.equal(stored[k], fresh[k]) for k in fresh)
@@ -91,7 +91,7 @@ def test_step0_audit_gives_variance_numbers(trained, scheme, position):
     ck = next(c for c in found.checkpoints if c.step == 0 and c.run.startswith(f"{scheme}-{position}-"))
     cfg = ModelConfig(**{**ck.info["model"], "user_set": tuple(ck.info["model"]["user_set"])})
     ref = run_variance(
-        cfg, InitConfig(recipe=scheme, seed=3), AUDIT_RUN, inits=[scheme], norm_positions=[position]
+        cfg, InitConfig(scheme=scheme, seed=3), AUDIT_RUN, inits=[scheme], norm_positions=[position]
     )
     got = res["variance"]
     got = got[(got["run"] == ck.run) & (got["step"] == 0)].sort_values("k")

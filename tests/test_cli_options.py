@@ -91,7 +91,7 @@ def test_an_error_names_the_option_of_the_command_run(command):
     params = CLICK[command.name].params
     for o in options_of(command.name):
         field = o.negates or (o.fields[0] if o.fields and o.lists is None else None)
-        if field is None or field == "recipe":
+        if field is None or field == "scheme":
             continue
         assert option_for(field, params) == o.flag, (command.name, field)
 

@@ -55,7 +55,7 @@ def test_odd_head_size_is_fine_without_rope():
         ({"sigma": math.inf}, "sigma"),
         ({"embed_std": 0.0}, "embed_std"),
         ({"seed": -1}, "seed"),
-        ({"recipe": "deepnorm"}, "recipe"),
+        ({"scheme": "deepnorm"}, "scheme"),
     ],
 )
 def test_init_config_rejects(kwargs, field):

@@ -49,7 +49,7 @@ def _rows(name: str) -> list[dict]:
 def _init(variant: str) -> InitConfig:
     name = VARIANTS.get(variant, variant)
     custom = (load_scheme(DATA / "scaled-embed-0.02.toml"),) if name == "scaled-embed-0.02" else ()
-    return InitConfig(recipe=name, sigma=0.02, schemes=custom)
+    return InitConfig(scheme=name, sigma=0.02, schemes=custom)
 
 
 def _drawn_std(init: InitConfig, role: str, layer: int) -> tuple[torch.Tensor, float]:
@@ -125,10 +125,10 @@ def test_depth_init_with_a_tied_head_is_the_output_layer():
     import dataclasses
 
     tied = dataclasses.replace(SHAPE, tie_embeddings=True)
-    draw = role_rule(InitConfig(recipe="depth-init"), tied, "embed", -1)
+    draw = role_rule(InitConfig(scheme="depth-init"), tied, "embed", -1)
     s = 768**-0.5
     assert (draw.dist, draw.std, draw.bound) == ("trunc", pytest.approx(s), pytest.approx(3 * s))
-    untied = role_rule(InitConfig(recipe="depth-init"), SHAPE, "embed", -1)
+    untied = role_rule(InitConfig(scheme="depth-init"), SHAPE, "embed", -1)
     assert (untied.dist, untied.std) == ("normal", 1.0)
 
 
@@ -140,7 +140,7 @@ def test_gemma_rows_measured_from_hugging_face_are_reproduced(scheme):
     """The weights HF's Gemma 2 / 3 draws (N(0, 0.02); the embedding's padding row is
     zero) have tinit's std within 1%, and its norm gains are w = 0 (applied as 1 + w),
     which tinit's rule for the scheme's (1 + w) norms gives exactly."""
-    init = InitConfig(recipe=scheme)
+    init = InitConfig(scheme=scheme)
     rows = [r for r in GEMMA if r["scheme"] == scheme]
     # embed; q k v o gate up down, input and post-attention norm (Gemma 3: q_norm) at 0 and 11; head
     assert len(rows) == (22 if scheme == "gemma3" else 20)

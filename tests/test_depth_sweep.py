@@ -228,7 +228,7 @@ def test_fit_recovers_gaussian_branch_slope():
         se = r.slope_se_seeds
         assert 0 < se < 0.03 * 2 * S2  # the test can tell a wrong law (e.g. L*S2) apart
         assert abs(r.slope - 2 * S2) < 3 * se, (r.slope, se)
-        assert not r.depth_scaled  # Gaussian branches ignore the recipe: scaled grows too
+        assert not r.depth_scaled  # Gaussian branches ignore the scheme: scaled grows too
         assert r.theory_slope == pytest.approx(2 * S2, rel=0.02)  # 2 mean(s^2), measured s^2
 
 

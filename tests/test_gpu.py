@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 @pytest.mark.parametrize("overlap", [True, False])
 def test_streamed_equals_built_on_cuda(overlap, dtype):
     cfg = ModelConfig(n_layers=6, d_model=128, n_heads=4, vocab_size=256, max_seq_len=32)
-    init = InitConfig(recipe="scaled", seed=3)
+    init = InitConfig(scheme="scaled", seed=3)
     tokens = torch.randint(0, 256, (2, 32), device="cuda")
     built = Transformer(cfg, init, "cuda", dtype, stream=False)
     streamed = Transformer(cfg, init, "cuda", dtype, stream=True, overlap=overlap)
@@ -39,9 +39,9 @@ def test_streamed_equals_built_on_cuda(overlap, dtype):
 
 def test_weights_drawn_on_cuda_match_the_recipe():
     """The per-(seed, layer, role) draws happen on the device: their spread is the
-    recipe's std (sample std of n normals has relative SE 1/sqrt(2n); allow 6 SE)."""
+    scheme's std (sample std of n normals has relative SE 1/sqrt(2n); allow 6 SE)."""
     cfg = ModelConfig(n_layers=2, d_model=256, n_heads=4, vocab_size=256)
-    net = Transformer(cfg, InitConfig(recipe="scaled", sigma=0.02), "cuda", stream=False)
+    net = Transformer(cfg, InitConfig(scheme="scaled", sigma=0.02), "cuda", stream=False)
     w_q, w_o = net.blocks[0].attn.q.weight, net.blocks[0].attn.o.weight
     assert w_q.is_cuda
     for w, std in ((w_q, 0.02), (w_o, 0.02 / (2 * cfg.n_layers) ** 0.5)):

@@ -121,7 +121,7 @@ def test_every_parameter_exactly_once(tied):
     g = res["grad_norms"]
     assert list(g.columns) == GRAD_COLUMNS
     for (init, pos), rows in g.groupby(["init", "norm_position"]):
-        built = Transformer(dataclasses.replace(cfg, norm_position=pos), InitConfig(recipe=init))
+        built = Transformer(dataclasses.replace(cfg, norm_position=pos), InitConfig(scheme=init))
         names = [n for n, _ in built.named_parameters()]
         assert sorted(rows["param"]) == sorted(names), (init, pos)
         assert rows["param"].is_unique

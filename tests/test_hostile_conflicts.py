@@ -387,7 +387,7 @@ def test_a_training_grid_checks_its_axes(axes, field):
 
 def test_a_training_grid_reads_a_scheme_string_as_init_does():
     specs = grid_specs(TINY, InitConfig(), "naive,gpt2", "pre", [1], [0], [1e-2], [0])
-    assert [s.init.recipe for s in specs] == ["naive", "gpt2"]
+    assert [s.init.scheme for s in specs] == ["naive", "gpt2"]
 
 
 # --- coord-check's figures: plotting does not grow with --steps ------------------------------

@@ -1,6 +1,6 @@
-"""Guards the init recipes: every parameter has an explicit role, every role's
-measured std matches the recipe within its sampling error, and the depth-scaled
-recipe touches exactly W_O and W_down (the bug class of HF #47458 / llama2.c #579).
+"""Guards the init schemes: every parameter has an explicit role, every role's
+measured std matches the scheme within its sampling error, and the depth-scaled
+scheme touches exactly W_O and W_down (the bug class of HF #47458 / llama2.c #579).
 Also: draws are determined by (seed, layer, role) alone."""
 
 import math
@@ -15,11 +15,11 @@ from tinit.model.transformer import Transformer, build_block
 WIDE = ModelConfig(n_layers=4, d_model=128, n_heads=4, vocab_size=512, max_seq_len=64)
 
 
-def _model(cfg, recipe, **init_kw):
-    return Transformer(cfg, InitConfig(recipe=recipe, seed=7, **init_kw), "cpu", torch.float64)
+def _model(cfg, scheme, **init_kw):
+    return Transformer(cfg, InitConfig(scheme=scheme, seed=7, **init_kw), "cpu", torch.float64)
 
 
-@pytest.mark.parametrize("recipe", ["naive", "scaled"])
+@pytest.mark.parametrize("scheme", ["naive", "scaled"])
 @pytest.mark.parametrize(
     "cfg",
     [
@@ -28,12 +28,12 @@ def _model(cfg, recipe, **init_kw):
                     tie_embeddings=False, positions="learned", vocab_size=256, max_seq_len=64),
     ],
 )  # fmt: skip
-def test_every_parameter_std_matches_recipe(cfg, recipe):
-    model = _model(cfg, recipe)
-    # the recipe written out by hand (GPT-2's, docs/design.md §10), not read from the code:
-    # every matrix and embedding N(0, 0.02^2); the scaled recipe divides W_O and W_down by
+def test_every_parameter_std_matches_recipe(cfg, scheme):
+    model = _model(cfg, scheme)
+    # the scheme written out by hand (GPT-2's, docs/design.md §10), not read from the code:
+    # every matrix and embedding N(0, 0.02^2); the scaled scheme divides W_O and W_down by
     # sqrt(2L); norm gains 1, biases 0
-    writer = 0.02 / math.sqrt(2 * cfg.n_layers) if recipe == "scaled" else 0.02
+    writer = 0.02 / math.sqrt(2 * cfg.n_layers) if scheme == "scaled" else 0.02
     table = {**dict.fromkeys(("embed", "pos", "q", "k", "v", "gate", "up", "head"), 0.02),
              "o": writer, "down": writer, "norm": 1.0, "bias": 0.0}  # fmt: skip
     seen = set()

@@ -137,8 +137,8 @@ CASES = [
 
 
 @pytest.mark.parametrize("kw", CASES, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "default")
-@pytest.mark.parametrize("recipe", ["naive", "rezero", "nanochat", "gemma2", "gemma3", "magneto"])
-def test_the_bound_that_decides_holds_the_count_closely(kw, recipe):
+@pytest.mark.parametrize("scheme", ["naive", "rezero", "nanochat", "gemma2", "gemma3", "magneto"])
+def test_the_bound_that_decides_holds_the_count_closely(kw, scheme):
     """The decision's figure, from shapes alone (counting imports torch's compiler: a
     second and 70 MB of a process), is never below the bytes a block's forward saves as
     counted on the meta device, and at most a quarter above, in every placement, FFN,
@@ -146,7 +146,7 @@ def test_the_bound_that_decides_holds_the_count_closely(kw, recipe):
     bring (relu^2 and GeGLU FFNs, soft-capped attention, (1 + w) norms, sub-LN); the whole backward's bounds
     hold the whole count between them, in float32, bfloat16 and float64."""
     cfg = dataclasses.replace(MODEL, **kw)
-    ini = InitConfig(recipe=recipe)
+    ini = InitConfig(scheme=scheme)
     _, saved = block_bytes(cfg, ini, 4, 64, torch.float32)
     upper = 4 * 64 * _per_token_upper(cfg, ini, 64) * 4
     assert saved <= upper <= 1.25 * saved, (saved, upper)

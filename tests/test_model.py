@@ -136,7 +136,7 @@ def test_model_without_probe_is_a_plain_model():
 )
 def test_streamed_equals_fully_built(kw):
     cfg = ModelConfig(n_layers=4, d_model=32, n_heads=2, vocab_size=50, max_seq_len=8, **kw)
-    init = InitConfig(recipe="scaled", seed=11)
+    init = InitConfig(scheme="scaled", seed=11)
     tokens = torch.randint(0, 50, (2, 8))
     built = Transformer(cfg, init, stream=False)
     streamed = Transformer(cfg, init, stream=True)

@@ -56,7 +56,7 @@ def _tinit_weights(first: dict) -> dict[tuple[str, int, str], torch.Tensor]:
     # ReLU FFN of width d whatever --ffn / --d-ff say)
     cfg = ModelConfig(n_layers=L, d_model=d, n_heads=int(first["n_heads"]), vocab_size=int(first["vocab"]),
                       tie_embeddings=tied, norm="layernorm", norm_position="post", bias=False)  # fmt: skip
-    model = Transformer(cfg, InitConfig(recipe="mup-example", base_width=256, seed=3), stream=False)
+    model = Transformer(cfg, InitConfig(scheme="mup-example", base_width=256, seed=3), stream=False)
     out: dict[tuple[str, int, str], torch.Tensor] = {}
     for name, p in model.named_parameters():
         parts = name.split(".")
@@ -159,7 +159,7 @@ def test_the_structure_the_scheme_presumes_is_the_examples():
         first = next(r for r in ROWS if r["shape"] == shape)
         cfg = ModelConfig(n_layers=int(first["n_layers"]), d_model=int(first["d_model"]),
                           n_heads=int(first["n_heads"]), vocab_size=int(first["vocab"]))  # fmt: skip
-        env = environment(cfg, InitConfig(recipe="mup-example"), -1)
+        env = environment(cfg, InitConfig(scheme="mup-example"), -1)
         assert s.placement == feats[shape, "placement"] == "post"
         assert ffn_of(cfg, s) == (feats[shape, "ffn"], int(feats[shape, "d_ff"]))
         assert evaluate(s.attn_scale, env, "") == pytest.approx(float(feats[shape, "attn_scale"]), rel=1e-5)

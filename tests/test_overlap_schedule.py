@@ -29,7 +29,7 @@ from tinit.model.config import InitConfig, ModelConfig
 from tinit.model.transformer import Transformer
 
 CFG = ModelConfig(n_layers=5, d_model=32, n_heads=2, vocab_size=64, max_seq_len=16)
-INIT = InitConfig(recipe="scaled", seed=7)
+INIT = InitConfig(scheme="scaled", seed=7)
 
 
 class CudaModel:

@@ -19,10 +19,10 @@ LR, WD, EPS = 1e-2, 0.1, 1e-8
 D0, L0 = 32, 1
 
 
-def groups(recipe: str, d: int = 4 * D0, L: int = 4, tied: bool = False, bias: bool = True, **kw):
+def groups(scheme: str, d: int = 4 * D0, L: int = 4, tied: bool = False, bias: bool = True, **kw):
     cfg = ModelConfig(n_layers=L, d_model=d, n_heads=2, vocab_size=64, max_seq_len=16,
                       tie_embeddings=tied, bias=bias)  # fmt: skip
-    model = Transformer(cfg, InitConfig(recipe, base_width=D0, base_depth=L0), "cpu")
+    model = Transformer(cfg, InitConfig(scheme, base_width=D0, base_depth=L0), "cpu")
     return model, {g["name"]: g for g in optimizer_groups(model, lr=LR, weight_decay=WD, eps=EPS, **kw)}
 
 
@@ -77,10 +77,10 @@ def test_megatron_mup_hidden_lr_and_eps_only():
         assert g[name]["lr"] == pytest.approx(LR) and g[name]["eps"] == pytest.approx(EPS)
 
 
-@pytest.mark.parametrize("recipe", ["gpt2", "naive", "nanochat"])
-def test_standard_schemes_have_one_lr(recipe):
-    assert get_scheme(recipe).param_rules is None
-    _, g = groups(recipe)
+@pytest.mark.parametrize("scheme", ["gpt2", "naive", "nanochat"])
+def test_standard_schemes_have_one_lr(scheme):
+    assert get_scheme(scheme).param_rules is None
+    _, g = groups(scheme)
     assert {x["lr"] for x in g.values()} == {LR} and {x["eps"] for x in g.values()} == {EPS}
 
 

@@ -93,7 +93,7 @@ def test_audit_of_tinits_model_in_every_placement_gives_tinit_variance(name):
     """The audit finds each placement's sites (the branch's output norm is what is added,
     a norm after the sum continues as the stream) and measures tinit variance's numbers."""
     cfg = dataclasses.replace(TINY, norm_position=name)
-    model = Transformer(cfg, InitConfig(recipe="gpt2"))
+    model = Transformer(cfg, InitConfig(scheme="gpt2"))
     want = run_variance(cfg, InitConfig(), RUN, inits=("gpt2",), norm_positions=(name,))["variance"]
     tokens = make_tokens(cfg, RUN, 0, torch.device("cpu"))
     sites, _ = find_sites(model, tokens[:1, :4])
@@ -119,7 +119,7 @@ def test_audit_passes_tinits_model_in_each_placement(scheme, name):
     were; tests/test_audit_schemes.py runs every scheme in pre-norm)."""
     cfg = ModelConfig(n_layers=2, d_model=256, n_heads=4, vocab_size=512, max_seq_len=16,
                       tie_embeddings=False, norm_position=name)  # fmt: skip
-    model = Transformer(cfg, InitConfig(recipe=scheme, seed=1))
+    model = Transformer(cfg, InitConfig(scheme=scheme, seed=1))
     tokens = torch.randint(cfg.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
     sites, tr = find_sites(model, tokens[:1, :4])
     roles = classify_roles(model, sites, tr, cfg.vocab_size)

@@ -105,8 +105,8 @@ def test_audit_names_the_scheme_as_the_user_did(audited):
     stdout, out, _ = audited
     assert "scaled" not in stdout
     assert list(pd.read_csv(out / "summary.csv")["init"]) == ["as-built", "gpt2"]
-    assert json.loads((out / "config.json").read_text())["recipe"] == "gpt2"
-    assert "recipe `gpt2`" in (out / "audit.md").read_text()
+    assert json.loads((out / "config.json").read_text())["scheme"] == "gpt2"
+    assert "scheme `gpt2`" in (out / "audit.md").read_text()
 
 
 def test_audit_variance_draws_no_closed_form(audited):

@@ -67,13 +67,13 @@ def test_grid_is_recorded_as_the_grid(tmp_path):
     cfg = _config(out)
     grid = [["naive", "pre"], ["scaled", "pre"], ["naive", "post"], ["scaled", "post"]]
     assert cfg["configurations"] == grid
-    assert cfg["init"]["recipe"] == ["naive", "scaled"]
+    assert cfg["init"]["scheme"] == ["naive", "scaled"]
     assert cfg["model"]["norm_position"] == ["pre", "post"]
     one = tmp_path / "one"
     args = ["variance", *TINY, "--init", "scaled", "--post-norm", "-o", str(one)]
     assert runner.invoke(app, args).exit_code == 0
     cfg = _config(one)
-    assert cfg["init"]["recipe"] == "scaled" and cfg["model"]["norm_position"] == "post"
+    assert cfg["init"]["scheme"] == "scaled" and cfg["model"]["norm_position"] == "post"
 
 
 def test_threads_option_sets_and_records_torch_threads(tmp_path, monkeypatch):

@@ -30,13 +30,14 @@ def _readme_toml(tmp_path) -> Path:
 
 def test_schemes_and_configs_pickle(tmp_path):
     custom = load_scheme(_readme_toml(tmp_path))
-    init = InitConfig(recipe=custom.name, schemes=(custom,))
+    init = InitConfig(scheme=custom.name, schemes=(custom,))
     back = pickle.loads(pickle.dumps(init))
-    assert back == init and back.scheme == custom and back.scheme.rules["down"].bound.text == "3 * std"
+    assert back == init and back.definition == custom
+    assert back.definition.rules["down"].bound.text == "3 * std"
     for s in CATALOGUE.values():  # every catalogue scheme too (its formulas travel as text)
         assert pickle.loads(pickle.dumps(s)) == s
     with pytest.raises(ValueError, match="is not one of"):  # a name nobody carries is refused
-        InitConfig(recipe=custom.name)
+        InitConfig(scheme=custom.name)
 
 
 def test_toml_errors_are_the_librarys_own_type(tmp_path):

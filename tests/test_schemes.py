@@ -154,7 +154,7 @@ def test_catalogue_has_every_required_scheme_and_alias():
 
 @pytest.mark.parametrize("scheme", names(custom=False))
 def test_every_role_and_layer_matches_the_source_formula(scheme):
-    init = InitConfig(recipe=scheme, seed=3)
+    init = InitConfig(scheme=scheme, seed=3)
     net = Transformer(CFG, init, "cpu", torch.float64)
     checked = set()
     for name, p in net.named_parameters():
@@ -196,7 +196,7 @@ def test_every_role_and_layer_matches_the_source_formula(scheme):
 
 def test_multipliers_have_their_values():
     def blocks(scheme, cfg=CFG):
-        return Transformer(cfg, InitConfig(recipe=scheme), "cpu", torch.float64)
+        return Transformer(cfg, InitConfig(scheme=scheme), "cpu", torch.float64)
 
     net = blocks("deepnet")
     assert [b.a for b in net.blocks] == pytest.approx([(2 * L) ** 0.25] * L)
@@ -227,20 +227,20 @@ def test_presumed_architecture_applies_only_when_not_chosen():
     assert list(grid(["naive", "olmo2", "deepnet"], None)) == [
         ("naive", "pre"), ("naive", "post"), ("deepnet", "post"), ("olmo2", "reordered")]  # fmt: skip
     assert list(grid(["olmo2"], ["pre"])) == [("olmo2", "pre")]
-    olmo = Transformer(CFG, InitConfig(recipe="olmo2"), "cpu")
+    olmo = Transformer(CFG, InitConfig(scheme="olmo2"), "cpu")
     assert olmo.blocks[0].attn.norm_q is not None  # QK-norm presumed
     import dataclasses
 
-    off = Transformer(dataclasses.replace(CFG, qk_norm=False), InitConfig(recipe="olmo2"), "cpu")
+    off = Transformer(dataclasses.replace(CFG, qk_norm=False), InitConfig(scheme="olmo2"), "cpu")
     assert off.blocks[0].attn.norm_q is None
 
 
 def test_schemes_share_their_draws():
     """Weights are drawn per (seed, layer, role): gpt2's o is naive's times 1/sqrt(2L),
     and an untruncated TN (torchtitan's +-2 = 100 std) is the normal draw itself."""
-    a = Transformer(CFG, InitConfig(recipe="naive", seed=5), "cpu", torch.float64)
-    b = Transformer(CFG, InitConfig(recipe="gpt2", seed=5), "cpu", torch.float64)
-    c = Transformer(CFG, InitConfig(recipe="depth-init", seed=5), "cpu", torch.float64)
+    a = Transformer(CFG, InitConfig(scheme="naive", seed=5), "cpu", torch.float64)
+    b = Transformer(CFG, InitConfig(scheme="gpt2", seed=5), "cpu", torch.float64)
+    c = Transformer(CFG, InitConfig(scheme="depth-init", seed=5), "cpu", torch.float64)
     for i in range(L):
         torch.testing.assert_close(b.blocks[i].attn.o.weight, a.blocks[i].attn.o.weight / math.sqrt(2 * L))
         torch.testing.assert_close(c.blocks[i].attn.q.weight, a.blocks[i].attn.q.weight)

@@ -115,7 +115,7 @@ def test_from_scheme_takes_the_scheme_then_the_user():
     assert exc.value.field == "n_layer"
     with pytest.raises(ConfigError) as exc:
         ModelConfig.from_scheme("nope")
-    assert exc.value.field == "recipe"
+    assert exc.value.field == "scheme"
 
 
 def test_transformer_warns_once_when_the_config_contradicts_the_scheme(monkeypatch):
@@ -238,7 +238,7 @@ def test_training_grids_build_each_scheme_as_its_upstream_runs_it():
 
     base = ModelConfig(n_layers=2, d_model=32, n_heads=2, vocab_size=32)
     specs = grid_specs(base, InitConfig(), ["deepnet", "nanochat", "naive"], None, [2], [0], [1e-3], [0])
-    got = [(s.init.recipe, s.model.norm_position, s.model.tie_embeddings) for s in specs]
+    got = [(s.init.scheme, s.model.norm_position, s.model.tie_embeddings) for s in specs]
     assert got == [("deepnet", "post", True), ("nanochat", "pre", False), ("naive", "pre", True),
                    ("naive", "post", True)]  # fmt: skip
     user = ModelConfig(n_layers=2, d_model=32, n_heads=2, vocab_size=32, tie_embeddings=True,

@@ -131,9 +131,9 @@ def test_gaussian_branch_law(position):
 
 
 def test_scaled_init_depth_independent_naive_grows():
-    def v_final(L, recipe):
+    def v_final(L, scheme):
         cfg = ModelConfig(n_layers=L, d_model=64, n_heads=2, vocab_size=256)
-        res = run_variance(cfg, run=RunConfig(batch=4, seq_len=32), inits=(recipe,), norm_positions=("pre",))
+        res = run_variance(cfg, run=RunConfig(batch=4, seq_len=32), inits=(scheme,), norm_positions=("pre",))
         return res["summary"]["v_final"].item()
 
     naive3, naive12 = v_final(3, "naive"), v_final(12, "naive")

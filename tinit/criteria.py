@@ -8,7 +8,7 @@ from statistics import NormalDist
 #: Statistical difference: |v(L_max) - v(L_min)| > SPREAD_K * sqrt(se_max^2 + se_min^2)
 #: ("within_spread" is its negation). A difference the seeds resolve, however small.
 SPREAD_K = 2.0
-#: The practical criterion: the recipe transfers from depth L_from to L_to when v_2L
+#: The practical criterion: the scheme transfers from depth L_from to L_to when v_2L
 #: changes by at most TRANSFER_TOL (relative), with its 2-s.e. interval inside the band.
 TRANSFER_TOL = 0.10
 #: The per-depth law v_2L = v0 + 2L mean(s^2) (pre-norm; post-norm 1 + mean(s^2)) holds
@@ -47,7 +47,7 @@ ITEMS: dict[str, tuple[str, str]] = {
         "Depth-scaled init makes v_2L independent of L",
         "Multiplying the init std of W_O and W_down by 1/sqrt(2L) divides every branch variance by "
         "2L, so v_2L = v0 + s^2 at any depth, while the naive init gives v0 + 2L s^2. The check runs "
-        "the same stack (shared draws) at a short and a long depth, both recipes, and predicts the long "
+        "the same stack (shared draws) at a short and a long depth, both schemes, and predicts the long "
         "run from the short run's measured branch variances. The tolerance treats the per-layer branch "
         "variances as exchangeable draws (the primer's equal-branch assumption, with the observed "
         "layer-to-layer spread as noise, separately for attention and FFN) plus the covariance terms "

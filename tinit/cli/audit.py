@@ -47,8 +47,8 @@ def _declared(model, sites, sigma: float | None) -> "Expectation":
         d, ini = model.cfg.d_model, model.init
         s = ini.resolved_sigma(d) if sigma is None else sigma
         e = ini.resolved_embed_std(d) if sigma is None else sigma
-        return Expectation(ini.scheme, s, e, f"the model's declared init (tinit {ini.recipe}, sigma {s:g})",
-                           base_width=ini.base_width, base_depth=ini.base_depth)  # fmt: skip
+        why = f"the model's declared init (tinit {ini.scheme}, sigma {s:g})"
+        return Expectation(ini.definition, s, e, why, base_width=ini.base_width, base_depth=ini.base_depth)
     config = getattr(model, "config", None)
     rng = getattr(config, "initializer_range", None)
     if isinstance(rng, int | float):
@@ -303,13 +303,13 @@ def audit(opts: Options) -> None:
             chosen = lookup.get(exp_scheme, exp_scheme)
             expectation = Expectation(chosen, s, s, f"--expect {expect} (sigma {s:g})")
         expectation = dataclasses.replace(expectation, z_max=z_max, rtol=rtol)
-        recipe = None
+        scheme = None
         if rec_scheme != "none":
-            recipe = Expectation(lookup.get(rec_scheme, rec_scheme), expectation.sigma, expectation.embed_std,
+            scheme = Expectation(lookup.get(rec_scheme, rec_scheme), expectation.sigma, expectation.embed_std,
                                  f"tinit {reinit}")  # fmt: skip
-        return model, found, roles, tokens, expectation, recipe, v, seq_len
+        return model, found, roles, tokens, expectation, scheme, v, seq_len
 
-    model, found, roles, tokens, expectation, recipe, v, seq_len = configs_or_exit(prepare)
+    model, found, roles, tokens, expectation, scheme, v, seq_len = configs_or_exit(prepare)
     opts = opts.replace(seq_len=seq_len)
     option = "--hf" if hf else "--module"
     source = f"--hf {hf}" + "".join(f" --set {s}" for s in sets) if hf else f"--module {module}"
@@ -338,7 +338,7 @@ def audit(opts: Options) -> None:
 
     def experiment(progress, on_partial=None):  # (one unit: nothing partial to hand over)
         try:
-            result = run_audit(model, found, roles, tokens, expectation, recipe, opts.seed, grads, progress,
+            result = run_audit(model, found, roles, tokens, expectation, scheme, opts.seed, grads, progress,
                                meta)  # fmt: skip
         except ModelError as exc:  # the model's forward or backward, or its output: the input's fault
             raise ConfigError(option, exc.message) from None

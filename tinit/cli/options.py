@@ -229,7 +229,7 @@ NORM_POSITIONS = option(
     "placement, or pre and post).",
 )  # fmt: skip
 INIT_LIST = option(
-    "init", str, "--init", panel=INIT, fields=("recipe",), callback=_init_list, default="both",
+    "init", str, "--init", panel=INIT, fields=("scheme",), callback=_init_list, default="both",
     metavar="SCHEME[,SCHEME...]|all|both",
     help="Init schemes, a comma list of " + ", ".join(scheme_names()) + " (scaled = gpt2); 'all' for the "
     "whole catalogue; 'both' = naive,scaled. 'tinit inits' lists them.",

@@ -91,7 +91,7 @@ def rules_notes(opts: Options) -> list[str]:
 
     init = opts.init_config()
     on = bool(opts.values.get("param_rules", True))
-    lines = [rules_summary(dataclasses.replace(init, recipe=name), on) for name in opts.inits]
+    lines = [rules_summary(dataclasses.replace(init, scheme=name), on) for name in opts.inits]
     return ["Optimizer rules (config.json: param_groups, per run):", *(f"  {x}" for x in lines)]
 
 

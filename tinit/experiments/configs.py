@@ -70,14 +70,14 @@ def grid(
     custom = tuple(custom)
     inits, norm_positions = scheme_list(inits, custom), position_list(norm_positions)
     if norm_positions is None:
-        wanted = {recipe: placements_for(recipe, DEFAULT_PLACEMENTS, custom) for recipe in inits}
+        wanted = {scheme: placements_for(scheme, DEFAULT_PLACEMENTS, custom) for scheme in inits}
         norm_positions = [p for p in PLACEMENTS if any(p in w for w in wanted.values())]
     else:
-        wanted = {recipe: tuple(norm_positions) for recipe in inits}
+        wanted = {scheme: tuple(norm_positions) for scheme in inits}
     for norm_position in norm_positions:
-        for recipe in inits:
-            if norm_position in wanted[recipe]:
-                yield recipe, norm_position
+        for scheme in inits:
+            if norm_position in wanted[scheme]:
+                yield scheme, norm_position
 
 
 def config_name(config: tuple[str, str]) -> str:
@@ -91,15 +91,15 @@ def config_label(config: tuple[str, str]) -> str:
 
 
 def configure(
-    model: ModelConfig, init: InitConfig, run: RunConfig, recipe: str, norm_position: str
+    model: ModelConfig, init: InitConfig, run: RunConfig, scheme: str, norm_position: str
 ) -> tuple[ModelConfig, InitConfig]:
     """The model and init of one configuration: ``model`` with the scheme's structure
     (:func:`tinit.model.structure.apply_scheme`: its tying, norm, biases, QK-norm span,
     FFN, ... on every field the user did not set, ``model.user_set``; the same resolution
     as ``ModelConfig.from_scheme``) in ``norm_position``; the sequence cache fits the run."""
     cfg = dataclasses.replace(model, max_seq_len=max(model.max_seq_len, run.seq_len))
-    cfg = apply_scheme(cfg, recipe, init.schemes, norm_position=norm_position)
-    return cfg, dataclasses.replace(init, recipe=recipe)
+    cfg = apply_scheme(cfg, scheme, init.schemes, norm_position=norm_position)
+    return cfg, dataclasses.replace(init, scheme=scheme)
 
 
 def structure_meta(model: ModelConfig, init: InitConfig, run: RunConfig,
@@ -107,9 +107,9 @@ def structure_meta(model: ModelConfig, init: InitConfig, run: RunConfig,
     """config.json's ``structure``: per configuration (``naive/pre``) what its model took
     from the scheme and what the user overrode (:func:`tinit.model.structure.structure_record`)."""
     out = {}
-    for recipe, norm_position in configs:
-        cfg, ini = configure(model, init, run, recipe, norm_position)
-        out[config_name((recipe, norm_position))] = structure_record(ini.scheme, cfg)
+    for scheme, norm_position in configs:
+        cfg, ini = configure(model, init, run, scheme, norm_position)
+        out[config_name((scheme, norm_position))] = structure_record(ini.definition, cfg)
     return out
 
 
@@ -117,7 +117,7 @@ def check_configs(
     model: ModelConfig, init: InitConfig, run: RunConfig, configs: Iterable[tuple[str, str]],
     depths: Iterable[int] | None = None, optimizer: bool = False,
 ) -> None:  # fmt: skip
-    """Before anything runs: every (recipe, norm position) of ``configs`` at every depth
+    """Before anything runs: every (scheme, norm position) of ``configs`` at every depth
     (default ``model.n_layers``) has rules and multipliers defined at every layer
     (:func:`tinit.model.rulecheck.check_scheme`), and with ``optimizer`` (a run that
     trains with the scheme's optimizer rules) every optimizer rule in range at that shape
@@ -130,16 +130,16 @@ def check_configs(
 
     configs = list(configs)
     for L in depths if depths is not None else [model.n_layers]:
-        for recipe, norm_position in configs:
-            cfg, ini = configure(dataclasses.replace(model, n_layers=L), init, run, recipe, norm_position)
+        for scheme, norm_position in configs:
+            cfg, ini = configure(dataclasses.replace(model, n_layers=L), init, run, scheme, norm_position)
             try:
                 check_scheme(cfg, ini)
                 if optimizer:
                     check_param_rules(cfg, ini)
             except FormulaError as exc:
-                if ini.scheme.name in CATALOGUE:
-                    raise ConfigError("recipe", str(exc)) from None
-                raise ConfigError("init_file", f"{ini.scheme.sources[0]}: {exc}") from None
+                if ini.definition.name in CATALOGUE:
+                    raise ConfigError("scheme", str(exc)) from None
+                raise ConfigError("init_file", f"{ini.definition.sources[0]}: {exc}") from None
 
 
 def parse_widths(spec: str | int | Sequence[int]) -> list[int]:

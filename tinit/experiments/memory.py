@@ -152,7 +152,7 @@ def _per_token_upper(cfg: ModelConfig, init: InitConfig, seq_len: int) -> int:
     (heads x seq, torch's reference path), twice with a soft-cap; and one d of margin."""
     from ..model.schemes import ffn_of
 
-    scheme = init.scheme
+    scheme = init.definition
     # a (1 + w) gain (Gemma) is applied outside LayerNorm's kernel, which then saves its output
     per_norm = 2 if cfg.norm == "rmsnorm" or scheme.norm_offset else 1
     norms = cfg.placement.block_norms
@@ -351,7 +351,7 @@ def least_bytes(
 
     item = torch.empty((), dtype=dtype).element_size()
     stats = 8 if dtype == torch.float64 else 4
-    n = count_params(cfg, init.scheme)
+    n = count_params(cfg, init.definition)
     block = n.attention + n.ffn + n.norms
     outer = n.embedding + n.positions + n.final_norm + n.head
     tokens = batch * seq_len
@@ -372,7 +372,7 @@ def check_memory(
     backward: bool = False, n_layers: int | None = None, here: bool = True,
 ) -> None:  # fmt: skip
     """Before anything is allocated (a block built on the meta device included: its
-    storage sizes overflow at d 1e9): the least any (recipe, norm position) of
+    storage sizes overflow at d 1e9): the least any (scheme, norm position) of
     ``configs`` holds at ``n_layers`` (default the model's) on ``run``'s batch
     (:func:`least_bytes`; with ``run.stream`` False every block's weights, built) fits
     in the device's free memory. Else a ConfigError naming the size that drives the
@@ -389,8 +389,8 @@ def check_memory(
     if n_layers is not None:
         model = dataclasses.replace(model, n_layers=n_layers)
     free = None
-    for recipe, position in configs:
-        cfg, ini = configure(model, init, run, recipe, position)
+    for scheme, position in configs:
+        cfg, ini = configure(model, init, run, scheme, position)
         terms = least_bytes(cfg, ini, batch, seq_len, dtype, backward)
         if stream is False:
             terms[("n_layers", "d_model")] = terms.pop(("d_model",)) * cfg.n_layers

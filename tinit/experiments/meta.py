@@ -23,8 +23,8 @@ def run_meta(
     model: ModelConfig, init: InitConfig, run: RunConfig, device: torch.device, **extra
 ) -> dict[str, Any]:
     """The resolved settings of a run, for config.json, with the versions that produced
-    it. With ``configurations`` (the (recipe, norm position) grid that ran), the model's
-    ``norm_position`` and the init's ``recipe`` name what ran (a list when more than one
+    it. With ``configurations`` (the (scheme, norm position) grid that ran), the model's
+    ``norm_position`` and the init's ``scheme`` name what ran (a list when more than one
     value ran), not the single value of the base configs; and ``structure``, per
     configuration, the structure fields its model took from the scheme and those the user
     overrode (``{"naive/pre": {"from_scheme": {...}, "overridden": {field: {"scheme": ..,
@@ -35,7 +35,7 @@ def run_meta(
         # per configuration, what its model took from the scheme and what the user overrode
         extra = {**extra, "structure": structure_meta(model, init, run, [tuple(c) for c in configs])}
     if extra.get("configurations"):
-        for d, key, i in ((init_d, "recipe", 0), (model_d, "norm_position", 1)):
+        for d, key, i in ((init_d, "scheme", 0), (model_d, "norm_position", 1)):
             ran = list(dict.fromkeys(c[i] for c in extra["configurations"]))
             d[key] = ran[0] if len(ran) == 1 else ran
     return {

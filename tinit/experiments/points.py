@@ -4,7 +4,7 @@ plan and point function live in its experiment module (``variance_plan`` in
 ``measure/variance.py``, ...); :func:`tinit.experiments.driver.run_plan` runs a plan in
 this process, :mod:`tinit.sweep` on local workers or SLURM: one grid path.
 
-A :class:`Point` is one (depth, seed, init recipe, norm position) of a grid: the
+A :class:`Point` is one (depth, seed, init scheme, norm position) of a grid: the
 configs and arguments of one call of the command's experiment restricted to it. Its
 numbers are determined by those arguments alone (weights are drawn per seed, layer
 and role, tokens per seed, and no configuration's draws depend on another's), so a
@@ -107,10 +107,10 @@ def concat_plan(command: str, runner: Callable[..., ExperimentResult], stems: Se
     check_memory(model, init, run, configs, backward, here=False)  # (each point checks where it runs)
     check_configs(model, init, run, configs)
     points = [
-        Point(runner, {"n_layers": model.n_layers, "seed": init.seed, "init": recipe, "norm_position": pos},
-              {"model": model, "init": init, "run": run, "inits": (recipe,), "norm_positions": (pos,),
+        Point(runner, {"n_layers": model.n_layers, "seed": init.seed, "init": scheme, "norm_position": pos},
+              {"model": model, "init": init, "run": run, "inits": (scheme,), "norm_positions": (pos,),
                **kwargs})  # fmt: skip
-        for recipe, pos in configs
+        for scheme, pos in configs
     ]
 
     def gather(frames: dict[str, Frames]) -> Frames:

@@ -1,6 +1,6 @@
-"""The canonical model: configs, layers, the stack, and the init recipes.
+"""The canonical model: configs, layers, the stack, and the init schemes.
 
-The configs are plain dataclasses and import at once; the torch parts (init recipes,
+The configs are plain dataclasses and import at once; the torch parts (init schemes,
 the stack) are imported on first use, so option parsing and ``--help`` need no torch."""
 
 from importlib import import_module

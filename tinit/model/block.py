@@ -78,7 +78,7 @@ def backout_of(cfg: ModelConfig, init: InitConfig) -> tuple[float, int] | None:
     """nanochat's backout: (beta, mid) with x <- x - beta x_mid before the final norm,
     x_mid the stream after block mid = L // 2 (nanochat/gpt.py GPT.forward); None when
     the scheme has none."""
-    scheme = init.scheme
+    scheme = init.definition
     if scheme.backout is None:
         return None
     beta = evaluate(scheme.backout, environment(cfg, init, cfg.n_layers), f"{scheme.name} backout")
@@ -101,7 +101,7 @@ class Block(nn.Module):
         super().__init__()
         self.layer = layer
         init = init if init is not None else InitConfig()
-        scheme = init.scheme
+        scheme = init.definition
         m = block_multipliers(cfg, scheme, init, layer)
         self.placement = cfg.placement
         self.a, self.mix = m.a, m.mix

@@ -10,6 +10,7 @@ be built.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, get_args
@@ -26,7 +27,7 @@ FfnKind = Literal["swiglu", "gelu", "geglu", "relu2", "relu"]
 PositionsKind = Literal["rope", "none", "learned"]
 AttentionKind = Literal["causal", "bidirectional"]
 BranchKind = Literal["model", "gaussian"]
-RecipeName = str  # a scheme of tinit.model.schemes (naive, gpt2 alias scaled, ...)
+SchemeName = str  # a scheme of tinit.model.schemes (naive, gpt2 alias scaled, ...)
 DTypeName = Literal["float32", "bfloat16", "float64"]
 QKNormSpan = Literal["head", "full"]
 #: The fields of a ModelConfig an init scheme's upstream may fix (tinit.model.structure):
@@ -280,14 +281,14 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class InitConfig:
-    """Which init scheme (``recipe``: a name of the catalogue or of ``schemes``), at
+    """Which init scheme (``scheme``: a name of the catalogue or of ``schemes``), at
     which scale, from which seed.
 
     ``schemes`` carries the user's own schemes (``--init-file``) as frozen values, so a
     config that crosses a process boundary (a sweep's spawned worker, a SLURM task)
     brings them along: nothing is looked up in a process-global table."""
 
-    recipe: RecipeName = "naive"  # a catalogue scheme: naive, gpt2 (alias scaled), depth-init, ...
+    scheme: SchemeName = "naive"  # a catalogue scheme: naive, gpt2 (alias scaled), depth-init, ...
     # base std; "inv-sqrt-d" means 1/sqrt(d_model)
     sigma: float | Literal["inv-sqrt-d"] = field(default=0.02, metadata=flag(
         "--sigma", type=str, default="0.02", panel=INIT, parser=sigma_value, metavar="FLOAT|inv-sqrt-d",
@@ -316,8 +317,8 @@ class InitConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.schemes, tuple) or not all(isinstance(s, Scheme) for s in self.schemes):
             raise ConfigError("schemes", f"must be a tuple of Scheme, got {self.schemes!r}")
-        if not isinstance(self.recipe, str) or not known(self.recipe, self.schemes):
-            raise ConfigError("recipe", f"{self.recipe!r} is not one of {', '.join(names(self.schemes))}")
+        if not isinstance(self.scheme, str) or not known(self.scheme, self.schemes):
+            raise ConfigError("scheme", f"{self.scheme!r} is not one of {', '.join(names(self.schemes))}")
         _check_positive_int("base_width", self.base_width)
         _check_positive_int("base_depth", self.base_depth)
         if isinstance(self.sigma, str):
@@ -334,9 +335,15 @@ class InitConfig:
         return 1.0 / math.sqrt(d_model) if self.sigma == "inv-sqrt-d" else float(self.sigma)
 
     @property
-    def scheme(self) -> Scheme:
+    def definition(self) -> Scheme:
         """The :class:`tinit.model.schemes.Scheme` this config names."""
-        return get_scheme(self.recipe, self.schemes)
+        return get_scheme(self.scheme, self.schemes)
+
+    @property
+    def recipe(self) -> str:
+        """Deprecated: the scheme's name, ``scheme`` (kept for one release)."""
+        warnings.warn("InitConfig.recipe is deprecated: use .scheme", DeprecationWarning, stacklevel=2)
+        return self.scheme
 
     def lookup(self, name: str) -> Scheme:
         """The scheme ``name``: the catalogue's or one this config carries."""
@@ -413,3 +420,17 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+_INIT_CONFIG_INIT = InitConfig.__init__
+
+
+def _init_config_init(self: InitConfig, *args: Any, recipe: str | None = None, **kw: Any) -> None:
+    """``InitConfig(recipe=...)``: the deprecated name of ``scheme`` (one release)."""
+    if recipe is not None:
+        warnings.warn("InitConfig(recipe=...) is deprecated; use scheme=", DeprecationWarning, stacklevel=2)
+        kw["scheme"] = recipe
+    _INIT_CONFIG_INIT(self, *args, **kw)
+
+
+InitConfig.__init__ = _init_config_init  # type: ignore[method-assign]

@@ -72,7 +72,7 @@ def environment(cfg, init, layer: int, shape: tuple[int, ...] | None = None) -> 
     shape = tuple(shape or ())
     fan_in = shape[1] if len(shape) >= 2 else (shape[0] if shape else 1)
     fan_out = shape[0] if shape else 1
-    d_ff = ffn_of(cfg, init.scheme)[1] if init is not None else cfg.d_ff
+    d_ff = ffn_of(cfg, init.definition)[1] if init is not None else cfg.d_ff
     return {
         "l": float(layer), "L": float(cfg.n_layers), "d": float(cfg.d_model), "d_ff": float(d_ff),
         "d_h": float(cfg.head_dim), "fan_in": float(fan_in), "fan_out": float(fan_out),

@@ -1,13 +1,13 @@
-"""Init recipes as data, and the one function that initialises every weight.
+"""Init schemes as data, and the one function that initialises every weight.
 
-A recipe (an init *scheme*, :mod:`tinit.model.schemes`) is a table from a weight's
+A scheme (an init *scheme*, :mod:`tinit.model.schemes`) is a table from a weight's
 *role* to a rule that gives its std and distribution. Every
 parameter of the model has exactly one explicit role (:func:`tinit.model.roles.role_of`), so a
 depth-scaled init cannot silently miss its matrices because a name match failed
 (the bug class of HF transformers #47458, llama2.c #579).
 
 Weights are generated per (seed, layer, role): a standard-normal draw from a
-generator seeded by those three, times the recipe's std. Configurations of one
+generator seeded by those three, times the scheme's std. Configurations of one
 run (naive and scaled, pre- and post-norm) therefore share their draws, and a
 block can be rebuilt on the device at any time with identical weights, which is
 what streaming and the layer-wise backward rely on.
@@ -46,7 +46,7 @@ def role_shape_of(cfg: ModelConfig, role: str, init: InitConfig | None = None) -
     """The shape of ``role``'s weight in a model ``cfg`` (torch's (out, in)); with
     ``init``, at the FFN width its scheme builds (nanochat's 4d)."""
     c = cfg
-    d_ff = c.d_ff if init is None else ffn_of(c, init.scheme)[1]
+    d_ff = c.d_ff if init is None else ffn_of(c, init.definition)[1]
     return role_shape(role, c.d_model, d_ff, c.head_dim, c.kv_heads, c.vocab_size, c.max_seq_len)
 
 
@@ -58,7 +58,7 @@ def role_rule(
     ``shape`` (default: the role's): :func:`tinit.model.schemes.resolve` in the model's
     environment (distribution, std or constant, absolute bound, the draws' std)."""
     env = environment(cfg, init, layer, role_shape_of(cfg, role, init) if shape is None else shape)
-    return resolve(init.scheme, role, env, rule)
+    return resolve(init.definition, role, env, rule)
 
 
 def role_std(init: InitConfig, cfg: ModelConfig, role: str, layer: int = 0) -> float:
@@ -101,12 +101,12 @@ def init_weights_(
         shape = tuple(p.shape)
         owner = name.split(".")[-2] if "." in name else ""
         rule = None
-        if role == "bias" and bias_role(init.scheme, owner) != "bias":
+        if role == "bias" and bias_role(init.definition, owner) != "bias":
             # nn.Linear's bias as the scheme's upstream keeps it: the weight's rule at the
             # weight's fan_in (torchscale: U(+-1/sqrt(fan_in)) times the weight's scale), or
             # the scheme's bias_rule there (fairseq's q, k, v under Xavier weights)
             role, shape = owner, tuple(params[name[: -len("bias")] + "weight"].shape)
-            rule = init.scheme.bias_rule
+            rule = init.definition.bias_rule
         draw = role_rule(init, cfg, role, layer, shape, rule)
         fill_(p, draw, generator(init.seed, layer, key, p.device))
 

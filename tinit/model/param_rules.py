@@ -52,7 +52,7 @@ def multipliers(rules: ParamRules | None, cfg, init: InitConfig) -> dict[str, tu
     out = {}
     for group in PARAM_GROUPS:
         r = rules.rule(group) if rules is not None else GroupRule()
-        what = f"{init.recipe}: optimizer rule of {group}"
+        what = f"{init.scheme}: optimizer rule of {group}"
         keys = ("lr", "weight_decay", "eps")
         out[group] = tuple(evaluate(getattr(r, k), env, f"{what} ({k})") for k in keys)
     return out
@@ -81,7 +81,7 @@ def optimizer_groups(
     if not isinstance(rules, bool):
         raise ConfigError("param_rules", f"must be True or False, got {rules!r}")
     init = init if init is not None else model.init
-    scheme_rules = init.scheme.param_rules if rules else None
+    scheme_rules = init.definition.param_rules if rules else None
     mult = multipliers(scheme_rules, model.cfg, init)
     params: dict[str, list] = {g: [] for g in PARAM_GROUPS}
     for name, p in model.named_parameters():
@@ -114,9 +114,9 @@ def _check_group(g: dict[str, Any], init: InitConfig) -> None:
     values = {"lr": g["lr"], "lr x weight decay": g["lr"] * g["weight_decay"], "eps": g["eps"]}
     for what, v in values.items():
         if not (math.isfinite(v) and 0 <= v <= MAX_GROUP_VALUE):
-            user = any(s.name == init.recipe for s in init.schemes)
+            user = any(s.name == init.scheme for s in init.schemes)
             raise ConfigError("init_file" if user else "lr",
-                              f"{init.recipe}'s optimizer rules give the {g['name']} group {what} = {v:g} at "
+                              f"{init.scheme}'s optimizer rules give the {g['name']} group {what} = {v:g} at "
                               f"this model's shape: not a number from 0 to {MAX_GROUP_VALUE:g}")  # fmt: skip
 
 
@@ -132,12 +132,12 @@ def describe_groups(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def rules_summary(init: InitConfig, rules: bool = True) -> str:
     """One line for the terminal: which optimizer rules a run of ``init`` applies."""
-    r = init.scheme.param_rules
+    r = init.definition.param_rules
     if r is None:
-        return f"{init.recipe}: no optimizer rules (one learning rate)"
+        return f"{init.scheme}: no optimizer rules (one learning rate)"
     if not rules:
-        return f"{init.recipe}: optimizer rules off (--param-rules off: one learning rate)"
-    return f"{init.recipe}: {r.describe()} ({r.upstream.split(' ')[0]})"
+        return f"{init.scheme}: optimizer rules off (--param-rules off: one learning rate)"
+    return f"{init.scheme}: {r.describe()} ({r.upstream.split(' ')[0]})"
 
 
 __all__ = ["describe_groups", "group_of", "multipliers", "optimizer_groups", "rules_summary"]

@@ -85,7 +85,7 @@ def check_scheme(cfg: ModelConfig, init: InitConfig) -> None:
     """Raise :class:`FormulaError` (naming the scheme, the rule and the layer) when any
     rule or multiplier of ``init``'s scheme is undefined, not finite, or a negative std
     anywhere in the model ``cfg``; return quietly otherwise."""
-    scheme, L = init.scheme, cfg.n_layers
+    scheme, L = init.definition, cfg.n_layers
     blocks = np.arange(L, dtype=np.float64)
     base = environment(cfg, init, 0)
     mults = [("stream multiplier", scheme.stream_mult), ("branch multiplier", scheme.branch_mult)]
@@ -126,7 +126,7 @@ def check_param_rules(cfg: ModelConfig, init: InitConfig) -> None:
     number > 0, a weight-decay multiplier a finite number >= 0. Only the groups the model
     has are checked (a tied head has no readout). The file's own check looked at three
     fixed shapes; this one looks at the run's, before the first step."""
-    rules = init.scheme.param_rules
+    rules = init.definition.param_rules
     if rules is None:
         return
     env = environment(cfg, init, -1)
@@ -137,7 +137,7 @@ def check_param_rules(cfg: ModelConfig, init: InitConfig) -> None:
             continue
         for key in ("lr", "weight_decay", "eps"):
             formula = getattr(rule, key)
-            where = f"{init.scheme.name}: optimizer.{group}.{key}"
+            where = f"{init.definition.name}: optimizer.{group}.{key}"
             v = float(_values(formula, env, f"{where} at {shape}"))
             if not (np.isfinite(v) and (v > 0 or (key == "weight_decay" and v == 0))):
                 need = "a finite number >= 0" if key == "weight_decay" else "a finite number > 0"

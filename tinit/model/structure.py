@@ -41,7 +41,7 @@ def _scheme(scheme: str | Scheme, schemes: Iterable[Scheme] = ()) -> Scheme:
     try:
         return get_scheme(scheme, tuple(schemes))
     except KeyError as exc:
-        raise ConfigError("recipe", str(exc.args[0])) from None
+        raise ConfigError("scheme", str(exc.args[0])) from None
 
 
 def scheme_structure(

@@ -81,7 +81,7 @@ class Transformer(nn.Module):
     ):
         super().__init__()
         self.cfg, self.init, self.streamed, self.overlap = cfg, init, stream, overlap
-        scheme, env = init.scheme, environment(cfg, init, -1)
+        scheme, env = init.definition, environment(cfg, init, -1)
         message = structure_warning(scheme, cfg)
         if message is not None:
             warnings.warn(message, stacklevel=2)

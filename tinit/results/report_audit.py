@@ -245,11 +245,11 @@ def write_audit_md(frames: dict[str, pd.DataFrame], meta: dict, run_dir: Path, f
                 " not sum to the stream (scaled residual, post-norm, wrong --sites); the variance"
                 " rows follow the reconstruction, not the model."
             )
-    if "recipe" in meta:
+    if "scheme" in meta:
         kept = meta.get("recipe_kept_as_built") or []
         lines.append(
-            f"- recipe `{meta['recipe']}`: the same model re-initialised by tinit's recipe;"
-            f" {meta.get('recipe_weights_deviating')} of its parameters deviate from that recipe"
+            f"- scheme `{meta['scheme']}`: the same model re-initialised by tinit's scheme;"
+            f" {meta.get('recipe_weights_deviating')} of its parameters deviate from that scheme"
             + (f"; {len(kept)} of unknown role kept as built" if kept else "")
             + "."
         )

@@ -28,7 +28,7 @@ Three measurements of one model, as built:
 The weights are judged here; the stream and gradients are measured through hooks in
 :mod:`tinit.experiments.audit.stream`.
 
-With ``recipe`` the same model, re-initialised by tinit's recipe (per role, drawn per
+With ``scheme`` the same model, re-initialised by tinit's scheme (per role, drawn per
 (seed, layer, parameter)), is measured on the same tokens beside it.
 """
 
@@ -354,14 +354,14 @@ def run_audit(
     roles: list[ParamRole],
     tokens: torch.Tensor,
     expect: Expectation,
-    recipe: Expectation | None = None,
+    scheme: Expectation | None = None,
     seed: int = 0,
     grads: bool = True,
     progress: Progress | None = None,
     meta: dict | None = None,
 ) -> ExperimentResult:
     """Weights, stream and gradients of ``model`` as built (and re-initialised by
-    ``recipe``, when given). Frames: weights, weight_groups, variance, summary,
+    ``scheme``, when given). Frames: weights, weight_groups, variance, summary,
     grad_norms, stream_grads, grad_summary."""
     meta = dict(meta or {})
     L = sites.n_layers
@@ -385,7 +385,7 @@ def run_audit(
         return out
 
     driver = Run(meta, frames, audit_not_applicable(sites), meter=Meter(device), progress=progress,
-                 total=1 + (2 if recipe else 1) * (2 if grads else 1))  # fmt: skip
+                 total=1 + (2 if scheme else 1) * (2 if grads else 1))  # fmt: skip
     driver.tick()
     meta.update(
         sites=sites.describe(), family=sites.family, n_layers=L, expect=expect.name,
@@ -397,14 +397,14 @@ def run_audit(
         batch=int(tokens.shape[0]), seq_len=int(tokens.shape[1]), device=str(device),
         dtype=str(next(model.parameters()).dtype).replace("torch.", ""), stream_check={},
     )  # fmt: skip
-    if recipe is not None:
+    if scheme is not None:
         twin = copy.deepcopy(model)
-        meta["recipe"] = recipe.name
-        meta["recipe_kept_as_built"] = reinit_(twin, roles, recipe, sites, seed)
-        # self-check: the re-initialised twin must pass its own recipe
-        check = audit_weights(twin, roles, recipe, sites)["verdict"]
+        meta["scheme"] = scheme.name
+        meta["recipe_kept_as_built"] = reinit_(twin, roles, scheme, sites, seed)
+        # self-check: the re-initialised twin must pass its own scheme
+        check = audit_weights(twin, roles, scheme, sites)["verdict"]
         meta["recipe_weights_deviating"] = int(check.isin(DEVIATING).sum())
-        configs.append((recipe.name, twin))
+        configs.append((scheme.name, twin))
     tol = check_tolerance(model)
 
     def measure(config: tuple[str, nn.Module]):

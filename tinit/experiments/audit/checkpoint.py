@@ -43,8 +43,8 @@ def model_from_info(info: dict, where: str) -> tuple[ModelConfig, InitConfig]:
     m["user_set"] = tuple(m.get("user_set") or ())
     if i.get("schemes"):
         names = [s.get("name") for s in i["schemes"] if isinstance(s, dict)]
-        if i.get("recipe") in names:
-            raise CheckpointError(f"{where}: its scheme {i['recipe']!r} came from an --init-file, which the "
+        if i.get("scheme") in names:
+            raise CheckpointError(f"{where}: its scheme {i['scheme']!r} came from an --init-file, which the "
                                   "checkpoint does not carry; audit runs of catalogue schemes")  # fmt: skip
     i.pop("schemes", None)
     try:
@@ -85,7 +85,7 @@ def _final_norm(cfg: ModelConfig, init: InitConfig, dtype: torch.dtype) -> dict:
     from ...model.layers import make_norm
 
     with torch.device("meta"):
-        return make_norm(cfg, dtype=dtype, offset=init.scheme.norm_offset).state_dict()
+        return make_norm(cfg, dtype=dtype, offset=init.definition.norm_offset).state_dict()
 
 
 class CheckpointTransformer(Transformer):

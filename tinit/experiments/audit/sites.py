@@ -310,7 +310,7 @@ def find_sites(model: nn.Module, tokens: torch.Tensor, spec: str | None = None) 
             )
         family = "tinit"
         layout = {"blocks": "blocks", "attn": "attn", "ffn": "ffn"}
-        layout["norm_offset"] = model.init.scheme.norm_offset  # Gemma's (1 + w) norms
+        layout["norm_offset"] = model.init.definition.norm_offset  # Gemma's (1 + w) norms
         # the block's norms by slot: the branch's output norm is what is added (sandwich,
         # reordered); a norm after the sum continues as the stream (post)
         names = model.blocks[0].norm_names

@@ -170,9 +170,9 @@ def audit_tinit(ck: Checkpoint, ref: Checkpoint | None, tokens: Tokens, run: Run
     raw = tinit_stream(model, ids, stat_dtype(dtype))
     del model
     df = add_theory(raw, cfg.norm_position, cfg, init)
-    labels = {"init": init.recipe, "norm_position": cfg.norm_position, "n_layers": cfg.n_layers,
+    labels = {"init": init.scheme, "norm_position": cfg.norm_position, "n_layers": cfg.n_layers,
               "seed": init.seed}  # fmt: skip
-    summary = {**labels, **summarize(df, init.scheme.closed_form)}
+    summary = {**labels, **summarize(df, init.definition.closed_form)}
     return df.assign(**labels), summary, rows, {"init_source": source}
 
 

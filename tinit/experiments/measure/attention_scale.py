@@ -6,7 +6,7 @@ has variance d_h; divided by sqrt(d_h) it has variance 1. Two inputs:
 
 - ``unit``: q and k drawn i.i.d. N(0, 1) per component -- the textbook case, where the
   unscaled logit variance is d_h and the scaled one 1.
-- ``model``: the real layer-0 W_Q and W_K of a model at init (the recipe's weights,
+- ``model``: the real layer-0 W_Q and W_K of a model at init (the scheme's weights,
   drawn per (seed, layer, role)) applied to the normalised stream of the model's
   embedding of seeded tokens (RoPE applied when the model uses it: a rotation, it
   leaves the variance unchanged). Each component of q and k then has variance
@@ -159,7 +159,7 @@ def unit_qk(run: RunConfig, n_heads: int, head_dim: int, seed: int, device, dtyp
 
 
 def layer0_qk(cfg: ModelConfig, init: InitConfig, device, dtype) -> tuple[nn.Module, nn.Module, nn.Module]:
-    """Layer 0's first norm and its W_Q, W_K with the recipe's weights: the same draws a
+    """Layer 0's first norm and its W_Q, W_K with the scheme's weights: the same draws a
     built block has (``init_weights_`` keys them by layer and role, and the names are the
     block's), without allocating W_V, W_O or the FFN."""
     with torch.device("meta"):

@@ -229,8 +229,8 @@ def layerwise_backward(net, cfg, ini, device, dtype, toks, stats, sq, losses, pr
     walk down the layers rebuilding, recomputing and back-propagating one block at a
     time. Records block gradient norms as it goes (``rec``)."""
     L = cfg.n_layers
-    if ini.scheme.x0_mix is not None:
-        raise ConfigError("stream", f"{ini.recipe} mixes x0 into every block: its streamed (layer-wise) "
+    if ini.definition.x0_mix is not None:
+        raise ConfigError("stream", f"{ini.scheme} mixes x0 into every block: its streamed (layer-wise) "
                           "backward is not implemented; use --no-stream")  # fmt: skip
     with torch.no_grad():
         xs = [[net.embed_tokens(tok, probes[i])] for i, tok in enumerate(toks)]

@@ -67,7 +67,7 @@ class CovarianceProbe:
 
     ``capture`` is a forward pre-hook for the branch's last linear layer (W_O, W_down):
     it keeps that layer's input h. At the addition, with xc the centred stream,
-    se^2 = std^2 ||xc^T h||_F^2 / N^2 (``std`` the recipe's std of that matrix); for a
+    se^2 = std^2 ||xc^T h||_F^2 / N^2 (``std`` the scheme's std of that matrix); for a
     Gaussian branch of variance S2, se^2 = S2 ||xc||^2 / N^2.
     """
 
@@ -230,19 +230,19 @@ def _run_check(model, init, run, deep_layers, head_dims, alpha, progress, on_par
     var_frames = []
     gauss, s2 = None, math.nan
     driver.meter.start()
-    for branch, recipe, L in plan:
-        cfg, ini = configure(dataclasses.replace(model, n_layers=L), init, run, recipe, "pre")
+    for branch, scheme, L in plan:
+        cfg, ini = configure(dataclasses.replace(model, n_layers=L), init, run, scheme, "pre")
         if branch == "gaussian":
             mean_s2 = float(runs[("naive", short)].query("k > 0")["branch_var"].mean())
             cfg = dataclasses.replace(cfg, branch="gaussian", branch_var=mean_s2)
-        with driver.guard(f"{branch} branches, {recipe} init, {L} layers"):
+        with driver.guard(f"{branch} branches, {scheme} init, {L} layers"):
             df = measure_additions(cfg, ini, tokens, device, dtype, stream, on_block=tick)
-        df = df.assign(init=recipe, norm_position="pre", n_layers=L, seed=init.seed, branch=branch)
+        df = df.assign(init=scheme, norm_position="pre", n_layers=L, seed=init.seed, branch=branch)
         var_frames.append(df[CHECK_VARIANCE_COLUMNS])
         if branch == "gaussian":
             gauss, s2 = df, cfg.branch_var
         else:
-            runs[(recipe, L)] = df
+            runs[(scheme, L)] = df
     frames["variance"] = pd.concat(var_frames, ignore_index=True)
     driver.meter.stop("variance")
     rows += law_rows(runs[("naive", short)], gauss, s2, tokens.numel() * model.d_model, alpha,

@@ -125,11 +125,11 @@ def _mean_se(values: pd.Series) -> tuple[float, float]:
     return float(v.mean()), se
 
 
-def is_depth_scaled(recipe: str, model: ModelConfig, init: InitConfig | None = None) -> bool:
+def is_depth_scaled(scheme: str, model: ModelConfig, init: InitConfig | None = None) -> bool:
     """Whether the scheme makes a branch's variance depend on the depth L (its depth
     factor or its branch multiplier names L). Gaussian branches (``--branch
     gaussian``) ignore the init: their variance is S2 at every depth."""
-    s = init.lookup(recipe) if init is not None else get_scheme(recipe)
+    s = init.lookup(scheme) if init is not None else get_scheme(scheme)
     names = set(s.branch_mult.names)
     for f in s.depth_factor or ():
         names |= f.names
@@ -144,7 +144,7 @@ class TheoryLine:
     the embedding output at depth L (std^2 times its multiplier^2; constant for most
     schemes, (9L)^(-1/2) / d for T-Fixup)."""
 
-    recipe: str
+    scheme: str
     position: str
     v0_unit: float
     refs: tuple[float, float]
@@ -152,11 +152,11 @@ class TheoryLine:
     init: InitConfig
 
     def v0_at(self, L: int) -> float:
-        return self.v0_unit * embed_variance(self.recipe, self.model, self.init, L)
+        return self.v0_unit * embed_variance(self.scheme, self.model, self.init, L)
 
     @property
     def depth_scaled(self) -> bool:
-        return is_depth_scaled(self.recipe, self.model, self.init)
+        return is_depth_scaled(self.scheme, self.model, self.init)
 
     @property
     def branch_var(self) -> float:
@@ -164,8 +164,8 @@ class TheoryLine:
 
     def v_final(self, L: int) -> float:
         cfg = dataclasses.replace(self.model, n_layers=int(L))
-        ini = dataclasses.replace(self.init, recipe=self.recipe)
-        mult = theory.addition_multipliers(ini.scheme, cfg, ini)
+        ini = dataclasses.replace(self.init, scheme=self.scheme)
+        mult = theory.addition_multipliers(ini.definition, cfg, ini)
         return float(theory.pred_closed_scheme(self.v0_at(L), self.refs, mult, self.position)[-1])
 
     def curve(self, depths) -> np.ndarray:
@@ -173,20 +173,20 @@ class TheoryLine:
 
 
 def theory_line(
-    rows: pd.DataFrame, recipe: str, pos: str, model: ModelConfig, init: InitConfig
+    rows: pd.DataFrame, scheme: str, pos: str, model: ModelConfig, init: InitConfig
 ) -> TheoryLine:
     refs = tuple(float(np.nanmean(rows[c])) if rows[c].notna().any() else math.nan
                  for c in ("s2_ref_attn", "s2_ref_ffn"))  # fmt: skip
-    e = np.array([embed_variance(recipe, model, init, int(L)) for L in rows["n_layers"]])
-    return TheoryLine(recipe, pos, float(np.mean(rows["v0"].to_numpy() / e)), refs, model, init)
+    e = np.array([embed_variance(scheme, model, init, int(L)) for L in rows["n_layers"]])
+    return TheoryLine(scheme, pos, float(np.mean(rows["v0"].to_numpy() / e)), refs, model, init)
 
 
-def embed_variance(recipe: str, model: ModelConfig, init: InitConfig, L: int) -> float:
+def embed_variance(scheme: str, model: ModelConfig, init: InitConfig, L: int) -> float:
     """The embedding output's variance under the scheme at depth L, up to the draws:
     (embed std x embedding multiplier)^2; 1 for an RMS-normalised embedding (nanochat)."""
     cfg = dataclasses.replace(model, n_layers=int(L))
-    ini = dataclasses.replace(init, recipe=recipe)
-    s = ini.scheme
+    ini = dataclasses.replace(init, scheme=scheme)
+    s = ini.definition
     if s.embed_norm:
         return 1.0
     env = environment(cfg, ini, -1, role_shape_of(cfg, "embed", ini))
@@ -198,11 +198,11 @@ def embed_variance(recipe: str, model: ModelConfig, init: InitConfig, L: int) ->
 def summarize_points(sweep: pd.DataFrame, theory_lines: dict) -> pd.DataFrame:
     """Mean and standard error over seeds per (init, norm_position, n_layers)."""
     rows = []
-    for (recipe, pos, L), d in sweep.groupby(["init", "norm_position", "n_layers"], sort=False):
-        row = {"init": recipe, "norm_position": pos, "n_layers": L, "n_seeds": len(d)}
+    for (scheme, pos, L), d in sweep.groupby(["init", "norm_position", "n_layers"], sort=False):
+        row = {"init": scheme, "norm_position": pos, "n_layers": L, "n_seeds": len(d)}
         for q in SUMMARY_QUANTITIES:
             row[f"{q}_mean"], row[f"{q}_se"] = _mean_se(d[q])
-        line = theory_lines[(recipe, pos)]
+        line = theory_lines[(scheme, pos)]
         row["theory_v_final"] = np.float64(line.v_final(L))
         v0 = np.float64(line.v0_at(L))  # float64: a vanished v0 gives inf / nan (flagged)
         row["theory_v_final_rel"] = row["theory_v_final"] / v0
@@ -227,8 +227,8 @@ def fit_configs(
     transfer check from ``transfer_from`` (:func:`transfer_reference`) to the deepest,
     and the per-depth law's largest error."""
     rows = []
-    for (recipe, pos), d in sweep.groupby(["init", "norm_position"], sort=False):
-        line = theory_lines[(recipe, pos)]
+    for (scheme, pos), d in sweep.groupby(["init", "norm_position"], sort=False):
+        line = theory_lines[(scheme, pos)]
         fit = fit_line(d["n_layers"], d["v_final"])
         # per-seed slopes: independent draws, so their spread is a standard error that
         # does not assume independent residuals (depths of one seed share their layers)
@@ -241,7 +241,7 @@ def fit_configs(
         curve = line.curve(depths)
         th = fit_line(depths, curve) if len(depths) > 1 else {"slope": math.nan, "intercept": math.nan}
         th["slope"] = round_to_inputs(th["slope"], curve, depths)
-        s = summary[(summary["init"] == recipe) & (summary["norm_position"] == pos)].set_index("n_layers")
+        s = summary[(summary["init"] == scheme) & (summary["norm_position"] == pos)].set_index("n_layers")
         lo, hi = s.loc[depths[0]], s.loc[depths[-1]]
         a, a_se, b, b_se = lo["v_final_mean"], lo["v_final_se"], hi["v_final_mean"], hi["v_final_se"]
         ratio = b / a
@@ -257,7 +257,7 @@ def fit_configs(
         # the seeds' spread is the honest standard error; one seed has only the OLS one
         se_used = slope_se_seeds if len(seeds) > 1 else fit["slope_se"]
         rows.append({
-            "init": recipe, "norm_position": pos, "n_points": len(d), "n_seeds": len(seeds),
+            "init": scheme, "norm_position": pos, "n_points": len(d), "n_seeds": len(seeds),
             "layers_min": int(depths[0]), "layers_max": int(depths[-1]),
             **fit,
             "theory_slope": th["slope"], "theory_intercept": th["intercept"],
@@ -279,7 +279,7 @@ def fit_configs(
             "transfers": None if one else transfer_verdict(t_ratio, t_ratio_se),
             "law_max_rel_err": float(law_err), "law_tol": LAW_TOL,
             "law_holds": bool(law_err <= LAW_TOL) if math.isfinite(law_err) else None,
-            "closed_form": line.init.lookup(recipe).closed_form,
+            "closed_form": line.init.lookup(scheme).closed_form,
             "theory_rel_err_max": _max_abs(s["v_final_mean"] / s["theory_v_final"] - 1.0),
         })  # fmt: skip
     return pd.DataFrame(rows, columns=FIT_COLUMNS)
@@ -291,9 +291,9 @@ def theory_frame(sweep: pd.DataFrame, theory_lines: dict) -> pd.DataFrame:
     lo, hi = int(sweep["n_layers"].min()), int(sweep["n_layers"].max())
     depths = np.unique(np.round(np.geomspace(lo, hi, min(200, hi - lo + 1))).astype(int))
     rows = []
-    for (recipe, pos), line in theory_lines.items():
+    for (scheme, pos), line in theory_lines.items():
         for L, v in zip(depths, line.curve(depths), strict=True):
-            rows.append({"init": recipe, "norm_position": pos, "n_layers": int(L), "theory_v_final": v,
+            rows.append({"init": scheme, "norm_position": pos, "n_layers": int(L), "theory_v_final": v,
                          "theory_v_final_rel": np.float64(v) / np.float64(line.v0_at(L)),
                          "theory_v_growth": v - line.v0_at(L)})  # fmt: skip
     return pd.DataFrame(rows, columns=THEORY_COLUMNS)

@@ -1,4 +1,4 @@
-"""Depth sweep: does the init recipe transfer from shallow to deep stacks?
+"""Depth sweep: does the init scheme transfer from shallow to deep stacks?
 
 The variance law (docs/design.md §1) says that with naive init the final stream
 variance grows linearly in depth, v_2L = v0 + 2L s^2, and that with W_O and W_down
@@ -84,7 +84,7 @@ def run_depth_sweep(
     For every depth L in ``layers`` (a list, or a spec string: see
     :func:`parse_layers`) and seed i < ``seeds``, runs :func:`run_variance` (and,
     with ``grads``, :func:`run_grad_norms`) on ``model`` with ``n_layers = L`` for
-    each (init recipe, norm position). ``model.n_layers`` itself is ignored.
+    each (init scheme, norm position). ``model.n_layers`` itself is ignored.
 
     Returns frames ``depth_sweep`` (one row per configuration, L and seed),
     ``depth_sweep_summary`` (mean and standard error over seeds per configuration
@@ -144,13 +144,13 @@ def depth_sweep_plan(
     points = [
         Point(
             depth_sweep_result,
-            {"n_layers": L, "seed": seed_configs(init, run, i)[0].seed, "init": recipe, "norm_position": pos},
-            {"model": model, "init": init, "run": run, "n_layers": L, "seed_index": i, "inits": (recipe,),
+            {"n_layers": L, "seed": seed_configs(init, run, i)[0].seed, "init": scheme, "norm_position": pos},
+            {"model": model, "init": init, "run": run, "n_layers": L, "seed_index": i, "inits": (scheme,),
              "norm_positions": (pos,), "grads": grads},
         )  # fmt: skip
         for L in depths
         for i in range(seeds)
-        for recipe, pos in configs
+        for scheme, pos in configs
     ]
 
     def gather(frames: dict[str, Frames]) -> Frames:
@@ -245,31 +245,31 @@ def not_applicable(grad_ratio: bool, custom=(), model: ModelConfig | None = None
             "depth_sweep_theory": theory}
 
 
-def _no_closed_form(recipe: str, custom=()) -> bool:
-    return not known(recipe, custom) or get_scheme(recipe, custom).depth_factor is None
+def _no_closed_form(scheme: str, custom=()) -> bool:
+    return not known(scheme, custom) or get_scheme(scheme, custom).depth_factor is None
 
 
-def _zero_outputs(recipe: str, custom=()) -> bool:
-    if not known(recipe, custom):
+def _zero_outputs(scheme: str, custom=()) -> bool:
+    if not known(scheme, custom):
         return False
-    s = get_scheme(recipe, custom)
+    s = get_scheme(scheme, custom)
     return s.rule("o").dist == "zero" and s.rule("down").dist == "zero"
 
 
-def _zero_readout(recipe: str, model: ModelConfig | None, custom=()) -> bool:
+def _zero_readout(scheme: str, model: ModelConfig | None, custom=()) -> bool:
     """The scheme's untied readout is exactly 0 in ``model``'s configuration of it
     (microsoft/mup's MuReadout at init): no gradient reaches the stream."""
-    if model is None or not known(recipe, custom) or get_scheme(recipe, custom).rule("head").dist != "zero":
+    if model is None or not known(scheme, custom) or get_scheme(scheme, custom).rule("head").dist != "zero":
         return False
     from ...model.structure import apply_scheme
 
-    return not apply_scheme(model, recipe, custom).tie_embeddings
+    return not apply_scheme(model, scheme, custom).tie_embeddings
 
 
-def _zero_gain(recipe: str, custom=()) -> bool:
-    if not known(recipe, custom):
+def _zero_gain(scheme: str, custom=()) -> bool:
+    if not known(scheme, custom):
         return False
-    f = get_scheme(recipe, custom).branch_mult
+    f = get_scheme(scheme, custom).branch_mult
     return not f.names and f() == 0
 
 
@@ -285,7 +285,7 @@ def depth_sweep_point(
     progress: Progress | None = None,
 ) -> tuple[list[dict], list[dict]]:
     """One point of the sweep: depth ``n_layers``, seed index ``seed_index`` (see
-    :func:`seed_configs`), for each (init recipe, norm position) given. Determined by
+    :func:`seed_configs`), for each (init scheme, norm position) given. Determined by
     its arguments alone, so a point gives the same rows in any process or on any host
     and a configuration's rows do not depend on which other configurations run beside
     it (tokens follow the seed, weights the seed, layer and role).
@@ -332,8 +332,8 @@ def assemble(
         drop=True
     )
     theory_lines = {}
-    for (recipe, pos), d in sweep.groupby(["init", "norm_position"], sort=False):
-        theory_lines[(recipe, pos)] = theory_line(d, recipe, pos, model, init)
+    for (scheme, pos), d in sweep.groupby(["init", "norm_position"], sort=False):
+        theory_lines[(scheme, pos)] = theory_line(d, scheme, pos, model, init)
     with np.errstate(all="ignore"):  # a vanished v0 gives inf / nan (flagged), not a warning
         summary = summarize_points(sweep, theory_lines)
         fit = fit_configs(sweep, summary, theory_lines, _swept_reference(sweep, transfer_from))

@@ -1,7 +1,7 @@
 """Per-layer gradient norms at initialization, pre- vs post-norm (Xiong et al. 2020,
 "On Layer Normalization in the Transformer Architecture", Figure 3).
 
-For each (init recipe, norm position) the same seeded token batches go through a
+For each (init scheme, norm position) the same seeded token batches go through a
 stack whose weights share their draws; the loss is the mean next-token
 cross-entropy of ``Transformer.logits``. With ``batches`` N > 1 the parameter
 gradients are summed over the N batches and divided by N *before* any norm is
@@ -302,7 +302,7 @@ def run_grad_norms(
     # built whole, the backward holds weights, gradients and every block's saved activations
     need = None
     if run.stream is None:
-        built = [configure(model, init, run, recipe, position) for recipe, position in configs]
+        built = [configure(model, init, run, scheme, position) for scheme, position in configs]
         need = backward_bound(built, run.batch, run.seq_len, dtype)
     stream = should_stream(model, dtype, device, run.stream, need)
     seeds = batch_seeds(init.seed if run.data_seed is None else run.data_seed, batches)
@@ -333,7 +333,7 @@ def run_grad_norms(
         net = Transformer(cfg, ini, device, dtype, stream=stream)
         rec = GradRecorder(L, batches, stats)
         sq = torch.zeros(2 * L + 1, dtype=stats, device=device)
-        mult = theory.addition_multipliers(ini.scheme, cfg, ini)
+        mult = theory.addition_multipliers(ini.definition, cfg, ini)
         coef = mult["a"] * mult["lam"]
         acc = torch.zeros(PATH_ROWS, 2 * L + 1, dtype=stats, device=device)
         losses: list[torch.Tensor] = []
@@ -353,12 +353,12 @@ def run_grad_norms(
         return cfg, coef, grads, sq_host, acc_host, loss, probes
 
     def collect(config: tuple[str, str], measured) -> None:
-        (recipe, norm_position), (cfg, coef, grads, sq_host, acc_host, loss, probes) = config, measured
+        (scheme, norm_position), (cfg, coef, grads, sq_host, acc_host, loss, probes) = config, measured
         # forward variances, averaged over the batches (each batch has equal size)
         stream_var = np.mean([p.frame()["stream_var"].to_numpy() for p in probes], axis=0)
         count = batches * run.batch * run.seq_len * cfg.d_model
         streams = stream_frame(sq_host, count, stream_var, norm_position, cfg.norm_eps, coef, acc_host)
-        labels = {"init": recipe, "norm_position": norm_position, "n_layers": L, "seed": init.seed}
+        labels = {"init": scheme, "norm_position": norm_position, "n_layers": L, "seed": init.seed}
         grad_frames.append(grads.assign(**labels))
         stream_frames.append(streams.assign(**labels))
         summaries.append({**labels, "batches": batches, "loss": loss, **summarize(grads, streams)})

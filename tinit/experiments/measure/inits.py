@@ -52,12 +52,12 @@ def _layers(role: str, L: int) -> list[int]:
 
 
 def stds_frame(model: ModelConfig, init: InitConfig) -> pd.DataFrame:
-    """One row per (role, layer) of the scheme ``init.recipe`` at the shape ``model``:
+    """One row per (role, layer) of the scheme ``init.scheme`` at the shape ``model``:
     the rule's std (or constant), its distribution, the truncation bound, the std the
     draws really have (a truncated normal's is smaller), and the multiplier on the
     role's output path: the branch multiplier g for block matrices, the embedding
     multiplier for ``embed``/``pos``, the logit multiplier for ``head``."""
-    s = init.scheme
+    s = init.definition
     L = model.n_layers
     gated = ffn_of(model, s)[0] in GATED_FFNS
     roles = [r for r in MATRIX_ROLES if not (r == "pos" and model.positions != "learned")
@@ -75,7 +75,7 @@ def stds_frame(model: ModelConfig, init: InitConfig) -> pd.DataFrame:
                 mult = evaluate(s.logit_mult, env, s.name)
             else:
                 mult = evaluate(s.branch_mult, env, s.name)
-            rows.append({"scheme": init.recipe, "role": role, "layer": layer, "std": draw.std,
+            rows.append({"scheme": init.scheme, "role": role, "layer": layer, "std": draw.std,
                          "distribution": draw.dist, "multiplier": mult, "bound": draw.bound,
                          "std_drawn": draw.std_drawn})  # fmt: skip
     return pd.DataFrame(rows, columns=STDS_COLUMNS)
@@ -100,7 +100,7 @@ def run_inits(
         meta["structure"] = {scheme: structure_record(scheme, model, init.schemes)}
         # a rule undefined at some layer of this shape is bad input, found before the table
         check_configs(model, init, RunConfig(seq_len=model.max_seq_len), [(scheme, model.norm_position)])
-        frames = {"init_stds": stds_frame(model, dataclasses.replace(init, recipe=scheme))}
+        frames = {"init_stds": stds_frame(model, dataclasses.replace(init, scheme=scheme))}
     driver = Run(meta, lambda: frames, NOT_APPLICABLE, progress=progress)
     driver.tick()  # one unit: the rules evaluated, nothing drawn (nothing to keep on a failure)
     return driver.result()

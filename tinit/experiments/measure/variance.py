@@ -1,6 +1,6 @@
 """Residual-stream variance at every addition, against the variance law.
 
-For each (init recipe, norm position) the same tokens go through a stack whose
+For each (init scheme, norm position) the same tokens go through a stack whose
 weights share their draws; a :class:`VarianceProbe` records stream and branch
 variances at k = 0..2L, and :mod:`tinit.theory` puts the predictions beside them.
 """
@@ -119,7 +119,7 @@ def add_theory(
     k = df.loc[adds, "k"].to_numpy()
     mult = None
     if cfg is not None and init is not None and len(s2) == 2 * cfg.n_layers:
-        mult = theory.addition_multipliers(init.scheme, cfg, init)
+        mult = theory.addition_multipliers(init.definition, cfg, init)
     elif len(s2) and len(s2) % 2 == 0:  # a model tinit did not build: the plain law, as for naive
         mult = theory.plain_multipliers(len(s2))
     if mult is not None:
@@ -218,11 +218,11 @@ def run_variance(
         return cfg, ini, raw
 
     def collect(config: tuple[str, str], measured) -> None:
-        (recipe, norm_position), (cfg, ini, raw) = config, measured
+        (scheme, norm_position), (cfg, ini, raw) = config, measured
         df = add_theory(raw, norm_position, cfg, ini)
-        labels = {"init": recipe, "norm_position": norm_position, "n_layers": cfg.n_layers, "seed": init.seed}
+        labels = {"init": scheme, "norm_position": norm_position, "n_layers": cfg.n_layers, "seed": init.seed}
         frames.append(df.assign(**labels))
-        summaries.append({**labels, **summarize(df, ini.scheme.closed_form)})
+        summaries.append({**labels, **summarize(df, ini.definition.closed_form)})
 
     driver.each(configs, measure, collect, label=config_label, span=config_name)
     return driver.result()

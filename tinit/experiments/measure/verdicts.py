@@ -149,28 +149,28 @@ def law_rows(
 # --- (b) ---
 
 
-def _depth_weight(recipe: str, L: int) -> float:
+def _depth_weight(scheme: str, L: int) -> float:
     """The scheme's depth factor of the branch variance at depth L (1/(2L) for gpt2,
     1 for naive); the check uses schemes whose factor does not depend on the layer."""
-    factor = get_scheme(recipe).depth_factor
+    factor = get_scheme(scheme).depth_factor
     return 1.0 if factor is None else factor[0](l=0.0, L=float(L))
 
 
-def _unscaled(df: pd.DataFrame, recipe: str) -> pd.DataFrame:
-    """Per-addition branch variance in units of the unscaled recipe: u = s^2 / w(L),
+def _unscaled(df: pd.DataFrame, scheme: str) -> pd.DataFrame:
+    """Per-addition branch variance in units of the unscaled scheme: u = s^2 / w(L),
     i.e. s^2 * 2L for the depth-scaled init (its W_O, W_down have variance
     sigma^2 / 2L), s^2 for naive."""
     adds = df[df["k"] > 0]
-    factor = 1.0 / _depth_weight(recipe, int(adds["n_layers"].iloc[0]))
+    factor = 1.0 / _depth_weight(scheme, int(adds["n_layers"].iloc[0]))
     u = adds["branch_var"].to_numpy() * factor
     return pd.DataFrame({"sublayer": adds["sublayer"].to_numpy(), "u": u})
 
 
-def depth_prediction(short: pd.DataFrame, long: pd.DataFrame, recipe: str) -> dict:
+def depth_prediction(short: pd.DataFrame, long: pd.DataFrame, scheme: str) -> dict:
     """Predict the long run's v_2L from the short run's branch variances; the ratio
     v_2L(long) / v_2L(short), its theory and its relative standard error."""
     L_a, L_b = int(short["n_layers"].iloc[0]), int(long["n_layers"].iloc[0])
-    u_a, u_b = _unscaled(short, recipe), _unscaled(long, recipe)
+    u_a, u_b = _unscaled(short, scheme), _unscaled(long, scheme)
     means = u_a.groupby("sublayer")["u"].mean()
     # pooled within-run variance of u, per sublayer (attention and FFN differ systematically)
     sd2 = {}
@@ -180,7 +180,7 @@ def depth_prediction(short: pd.DataFrame, long: pd.DataFrame, recipe: str) -> di
         sd2[sub] = ss / max(len(a) + len(b) - 2, 1)
 
     def w(L: int) -> float:
-        return _depth_weight(recipe, L)
+        return _depth_weight(scheme, L)
 
     v0 = _f(short["stream_var"].iloc[0])
     pred_a = v0 + w(L_a) * L_a * means.sum()
@@ -201,11 +201,11 @@ def depth_prediction(short: pd.DataFrame, long: pd.DataFrame, recipe: str) -> di
 def depth_rows(runs: dict[tuple[str, int], pd.DataFrame], short: int, long: int, alpha: float) -> list[dict]:
     zc = z_quantile(alpha)
     rows = []
-    for recipe, claim in (
+    for scheme, claim in (
         ("scaled", "scaled init: v_2L({long}) / v_2L({short}) = 1 (independent of L)"),
         ("naive", "naive init: v_2L grows as 1 + 2L sigma^2 ({long} vs {short} layers)"),
     ):
-        p = depth_prediction(runs[(recipe, short)], runs[(recipe, long)], recipe)
+        p = depth_prediction(runs[(scheme, short)], runs[(scheme, long)], scheme)
         rel = p["ratio"] / p["ratio_theory"] - 1.0
         drift = ", ".join(f"{k} {100 * v:+.1f}%" for k, v in p["drift"].items())
         rows.append(

@@ -138,8 +138,8 @@ def claim_specs(
         tie_embeddings=True,
     )
 
-    def specs(m: ModelConfig, recipe: str, lr: float, warmup: int) -> list[RunSpec]:
-        return [RunSpec(m, dataclasses.replace(init, recipe=recipe, seed=s), lr, warmup) for s in seeds]
+    def specs(m: ModelConfig, scheme: str, lr: float, warmup: int) -> list[RunSpec]:
+        return [RunSpec(m, dataclasses.replace(init, scheme=scheme, seed=s), lr, warmup) for s in seeds]
 
     deep_post = dataclasses.replace(base, n_layers=claims.deep, norm_position="post")
     deep_pre = dataclasses.replace(base, n_layers=claims.deep)

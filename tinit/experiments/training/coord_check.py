@@ -101,7 +101,7 @@ class RMSProbe:
 
 
 def coord_point(
-    model: ModelConfig, init: InitConfig, run: RunConfig, coord: CoordConfig, recipe: str,
+    model: ModelConfig, init: InitConfig, run: RunConfig, coord: CoordConfig, scheme: str,
     norm_position: str, d_model: int, n_layers: int, seed: int, d_ff: int | None = None,
     progress: Progress | None = None,
 ) -> ExperimentResult:  # fmt: skip
@@ -112,14 +112,14 @@ def coord_point(
     device = resolve_device(run.device)
     cfg = dataclasses.replace(model, d_model=d_model, n_layers=n_layers, d_ff=d_ff,
                               max_seq_len=max(model.max_seq_len, run.seq_len))  # fmt: skip
-    cfg = apply_scheme(cfg, recipe, init.schemes, norm_position=norm_position)  # as ModelConfig.from_scheme
-    ini = dataclasses.replace(init, recipe=recipe, seed=seed)
+    cfg = apply_scheme(cfg, scheme, init.schemes, norm_position=norm_position)  # as ModelConfig.from_scheme
+    ini = dataclasses.replace(init, scheme=scheme, seed=seed)
     data = load_data("markov", vocab=cfg.vocab_size, seq_len=run.seq_len, batch=run.batch,
                      seed=init.seed, eval_batches=1, markov_k=coord.markov_k)  # fmt: skip
     data.reset(seed)  # the data language is --seed's; the batch is the run seed's
     batch = data.next_batch().to(device)
     tick = ProgressCounter(progress, coord.steps + 1)
-    labels = {"init": recipe, "norm_position": norm_position, "d_model": d_model, "n_layers": n_layers,
+    labels = {"init": scheme, "norm_position": norm_position, "d_model": d_model, "n_layers": n_layers,
               "seed": seed}  # fmt: skip
     rows: list[dict[str, Any]] = []
     net = Transformer(cfg, ini, device)
@@ -155,7 +155,7 @@ class CoordGrid:
 
     def points(self) -> list[dict[str, Any]]:
         return [
-            {"recipe": r, "norm_position": p, "n_layers": L, "d_model": d, "seed": s}
+            {"scheme": r, "norm_position": p, "n_layers": L, "d_model": d, "seed": s}
             for r, p in self.configs for L in self.depths for d in self.widths for s in self.seeds
         ]  # fmt: skip
 
@@ -202,15 +202,15 @@ def check_fits(model: ModelConfig, init: InitConfig, run: RunConfig, configs, wi
     device = resolve_device(run.device)
     free = available_memory(device)
     seq = run.seq_len
-    for recipe, placement in configs:
+    for scheme, placement in configs:
         cfg = dataclasses.replace(model, d_model=width, n_layers=depth, d_ff=None, norm_position=placement,
                                   max_seq_len=max(model.max_seq_len, seq))  # fmt: skip
-        ini = dataclasses.replace(init, recipe=recipe)
-        n = count_params(cfg, ini.scheme).total
+        ini = dataclasses.replace(init, scheme=scheme)
+        n = count_params(cfg, ini.definition).total
         need = gradient_pass_bounds(cfg, ini, run.batch, seq, torch.float32)[1] + 2 * 4 * n
         if need > free:
             field = "n_layers" if depth / 12 > (width / 256) ** 2 else "d_model"
-            raise ConfigError(field, f"the largest point ({recipe}, L={depth}, d={width}, {n:.3g} params) "
+            raise ConfigError(field, f"the largest point ({scheme}, L={depth}, d={width}, {n:.3g} params) "
                               f"needs about {need / 2**30:.3g} GiB for its weights, gradients, activations "
                               f"and AdamW state, more than the {free / 2**30:.3g} GiB free")  # fmt: skip
 
@@ -225,7 +225,7 @@ NOT_APPLICABLE = {"coord_check_fit": fit_not_applicable()}
 
 
 def grid_meta(g: CoordGrid, coord: CoordConfig, d_ff: int | None, init: InitConfig) -> dict[str, Any]:
-    rules = {r: rules_summary(dataclasses.replace(init, recipe=r), coord.param_rules) for r, _ in g.configs}
+    rules = {r: rules_summary(dataclasses.replace(init, scheme=r), coord.param_rules) for r, _ in g.configs}
     return {
         "param_rules": rules,
         "coord": dataclasses.asdict(coord),
@@ -265,7 +265,7 @@ def coord_check_plan(
     g = checked or make_grid(model, init, run, inits, norm_positions, widths, depths, seeds, d_ff, coord)
     points = [
         Point(coord_point,
-              {"d": p["d_model"], "n_layers": p["n_layers"], "seed": p["seed"], "init": p["recipe"],
+              {"d": p["d_model"], "n_layers": p["n_layers"], "seed": p["seed"], "init": p["scheme"],
                "norm_position": p["norm_position"]},
               {"model": model, "init": init, "run": run, "coord": coord, "d_ff": d_ff, **p})  # fmt: skip
         for p in g.points()
@@ -280,4 +280,4 @@ def coord_check_plan(
 
 
 def point_name(p: dict[str, Any]) -> str:
-    return f"{p['recipe']}/{p['norm_position']}, d={p['d_model']}, L={p['n_layers']}, seed {p['seed']}"
+    return f"{p['scheme']}/{p['norm_position']}, d={p['d_model']}, L={p['n_layers']}, seed {p['seed']}"

@@ -83,7 +83,7 @@ def grid_specs(
     innermost; each model with its scheme's structure
     (:func:`tinit.model.structure.apply_scheme`, as ``ModelConfig.from_scheme``), and
     ``norm_positions`` None: each scheme in its own placement (pre and post for a scheme
-    scheme is whatever ``InitConfig.recipe`` accepts: the run only passes it on.
+    scheme is whatever ``InitConfig.scheme`` accepts: the run only passes it on.
     ``widths`` (d_model values; None: the model's): several each take their default FFN
     width (d_ff grows with d, as a width-transfer study needs); the model's own width alone
     keeps the model's d_ff."""
@@ -102,7 +102,7 @@ def grid_specs(
         return tuple(norm_positions)
 
     return [
-        RunSpec(shape(pos, scheme, L, d), dataclasses.replace(init, recipe=scheme, seed=seed), lr, warmup)
+        RunSpec(shape(pos, scheme, L, d), dataclasses.replace(init, scheme=scheme, seed=seed), lr, warmup)
         for scheme in schemes
         for pos in positions(scheme)
         for L in depths
@@ -129,11 +129,11 @@ def check_schemes(specs: Sequence[RunSpec], seq_len: int, rules: bool = True) ->
     model's shape (a ConfigError naming --init-file or --init otherwise)."""
     checked = set()
     for spec in specs:
-        key = (spec.model, spec.init.recipe)
+        key = (spec.model, spec.init.scheme)
         if key not in checked:
             checked.add(key)
             check_configs(spec.model, spec.init, RunConfig(seq_len=seq_len),
-                          [(spec.init.recipe, spec.model.norm_position)], optimizer=rules)  # fmt: skip
+                          [(spec.init.scheme, spec.model.norm_position)], optimizer=rules)  # fmt: skip
 
 
 def check_specs(
@@ -160,8 +160,8 @@ def check_specs(
     check_schemes(specs, data.seq_len, rules)
     if not specs:
         return
-    big_spec = max(specs, key=lambda s: count_params(s.model, s.init.scheme).total)
-    big, n = big_spec.model, count_params(big_spec.model, big_spec.init.scheme).total
+    big_spec = max(specs, key=lambda s: count_params(s.model, s.init.definition).total)
+    big, n = big_spec.model, count_params(big_spec.model, big_spec.init.definition).total
     free = available_memory(device)
     if n * TRAIN_BYTES_PER_PARAM > free:
         embedding = big.vocab_size * big.d_model

@@ -353,7 +353,7 @@ def lr_sweep_plan(
     points = [
         Point(lr_sweep_point,
               {"n_layers": s.model.n_layers, "d": s.model.d_model, "lr": f"{s.lr:g}", "warmup": s.warmup,
-               "seed": s.init.seed, "init": s.init.recipe, "norm_position": s.model.norm_position},
+               "seed": s.init.seed, "init": s.init.scheme, "norm_position": s.model.norm_position},
               {"model": model, "init": init, "run": run, "train": train, "data_args": data_args, "spec": s})
         for s in specs
     ]  # fmt: skip

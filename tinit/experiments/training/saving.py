@@ -44,7 +44,7 @@ def parse_save_steps(spec: str | Sequence[int | str] | None, steps: int) -> list
 def check_disk(specs: Sequence[RunSpec], save_steps: Sequence[int], free: int | None) -> None:
     """The checkpoints of every run (float32 weights at each save step) must fit in the
     ``free`` bytes of the run folder's file system (None: not known, not checked)."""
-    need = sum(count_params(s.model, s.init.scheme).total for s in specs) * 4 * len(save_steps)
+    need = sum(count_params(s.model, s.init.definition).total for s in specs) * 4 * len(save_steps)
     if free is not None and need > free:
         raise ConfigError("save_steps", f"{len(save_steps)} checkpoints of {len(specs)} run(s) take "
                           f"{need / 2**30:.3g} GiB, more than the {free / 2**30:.3g} GiB free on the run "

@@ -339,7 +339,7 @@ def run_train(
             },
             # per (scheme, placement): what its model took from the scheme, what the user overrode
             "structure": structure_meta(
-                model, init, run, list(dict.fromkeys((s.init.recipe, s.model.norm_position) for s in specs))
+                model, init, run, list(dict.fromkeys((s.init.scheme, s.model.norm_position) for s in specs))
             ),
         },
         on_partial,

@@ -197,7 +197,7 @@ class RunSpec:
     def labels(self) -> dict[str, Any]:
         m = self.model
         return {
-            "init": self.init.recipe,
+            "init": self.init.scheme,
             "norm_position": m.norm_position,
             "norm": m.norm,
             "ffn": m.ffn,
