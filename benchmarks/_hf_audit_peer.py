@@ -14,8 +14,9 @@ from transformers import AutoModelForCausalLM, LlamaConfig  # noqa: E402
 from transformers.utils import logging  # noqa: E402
 
 logging.set_verbosity_error()
-cfg = LlamaConfig(num_hidden_layers=8, hidden_size=256, intermediate_size=688, num_attention_heads=4,
-                  use_cache=False)
+cfg = LlamaConfig(
+    num_hidden_layers=8, hidden_size=256, intermediate_size=688, num_attention_heads=4, use_cache=False
+)
 model = AutoModelForCausalLM.from_config(cfg)
 stds = {name: float(p.detach().std()) if p.numel() > 1 else float(p) for name, p in model.named_parameters()}
 stats = []

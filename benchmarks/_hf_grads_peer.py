@@ -32,6 +32,7 @@ def rss_mib() -> float:
 
 def hooks(model, stats, keep):
     for layer in model.model.layers:
+
         def pre(module, args, kwargs, layer=layer):
             layer.inputs = args[0] if args else kwargs["hidden_states"]
 

@@ -16,16 +16,32 @@ from transformers.utils import logging  # noqa: E402
 logging.set_verbosity_error()
 layers = int(sys.argv[1]) if len(sys.argv) > 1 else 80
 torch.manual_seed(0)
-cfg = LlamaConfig(num_hidden_layers=layers, hidden_size=256, num_attention_heads=4, intermediate_size=704,
-                  vocab_size=1024, max_position_embeddings=128, use_cache=False, attn_implementation="sdpa")
+cfg = LlamaConfig(
+    num_hidden_layers=layers,
+    hidden_size=256,
+    num_attention_heads=4,
+    intermediate_size=704,
+    vocab_size=1024,
+    max_position_embeddings=128,
+    use_cache=False,
+    attn_implementation="sdpa",
+)
 model = LlamaModel(cfg).eval()
 stats = []
 
 
 def record(stream_in, branch):
     s = stream_in + branch
-    stats.append(torch.stack([stream_in.var(), branch.var(), s.var(),
-                              ((stream_in - stream_in.mean()) * (branch - branch.mean())).mean()]))
+    stats.append(
+        torch.stack(
+            [
+                stream_in.var(),
+                branch.var(),
+                s.var(),
+                ((stream_in - stream_in.mean()) * (branch - branch.mean())).mean(),
+            ]
+        )
+    )
 
 
 def layer_hook(layer):

@@ -15,8 +15,17 @@ BACK = {  # what device_check.sh leaves under $OUT: at most 8 files come back fr
     "train_runs.csv", "audit_config.json", "coord_check.png",
 }  # fmt: skip
 #: every command's GPU path is a step of the script (issue 25), each with its own row
-STEPS = {"versions", "gpu-tests", "bench-gpu", "variance-70b", "norms", "train", "audit-7b", "coord-check",
-         "table"}
+STEPS = {
+    "versions",
+    "gpu-tests",
+    "bench-gpu",
+    "variance-70b",
+    "norms",
+    "train",
+    "audit-7b",
+    "coord-check",
+    "table",
+}
 
 
 def test_device_check_runs_every_step_small(tmp_path):

@@ -227,8 +227,18 @@ SWEEP_COMMANDS = {
     "variance": ["--layers", "2"],
     "grad-norms": ["--layers", "2"],
     "depth-sweep": ["--layers", "1,2", "--seeds", "1", "--no-grads"],
-    "lr-sweep": ["--layers", "1", "--steps", "2", "--lr", "1e-3,1e-2", "--eval-batches", "1",
-                 "--probe-points", "0"],
+    "lr-sweep": [
+        "--layers",
+        "1",
+        "--steps",
+        "2",
+        "--lr",
+        "1e-3,1e-2",
+        "--eval-batches",
+        "1",
+        "--probe-points",
+        "0",
+    ],
     "coord-check": ["--layers", "1", "--steps", "1", "--seeds", "1"],
 }
 

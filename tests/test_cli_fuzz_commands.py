@@ -34,8 +34,14 @@ TINY = {
     "check": {**TINY_MODEL, "--layers": "2", "--deep-layers": "3", "--head-dims": "4"},
     "train": {**TINY_MODEL, "--layers": "1", "--steps": "2", "--eval-batches": "1"},
     "lr-sweep": {**TINY_MODEL, "--layers": "1", "--steps": "2", "--eval-batches": "1", "--lr": "1e-3,1e-2"},
-    "claims": {**TINY_MODEL, "--shallow": "1", "--deep": "2", "--seeds": "2", "--steps": "2",
-               "--eval-batches": "1"},
+    "claims": {
+        **TINY_MODEL,
+        "--shallow": "1",
+        "--deep": "2",
+        "--seeds": "2",
+        "--steps": "2",
+        "--eval-batches": "1",
+    },
     "inits": {"--layers": "2", "--d-model": "16", "--heads": "2"},
     "coord-check": {**TINY_MODEL, "--d-model": "16,32", "--layers": "1", "--steps": "1", "--seeds": "1"},
 }
@@ -49,6 +55,8 @@ COMMANDS = [c for c in get_command(app).commands if c not in ELSEWHERE]
 def test_every_command_is_fuzzed():
     """A new command fails here until it has its tiny arguments (or a fuzz file of its own)."""
     assert sorted(COMMANDS) == sorted(TINY)
+
+
 OPTIONS = {
     "--layers": st.sampled_from(["0", "1", "2", "-1", "x", "1,2", "1:4:x2", ""]),
     "--d-model": st.sampled_from(["0", "8", "12", "16", "-4", "abc", "8,16"]),

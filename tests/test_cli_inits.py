@@ -117,7 +117,7 @@ def test_init_file_scheme_runs_and_matches_its_formula(tmp_path):
         ('name = "a2"\n[roles]\no = "sigma * depth"\n', ["role o", "unknown variable 'depth'"]),
         ('name = "a3"\n[roles]\no = "-sigma"\n', ["role o", "negative"]),
         ('name = "a4"\n[roles]\ndown = "1 / (L - 1)"\n', ["role down"]),
-        ('name = "a5"\n[roles]\no = "__import__(\'os\').system(\'true\')"\n', ["role o"]),
+        ("name = \"a5\"\n[roles]\no = \"__import__('os').system('true')\"\n", ["role o"]),
         ('name = "a6"\n[roles]\nwq = "sigma"\n', ["role wq", "unknown role"]),
         ('name = "naive"\n', ["name", "taken by the catalogue"]),
         ("name = \n", ["not valid TOML"]),

@@ -173,8 +173,12 @@ def test_variance_summary_fits_80_columns_without_cutting_a_number():
     from tinit.results.tables import variance_table
 
     rows = []
-    for init, pos, v, s2 in (("naive", "pre", 0.7937, 5.14e-3), ("scaled", "pre", 3.305e-3, 1.89e-5),
-                             ("naive", "post", 1.001, 7.82e-4), ("scaled", "post", 1.0, 3.95e-6)):
+    for init, pos, v, s2 in (
+        ("naive", "pre", 0.7937, 5.14e-3),
+        ("scaled", "pre", 3.305e-3, 1.89e-5),
+        ("naive", "post", 1.001, 7.82e-4),
+        ("scaled", "post", 1.0, 3.95e-6),
+    ):
         rows.append({"init": init, "norm_position": pos, "v0": 3.97e-4, "branch_var_mean": s2,
                      "v_final": v, "pred_closed_final": v * 1.036, "rel_err_closed": -0.0352,
                      "pred_cumulative_final": v * 1.036, "rel_err_cumulative": -0.0352,

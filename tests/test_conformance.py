@@ -63,8 +63,11 @@ def _drawn_std(init: InitConfig, role: str, layer: int) -> tuple[torch.Tensor, f
     return w, float(w.to(torch.float64).std(unbiased=False))
 
 
-UPSTREAM = [r for r in _rows("upstream-init-stds-L12-d768.csv")
-            if r["distribution"] and r["upstream_variant"] not in NOT_UPSTREAM]
+UPSTREAM = [
+    r
+    for r in _rows("upstream-init-stds-L12-d768.csv")
+    if r["distribution"] and r["upstream_variant"] not in NOT_UPSTREAM
+]
 
 
 @pytest.mark.parametrize("variant", sorted({r["upstream_variant"] for r in UPSTREAM}))

@@ -129,8 +129,12 @@ def _cases(f: dict[str, str], out: Path) -> list[tuple[str, list[str], str, dict
         ("layers-variance", ["variance", *M, "--layers", "100000000"], "--layers", None),
         ("layers-depth-sweep", ["depth-sweep", *M, "--layers", "1,100000000"], "--layers", None),
         # --steps 1e12: a row per step (and two per layer) kept in memory for the whole run
-        ("steps-train", ["train", *M, "--layers", "1", "--steps", "1000000000000", "--eval-batches", "1"],
-         "--steps", None),  # fmt: skip
+        (
+            "steps-train",
+            ["train", *M, "--layers", "1", "--steps", "1000000000000", "--eval-batches", "1"],
+            "--steps",
+            None,
+        ),  # fmt: skip
         ("steps-lr-sweep", ["lr-sweep", *M, "--steps", "1000000000000"], "--steps", None),
     ]
     if HAS_HF:
@@ -139,21 +143,49 @@ def _cases(f: dict[str, str], out: Path) -> list[tuple[str, list[str], str, dict
         cases += [
             # audit --hf with n_layer 1e7 counted on the meta device (3.4 GB and growing)
             ("hf-layers-gpt2", ["audit", "--hf", "gpt2", *tiny, "--set", "n_layer=10000000"], "--set", None),
-            ("hf-layers-llama", ["audit", "--hf", "llama", "--set", "num_hidden_layers=10000000"], "--set",
-             None),  # fmt: skip
+            (
+                "hf-layers-llama",
+                ["audit", "--hf", "llama", "--set", "num_hidden_layers=10000000"],
+                "--set",
+                None,
+            ),  # fmt: skip
             # expert counts multiply the MLPs the meta-device count builds
-            ("hf-experts-mixtral", ["audit", "--hf", "mixtral", "--set", "num_local_experts=100000000"],
-             "--set", None),  # fmt: skip
-            ("hf-experts-qwen3", ["audit", "--hf", "qwen3_moe", "--set", "num_hidden_layers=1", "--set",
-                                  "num_experts=100000000"], "--set", None),  # fmt: skip
-            ("hf-experts-default", ["audit", "--hf", "deepseek_v3", "--set", "num_hidden_layers=1000"],
-             "--set", None),  # fmt: skip
+            (
+                "hf-experts-mixtral",
+                ["audit", "--hf", "mixtral", "--set", "num_local_experts=100000000"],
+                "--set",
+                None,
+            ),  # fmt: skip
+            (
+                "hf-experts-qwen3",
+                [
+                    "audit",
+                    "--hf",
+                    "qwen3_moe",
+                    "--set",
+                    "num_hidden_layers=1",
+                    "--set",
+                    "num_experts=100000000",
+                ],
+                "--set",
+                None,
+            ),  # fmt: skip
+            (
+                "hf-experts-default",
+                ["audit", "--hf", "deepseek_v3", "--set", "num_hidden_layers=1000"],
+                "--set",
+                None,
+            ),  # fmt: skip
             ("hf-file-zero", ["audit", "--hf", "/dev/zero"], "--hf", None),
             ("hf-file-fifo", ["audit", "--hf", f["fifo"]], "--hf", None),
             ("hf-file-loop", ["audit", "--hf", f["loop"]], "--hf", None),
             ("hf-file-deep", ["audit", "--hf", f["deep_json"]], "--hf", None),
-            ("hf-set-deep", ["audit", "--hf", "gpt2", *tiny, "--set", "n_layer=" + "[" * 5000 + "]" * 5000],
-             "--set", None),  # fmt: skip
+            (
+                "hf-set-deep",
+                ["audit", "--hf", "gpt2", *tiny, "--set", "n_layer=" + "[" * 5000 + "]" * 5000],
+                "--set",
+                None,
+            ),  # fmt: skip
         ]
         for value in ("Infinity", "inf", "-Infinity", "-inf", "1e400", "NaN"):
             cases.append((f"hf-range-{value}", ["audit", "--hf", "gpt2", *tiny, "--set", "n_layer=1", "--set",
@@ -172,7 +204,7 @@ def bombs(tmp_path_factory):
                           cwd=ROOT, env=env, preexec_fn=_cap, timeout=600)  # fmt: skip
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULTS")), None)
     assert line is not None, (proc.returncode, proc.stderr[-3000:])
-    results = json.loads(line[len("RESULTS"):])
+    results = json.loads(line[len("RESULTS") :])
     return {i: (r, option, tmp / "runs" / i) for (i, _, option, _), r in zip(cases, results, strict=True)}
 
 

@@ -149,7 +149,11 @@ def test_a_new_entry_builds_a_block_with_its_norms(dual):
     net = Transformer(dual, InitConfig(seed=2), dtype=torch.float64)
     block = net.blocks[0]
     assert net.final_norm is None and block.norm_names == {
-        "attn_in": "norm1", "ffn_in": "norm2", "attn_stream": "norm1o", "ffn_stream": "norm2o"}
+        "attn_in": "norm1",
+        "ffn_in": "norm2",
+        "attn_stream": "norm1o",
+        "ffn_stream": "norm2o",
+    }
     x = torch.randn(2, 16, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     h = block.norm1o(x + block.attn(block.norm1(x), net.rope))
     want = block.norm2o(h + block.ffn(block.norm2(h)))

@@ -398,7 +398,7 @@ def test_check_variance_short_run_drawn_as_markers_on_the_long_one():
     rows = []
     for branch, inits in (("model", ("naive", "scaled")), ("gaussian", ("naive",))):
         for init in inits:
-            for L in ((12, 80) if branch == "model" else (12,)):
+            for L in (12, 80) if branch == "model" else (12,):
                 for k in range(2 * L + 1):
                     v = 1.0 + 0.01 * k * (1 if init == "naive" else 0.05)
                     rows.append({"branch": branch, "init": init, "n_layers": L, "k": k, "stream_var": v,

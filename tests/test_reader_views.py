@@ -75,8 +75,17 @@ def audited(tmp_path_factory):
     out = tmp_path_factory.mktemp("audit") / "run"
     with pytest.MonkeyPatch.context() as mp:
         figures = _capture(mp)
-        args = ["audit", "--module", f"{MODELS}:tinit_model", "--init", "gpt2", "--seq-len", "8",
-                "--batch", "2"]
+        args = [
+            "audit",
+            "--module",
+            f"{MODELS}:tinit_model",
+            "--init",
+            "gpt2",
+            "--seq-len",
+            "8",
+            "--batch",
+            "2",
+        ]
         res = runner.invoke(app, [*args, "--no-grads", "--out", str(out)], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     return res.stdout, out, figures

@@ -143,8 +143,9 @@ def test_second_ctrl_c_while_writing_stops_the_writing_and_marks_incomplete(tmp_
         os.kill(os.getpid(), signal.SIGINT)  # arrives while the files are being written
         return {"a": _figure(), "b": _figure()}
 
-    res = run_fake(out, lambda progress, on_partial: ExperimentResult({"rows": frame(2)}, {}),
-                   Outputs(figures=figures))
+    res = run_fake(
+        out, lambda progress, on_partial: ExperimentResult({"rows": frame(2)}, {}), Outputs(figures=figures)
+    )
     assert res == 1
     assert (out / "rows.csv").exists() and not (out / "a.png").exists()
     doc = config(out)

@@ -269,8 +269,9 @@ def theory_runs():
                 # sandwich (Gemma 2/3) at d = 64: at d = 16 its normed branches correlate with
                 # the stream (max |corr| ~0.55 over 16 x 16 elements; naive in sandwich alike),
                 # which the uncorrelated law leaves out: v_2L 34-43 measured against 50 at L = 48
-                cfg = dataclasses.replace(SMALL, n_layers=depth, **({"d_model": 64, "d_ff": 128}
-                                                                    if pos == "sandwich" else {}))
+                cfg = dataclasses.replace(
+                    SMALL, n_layers=depth, **({"d_model": 64, "d_ff": 128} if pos == "sandwich" else {})
+                )
                 res = run_variance(cfg, InitConfig(seed=seed), RUN, inits=schemes, norm_positions=[pos])
                 rows.append(res["summary"])
     return pd.concat(rows, ignore_index=True)

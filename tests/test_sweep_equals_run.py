@@ -26,15 +26,56 @@ USER = 'name = "mine"\n[roles]\no = "sigma / sqrt(2 * (l + 1))"\n'
 SCHEMES = ["--init", "naive,rezero,zero-out,mine", "--init-file", "{scheme_file}"]
 #: each sweepable command's tiny grid, and its number of points
 CASES = {
-    "depth-sweep": (["--d-model", "16", *SIZE, "--layers", "1,2", "--seeds", "2", "--init", "naive,mine",
-                     "--init-file", "{scheme_file}", "--pre-norm"], 2 * 2 * 2),  # fmt: skip
+    "depth-sweep": (
+        [
+            "--d-model",
+            "16",
+            *SIZE,
+            "--layers",
+            "1,2",
+            "--seeds",
+            "2",
+            "--init",
+            "naive,mine",
+            "--init-file",
+            "{scheme_file}",
+            "--pre-norm",
+        ],
+        2 * 2 * 2,
+    ),  # fmt: skip
     "variance": (["--d-model", "16", *SIZE, "--layers", "2", *SCHEMES, "--pre-norm"], 4),
     "grad-norms": (["--d-model", "16", *SIZE, "--layers", "2", *SCHEMES, "--pre-norm"], 4),
-    "lr-sweep": (["--init", "gpt2", "--pre-norm", "--base-width", "16", "--d-model", "16", *SIZE,
-                  "--layers", "1,2", "--steps", "2", "--seeds", "1", "--lr", "1e-2,3e-2", "--probe-points",
-                  "2", "--eval-every", "2", "--eval-batches", "1"], 2 * 2),  # fmt: skip
-    "coord-check": (["--init", "mup", "--d-model", "16,32", "--layers", "1,2", "--seeds", "1", "--steps", "1",
-                     *SIZE], 2 * 2),  # fmt: skip
+    "lr-sweep": (
+        [
+            "--init",
+            "gpt2",
+            "--pre-norm",
+            "--base-width",
+            "16",
+            "--d-model",
+            "16",
+            *SIZE,
+            "--layers",
+            "1,2",
+            "--steps",
+            "2",
+            "--seeds",
+            "1",
+            "--lr",
+            "1e-2,3e-2",
+            "--probe-points",
+            "2",
+            "--eval-every",
+            "2",
+            "--eval-batches",
+            "1",
+        ],
+        2 * 2,
+    ),  # fmt: skip
+    "coord-check": (
+        ["--init", "mup", "--d-model", "16,32", "--layers", "1,2", "--seeds", "1", "--steps", "1", *SIZE],
+        2 * 2,
+    ),  # fmt: skip
 }
 #: measured wall-clock: differs between any two runs of the same grid
 TIMED = re.compile(r"train_seconds|tokens_per_s|model_flops_per_s")

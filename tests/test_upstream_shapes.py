@@ -55,18 +55,51 @@ ENTRY = {"gpt2-hf": "gpt2"}
 
 #: (scheme, upstream role) tinit's model does not have -> why
 NOT_MODELLED = {
-    **{("nanochat", r): "nanochat's value embeddings, smear gate, per-layer lambdas and backout "
-       "scalar are not modelled as parameters (the x0 mix and backout are fixed multipliers)"
-       for r in ("value_embed", "ve_gate", "smear_gate", "smear_lambda", "resid_lambda",
-                 "x0_lambda", "backout_lambda")},
-    **{("zero-out", r): "zero-out's upstream file is nanochat's; its extra scalars as nanochat's"
-       for r in ("value_embed", "ve_gate", "smear_gate", "smear_lambda", "resid_lambda",
-                 "x0_lambda", "backout_lambda")},
+    **{
+        ("nanochat", r): "nanochat's value embeddings, smear gate, per-layer lambdas and backout "
+        "scalar are not modelled as parameters (the x0 mix and backout are fixed multipliers)"
+        for r in (
+            "value_embed",
+            "ve_gate",
+            "smear_gate",
+            "smear_lambda",
+            "resid_lambda",
+            "x0_lambda",
+            "backout_lambda",
+        )
+    },
+    **{
+        ("zero-out", r): "zero-out's upstream file is nanochat's; its extra scalars as nanochat's"
+        for r in (
+            "value_embed",
+            "ve_gate",
+            "smear_gate",
+            "smear_lambda",
+            "resid_lambda",
+            "x0_lambda",
+            "backout_lambda",
+        )
+    },
     ("olmo-normalized", "scale"): "nGPT's learned scales: the nGPT forward is not modelled",
-    **{(s, "norm.bias"): "LayerNorm biases: tinit's LayerNorm has none (0 at init upstream)"
-       for s in ("gpt2", "gpt2-hf", "completep", "depth-mup", "deepnet", "deepnet-torchscale",
-                 "magneto", "megatron", "megatron-mup", "small-wang", "scaled-embed", "rezero",
-                 "t-fixup", "mup-example")},
+    **{
+        (s, "norm.bias"): "LayerNorm biases: tinit's LayerNorm has none (0 at init upstream)"
+        for s in (
+            "gpt2",
+            "gpt2-hf",
+            "completep",
+            "depth-mup",
+            "deepnet",
+            "deepnet-torchscale",
+            "magneto",
+            "megatron",
+            "megatron-mup",
+            "small-wang",
+            "scaled-embed",
+            "rezero",
+            "t-fixup",
+            "mup-example",
+        )
+    },
 }
 
 #: schemes whose weights are tinit's reading of a paper rather than the measured code
@@ -263,14 +296,18 @@ def test_structure_and_forward_match_the_upstream(stem, shape):
         problems.append(f"QK-norm: upstream {feats['qk_norm']}, tinit {ours_qk}")
     cfg = _model(stem, rows, feats)
     model = Transformer(cfg, InitConfig(scheme, seed=0))
-    for name, ours in (("embed_mult", model.embed_mult), ("logit_softcap", model.logit_softcap),
-                       ("logit_mult", model.logit_mult)):
+    for name, ours in (
+        ("embed_mult", model.embed_mult),
+        ("logit_softcap", model.logit_softcap),
+        ("logit_mult", model.logit_mult),
+    ):
         if name not in feats:  # not measured (an empty value is measured: none)
             continue
         up = feats[name]
         up_v = None if up == "" else float(up)
-        if (up_v is None) != (ours is None) or (up_v is not None and not math.isclose(float(ours), up_v,
-                                                                                      rel_tol=1e-6)):
+        if (up_v is None) != (ours is None) or (
+            up_v is not None and not math.isclose(float(ours), up_v, rel_tol=1e-6)
+        ):
             problems.append(f"{name}: upstream {up or 'none'}, tinit {ours}")
     if feats.get("embed_norm") in ("true", "false") and (feats["embed_norm"] == "true") != model.embed_norm:
         problems.append(f"embed_norm: upstream {feats['embed_norm']}, tinit {model.embed_norm}")

@@ -114,13 +114,45 @@ def test_a_user_schemes_zero_matrix_has_no_update_ratio_at_step_1_not_a_nan(tmp_
 COMMANDS = {
     "variance": (["variance", *M, "--layers", "2", "--pre-norm"], "variance.csv"),
     "grad-norms": (["grad-norms", *M, "--layers", "2", "--pre-norm"], "grad_norms.csv"),
-    "depth-sweep": (["depth-sweep", *M, "--layers", "2,3", "--seeds", "1", "--transfer-from", "2",
-                     "--pre-norm", "--no-grads"], "depth_sweep.csv"),  # fmt: skip
+    "depth-sweep": (
+        [
+            "depth-sweep",
+            *M,
+            "--layers",
+            "2,3",
+            "--seeds",
+            "1",
+            "--transfer-from",
+            "2",
+            "--pre-norm",
+            "--no-grads",
+        ],
+        "depth_sweep.csv",
+    ),  # fmt: skip
     "train": (["train", *M, *SHORT, "--pre-norm"], "runs.csv"),
     "lr-sweep": (["lr-sweep", *M, *SHORT, "--lr", "1e-2,3e-2", "--pre-norm"], "runs.csv"),
-    "coord-check": (["coord-check", "--d-model", "16,32", "--heads", "2", "--seq-len", "8", "--batch", "2",
-                     "--vocab", "16", "--layers", "2", "--steps", "1", "--seeds", "1"],
-                    "coord_check.csv"),  # fmt: skip
+    "coord-check": (
+        [
+            "coord-check",
+            "--d-model",
+            "16,32",
+            "--heads",
+            "2",
+            "--seq-len",
+            "8",
+            "--batch",
+            "2",
+            "--vocab",
+            "16",
+            "--layers",
+            "2",
+            "--steps",
+            "1",
+            "--seeds",
+            "1",
+        ],
+        "coord_check.csv",
+    ),  # fmt: skip
 }
 
 

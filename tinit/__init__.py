@@ -14,8 +14,15 @@ from importlib import import_module
 _LAZY = {
     **dict.fromkeys(
         (
-            "ExperimentResult", "IncompleteRun", "run_attention_scale", "run_check", "run_depth_sweep",
-            "run_grad_norms", "run_norms", "run_params", "run_variance",
+            "ExperimentResult",
+            "IncompleteRun",
+            "run_attention_scale",
+            "run_check",
+            "run_depth_sweep",
+            "run_grad_norms",
+            "run_norms",
+            "run_params",
+            "run_variance",
         ),
         ".experiments",
     ),  # fmt: skip

@@ -113,7 +113,10 @@ app = typer.Typer(
 def _root(
     ctx: typer.Context,
     version: bool = typer.Option(
-        False, "--version", help="Print tinit's and torch's versions and exit.", callback=_print_version,
+        False,
+        "--version",
+        help="Print tinit's and torch's versions and exit.",
+        callback=_print_version,
         is_eager=True,
     ),
 ) -> None:

@@ -51,16 +51,20 @@ def attention_scale_table(frame: "pd.DataFrame", title: str = "") -> "Table":
 
 
 OPTIONS = (
-    Param("head_dims", Annotated[
-        str,
-        typer.Option(
-            "--head-dims",
-            help="Head sizes d_h, a comma list. --heads is held fixed, so the model input "
-            "has d_model = heads * d_h.",
-            metavar="INT,INT,...",
-            show_default=True,
-        ),
-    ], "16,32,64,128,256"),
+    Param(
+        "head_dims",
+        Annotated[
+            str,
+            typer.Option(
+                "--head-dims",
+                help="Head sizes d_h, a comma list. --heads is held fixed, so the model input "
+                "has d_model = heads * d_h.",
+                metavar="INT,INT,...",
+                show_default=True,
+            ),
+        ],
+        "16,32,64,128,256",
+    ),
 )
 
 

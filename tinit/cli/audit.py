@@ -70,126 +70,183 @@ def _no_closed_form(summary) -> list[str]:
 
 
 OPTIONS = (
-    Param("hf", Annotated[
-        str | None,
-        typer.Option(
-            "--hf",
-            help="A transformers config.json file, or a MODEL_TYPE "
-            "(llama, gpt2, ...) with --set; built offline with AutoModelForCausalLM.from_config. "
-            "With --checkpoint FILE.safetensors: the config of its weights.",
-            rich_help_panel=AUDIT,
-            metavar="CONFIG.json|MODEL_TYPE",
-        ),
-    ], None),
-    Param("checkpoint", Annotated[
-        str | None,
-        typer.Option(
-            "--checkpoint",
-            help="Trained weights, read block by block: a `tinit train --save-steps` run folder (every "
-            "checkpoint, over steps), a Hugging Face model folder (config.json + model.safetensors or a "
-            "sharded index) or a .safetensors file with --hf CONFIG. Writes drift.csv and checkpoints.csv.",
-            rich_help_panel=AUDIT,
-            metavar="PATH",
-        ),
-    ], None),
-    Param("data", Annotated[
-        str | None,
-        typer.Option(
-            "--data",
-            help="With --checkpoint: the tokens, as tinit train reads them (stdlib, a text file, a "
-            "nanoGPT .bin: its first held-out batch); default: uniform random ids from --seed.",
-            rich_help_panel=AUDIT,
-            metavar="SOURCE",
-        ),
-    ], None),
-    Param("set_", Annotated[
-        list[str] | None,
-        typer.Option(
-            "--set",
-            help="Override a config field, KEY=VALUE (repeatable), e.g. --set num_hidden_layers=4.",
-            rich_help_panel=AUDIT,
-            metavar="KEY=VALUE",
-        ),
-    ], None),
-    Param("module", Annotated[
-        str | None,
-        typer.Option(
-            "--module",
-            help="pkg.module:FACTORY or path/file.py:FACTORY, where FACTORY() returns an nn.Module "
-            "mapping token ids (batch, seq) to logits (the model keeps its dtype unless --dtype is given).",
-            rich_help_panel=AUDIT,
-            metavar="SPEC",
-        ),
-    ], None),
-    Param("sites", Annotated[
-        str | None,
-        typer.Option(
-            "--sites",
-            help="Name the additions: BLOCKS:ATTN[>ADDED]:FFN[>ADDED], "
-            "e.g. model.layers:self_attn:mlp (child names may be shell patterns).",
-            rich_help_panel=AUDIT,
-            metavar="SPEC",
-        ),
-    ], None),
-    Param("expect", Annotated[
-        str,
-        typer.Option(
-            "--expect",
-            help="Scheme the weights are checked against: declared (what the model says: "
-            "initializer_range plus the family's rules) or a scheme of the catalogue: " + SCHEMES_HELP
-            + "; or the scheme of --init-file.",
-            rich_help_panel=AUDIT,
-        ),
-    ], "declared"),
-    Param("reinit", Annotated[
-        str,
-        typer.Option(
-            "--init",
-            help="Also measure the same model re-initialised by this scheme (as --expect lists them; "
-            "each role drawn from its own distribution) on the same tokens, beside 'as-built'; none: "
-            "only as built.",
-            rich_help_panel=AUDIT,
-        ),
-    ], "none"),
-    Param("sigma", Annotated[
-        float | None,
-        typer.Option(
-            "--sigma",
-            help="Base std for --expect/--init (default: the model's initializer_range, else 0.02).",
-            rich_help_panel=AUDIT,
-            show_default=False,
-        ),
-    ], None),
-    Param("vocab", Annotated[
-        int | None,
-        typer.Option(
-            "--vocab",
-            help="Vocabulary size of the random tokens (default: the model's).",
-            min=2,
-            rich_help_panel=AUDIT,
-            show_default=False,
-        ),
-    ], None),
-    Param("z_max", Annotated[
-        float,
-        typer.Option(
-            "--z-max", help="A std is ok when |z| <= this (or within --rtol).", rich_help_panel=AUDIT
-        ),
-    ], 5.0),
-    Param("rtol", Annotated[
-        float,
-        typer.Option(
-            "--rtol",
-            help="...or when within this relative distance of the expected std.",
-            rich_help_panel=AUDIT,
-        ),
-    ], 0.01),
-    Param("grads", Annotated[
-        bool,
-        typer.Option(
-            "--grads/--no-grads", help="Also measure gradient norms (one backward).", rich_help_panel=AUDIT
-        ),
-    ], True),
+    Param(
+        "hf",
+        Annotated[
+            str | None,
+            typer.Option(
+                "--hf",
+                help="A transformers config.json file, or a MODEL_TYPE "
+                "(llama, gpt2, ...) with --set; built offline with AutoModelForCausalLM.from_config. "
+                "With --checkpoint FILE.safetensors: the config of its weights.",
+                rich_help_panel=AUDIT,
+                metavar="CONFIG.json|MODEL_TYPE",
+            ),
+        ],
+        None,
+    ),
+    Param(
+        "checkpoint",
+        Annotated[
+            str | None,
+            typer.Option(
+                "--checkpoint",
+                help="Trained weights, read block by block: a `tinit train --save-steps` run folder (every "
+                "checkpoint, over steps), a Hugging Face model folder (config.json + model.safetensors or a "
+                "sharded index) or a .safetensors file with --hf CONFIG. Writes drift.csv and "
+                "checkpoints.csv.",
+                rich_help_panel=AUDIT,
+                metavar="PATH",
+            ),
+        ],
+        None,
+    ),
+    Param(
+        "data",
+        Annotated[
+            str | None,
+            typer.Option(
+                "--data",
+                help="With --checkpoint: the tokens, as tinit train reads them (stdlib, a text file, a "
+                "nanoGPT .bin: its first held-out batch); default: uniform random ids from --seed.",
+                rich_help_panel=AUDIT,
+                metavar="SOURCE",
+            ),
+        ],
+        None,
+    ),
+    Param(
+        "set_",
+        Annotated[
+            list[str] | None,
+            typer.Option(
+                "--set",
+                help="Override a config field, KEY=VALUE (repeatable), e.g. --set num_hidden_layers=4.",
+                rich_help_panel=AUDIT,
+                metavar="KEY=VALUE",
+            ),
+        ],
+        None,
+    ),
+    Param(
+        "module",
+        Annotated[
+            str | None,
+            typer.Option(
+                "--module",
+                help="pkg.module:FACTORY or path/file.py:FACTORY, where FACTORY() returns an nn.Module "
+                "mapping token ids (batch, seq) to logits (the model keeps its dtype unless --dtype is "
+                "given).",
+                rich_help_panel=AUDIT,
+                metavar="SPEC",
+            ),
+        ],
+        None,
+    ),
+    Param(
+        "sites",
+        Annotated[
+            str | None,
+            typer.Option(
+                "--sites",
+                help="Name the additions: BLOCKS:ATTN[>ADDED]:FFN[>ADDED], "
+                "e.g. model.layers:self_attn:mlp (child names may be shell patterns).",
+                rich_help_panel=AUDIT,
+                metavar="SPEC",
+            ),
+        ],
+        None,
+    ),
+    Param(
+        "expect",
+        Annotated[
+            str,
+            typer.Option(
+                "--expect",
+                help="Scheme the weights are checked against: declared (what the model says: "
+                "initializer_range plus the family's rules) or a scheme of the catalogue: "
+                + SCHEMES_HELP
+                + "; or the scheme of --init-file.",
+                rich_help_panel=AUDIT,
+            ),
+        ],
+        "declared",
+    ),
+    Param(
+        "reinit",
+        Annotated[
+            str,
+            typer.Option(
+                "--init",
+                help="Also measure the same model re-initialised by this scheme (as --expect lists them; "
+                "each role drawn from its own distribution) on the same tokens, beside 'as-built'; none: "
+                "only as built.",
+                rich_help_panel=AUDIT,
+            ),
+        ],
+        "none",
+    ),
+    Param(
+        "sigma",
+        Annotated[
+            float | None,
+            typer.Option(
+                "--sigma",
+                help="Base std for --expect/--init (default: the model's initializer_range, else 0.02).",
+                rich_help_panel=AUDIT,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    Param(
+        "vocab",
+        Annotated[
+            int | None,
+            typer.Option(
+                "--vocab",
+                help="Vocabulary size of the random tokens (default: the model's).",
+                min=2,
+                rich_help_panel=AUDIT,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    Param(
+        "z_max",
+        Annotated[
+            float,
+            typer.Option(
+                "--z-max", help="A std is ok when |z| <= this (or within --rtol).", rich_help_panel=AUDIT
+            ),
+        ],
+        5.0,
+    ),
+    Param(
+        "rtol",
+        Annotated[
+            float,
+            typer.Option(
+                "--rtol",
+                help="...or when within this relative distance of the expected std.",
+                rich_help_panel=AUDIT,
+            ),
+        ],
+        0.01,
+    ),
+    Param(
+        "grads",
+        Annotated[
+            bool,
+            typer.Option(
+                "--grads/--no-grads",
+                help="Also measure gradient norms (one backward).",
+                rich_help_panel=AUDIT,
+            ),
+        ],
+        True,
+    ),
 )
 
 

@@ -21,33 +21,45 @@ def _alpha(value: float) -> float:
 
 
 OPTIONS = (
-    Param("deep_layers", Annotated[
-        int,
-        typer.Option(
-            "--deep-layers",
-            help="The long depth of item (b) (--layers is the short one).",
-            min=1,
-            rich_help_panel=CHECK,
-        ),  # fmt: skip
-    ], CHECK_DEEP_LAYERS),
-    Param("head_dims", Annotated[
-        str,
-        typer.Option(
-            "--head-dims",
-            help="Head sizes d_h of item (e), a comma list.",
-            metavar="16,64,...",
-            rich_help_panel=CHECK,
-        ),  # fmt: skip
-    ], ",".join(map(str, CHECK_HEAD_DIMS))),
-    Param("alpha", Annotated[
-        float,
-        typer.Option(
-            "--alpha",
-            help="Level of every two-sided test (Bonferroni over maxima).",
-            callback=_alpha,
-            rich_help_panel=CHECK,
-        ),  # fmt: skip
-    ], CHECK_ALPHA),
+    Param(
+        "deep_layers",
+        Annotated[
+            int,
+            typer.Option(
+                "--deep-layers",
+                help="The long depth of item (b) (--layers is the short one).",
+                min=1,
+                rich_help_panel=CHECK,
+            ),  # fmt: skip
+        ],
+        CHECK_DEEP_LAYERS,
+    ),
+    Param(
+        "head_dims",
+        Annotated[
+            str,
+            typer.Option(
+                "--head-dims",
+                help="Head sizes d_h of item (e), a comma list.",
+                metavar="16,64,...",
+                rich_help_panel=CHECK,
+            ),  # fmt: skip
+        ],
+        ",".join(map(str, CHECK_HEAD_DIMS)),
+    ),
+    Param(
+        "alpha",
+        Annotated[
+            float,
+            typer.Option(
+                "--alpha",
+                help="Level of every two-sided test (Bonferroni over maxima).",
+                callback=_alpha,
+                rich_help_panel=CHECK,
+            ),  # fmt: skip
+        ],
+        CHECK_ALPHA,
+    ),
 )
 
 

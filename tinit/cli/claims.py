@@ -1,8 +1,6 @@
 """``tinit claims``: the init primer's claims about training, each tested over seeds
 with a verdict that states its criterion."""
 
-
-
 from . import options as opt
 from .configs import Options, configs_or_exit
 from .options import TRAIN

@@ -77,7 +77,7 @@ def stray_after_comma(args: list[str], extra: str | None = None) -> str | None:
             continue
         # every stray piece of the list: the arguments up to the next option
         pieces = [value]
-        for a in args[i + 1:]:
+        for a in args[i + 1 :]:
             if a.startswith("-"):
                 break
             pieces.append(a)

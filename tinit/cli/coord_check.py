@@ -10,8 +10,16 @@ from .training import parse_widths
 OPTIONS = (
     opt.WIDTHS,
     opt.DEPTHS,
-    opt.option("seeds", int, "--seeds", help="Seeds per (scheme, width, depth): --seed, --seed+1, ...",
-               panel=CHECK, default=3, min=1, max=opt.MAX_SEEDS),  # fmt: skip
+    opt.option(
+        "seeds",
+        int,
+        "--seeds",
+        help="Seeds per (scheme, width, depth): --seed, --seed+1, ...",
+        panel=CHECK,
+        default=3,
+        min=1,
+        max=opt.MAX_SEEDS,
+    ),  # fmt: skip
 )
 
 

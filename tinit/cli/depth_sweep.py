@@ -15,36 +15,48 @@ DEFAULT_LAYERS = "1,2,4,8,12,24,48,80"
 
 OPTIONS = (
     opt.DEPTHS,  # default DEFAULT_LAYERS
-    Param("seeds", Annotated[
-        int,
-        typer.Option(
-            "--seeds",
-            help="Independent seeds per depth (weights and tokens re-drawn): --seed, --seed+1, ...",
-            min=1,
-            max=opt.MAX_SEEDS,
-            rich_help_panel=SWEEP,
-            show_default=True,
-        ),
-    ], 3),
-    Param("no_grads", Annotated[
-        bool,
-        typer.Option(
-            "--no-grads",
-            help="Skip the gradients (grad_ratio left empty); about 3x faster.",
-            rich_help_panel=SWEEP,
-        ),
-    ], False),
-    Param("transfer_from", Annotated[
-        int | None,
-        typer.Option(
-            "--transfer-from",
-            help="Shallow depth of the transfer check (a swept depth below the deepest); default 12 "
-            "when swept, else the shallowest.",
-            min=1,
-            rich_help_panel=SWEEP,
-            show_default=False,
-        ),
-    ], None),
+    Param(
+        "seeds",
+        Annotated[
+            int,
+            typer.Option(
+                "--seeds",
+                help="Independent seeds per depth (weights and tokens re-drawn): --seed, --seed+1, ...",
+                min=1,
+                max=opt.MAX_SEEDS,
+                rich_help_panel=SWEEP,
+                show_default=True,
+            ),
+        ],
+        3,
+    ),
+    Param(
+        "no_grads",
+        Annotated[
+            bool,
+            typer.Option(
+                "--no-grads",
+                help="Skip the gradients (grad_ratio left empty); about 3x faster.",
+                rich_help_panel=SWEEP,
+            ),
+        ],
+        False,
+    ),
+    Param(
+        "transfer_from",
+        Annotated[
+            int | None,
+            typer.Option(
+                "--transfer-from",
+                help="Shallow depth of the transfer check (a swept depth below the deepest); default 12 "
+                "when swept, else the shallowest.",
+                min=1,
+                rich_help_panel=SWEEP,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
 )
 
 
@@ -84,8 +96,17 @@ def depth_sweep(opts: Options) -> None:
         "depth-sweep",
         opts,
         lambda progress, on_partial=None: run_depth_sweep(
-            model, init_cfg, run, depths, seeds, opts.inits, opts.placements, not no_grads, progress,
-            on_partial, ref,
+            model,
+            init_cfg,
+            run,
+            depths,
+            seeds,
+            opts.inits,
+            opts.placements,
+            not no_grads,
+            progress,
+            on_partial,
+            ref,
         ),
         Outputs(
             # (the plotting module, and matplotlib, are imported when drawn: `tinit sweep`

@@ -13,24 +13,32 @@ GRADIENTS = "Gradients"
 
 
 OPTIONS = (
-    Param("batches", Annotated[
-        int,
-        typer.Option(
-            "--batches",
-            help="Average the gradients over N seeded batches before taking norms.",
-            min=1,
-            max=opt.MAX_BATCHES,
-            rich_help_panel=GRADIENTS,
-        ),
-    ], 1),
-    Param("tensor", Annotated[
-        Literal["down", "o", "both"],
-        typer.Option(
-            "--tensor",
-            help="Which matrix grad_norms.png shows (both: a panel each).",
-            rich_help_panel=GRADIENTS,
-        ),  # fmt: skip
-    ], "both"),
+    Param(
+        "batches",
+        Annotated[
+            int,
+            typer.Option(
+                "--batches",
+                help="Average the gradients over N seeded batches before taking norms.",
+                min=1,
+                max=opt.MAX_BATCHES,
+                rich_help_panel=GRADIENTS,
+            ),
+        ],
+        1,
+    ),
+    Param(
+        "tensor",
+        Annotated[
+            Literal["down", "o", "both"],
+            typer.Option(
+                "--tensor",
+                help="Which matrix grad_norms.png shows (both: a panel each).",
+                rich_help_panel=GRADIENTS,
+            ),  # fmt: skip
+        ],
+        "both",
+    ),
 )
 
 

@@ -29,9 +29,12 @@ def catalogue_table(df: "pd.DataFrame"):
     a scheme by), its rules and multipliers; every cell wraps between words only."""
     from ..results.tables import summary_table
 
-    t = summary_table("Init catalogue", "v_2L(L): the stream variance after L layers (pre-norm style "
-                      "additions, s^2: a branch's variance); tinit inits NAME: one scheme's std per role "
-                      "and layer; the upstream code each follows (repository@commit, file) in inits.csv")
+    t = summary_table(
+        "Init catalogue",
+        "v_2L(L): the stream variance after L layers (pre-norm style "
+        "additions, s^2: a branch's variance); tinit inits NAME: one scheme's std per role "
+        "and layer; the upstream code each follows (repository@commit, file) in inits.csv",
+    )
     for col in ("scheme", "placement", "v_2L(L)", "rules (std per role) and multipliers"):
         t.add_column(col, overflow="ellipsis")
     for r in df.itertuples(index=False):
@@ -58,9 +61,13 @@ def stds_table(df: "pd.DataFrame", title: str):
 
 
 OPTIONS = (
-    Param("name", Annotated[
-        str | None, typer.Argument(help="A scheme: show its std per role and layer.", metavar="NAME")
-    ], None),
+    Param(
+        "name",
+        Annotated[
+            str | None, typer.Argument(help="A scheme: show its std per role and layer.", metavar="NAME")
+        ],
+        None,
+    ),
 )
 
 
@@ -97,5 +104,9 @@ def inits(opts: Options) -> None:
                  Text(f"not modelled: {s.not_modelled or '-'}"),
                  Text("upstream: " + ("; ".join(s.upstream) or "-"))]  # fmt: skip
         outputs = Outputs(tables=lambda r: [stds_table(r["init_stds"], title), *notes])
-    execute("inits", opts, lambda progress, on_partial: run_inits(model, init_cfg, name, progress,
-                                                                  on_partial), outputs)
+    execute(
+        "inits",
+        opts,
+        lambda progress, on_partial: run_inits(model, init_cfg, name, progress, on_partial),
+        outputs,
+    )

@@ -1,8 +1,6 @@
 """``tinit lr-sweep``: the final loss against the peak learning rate at several depths
 and widths, and whether the optimum moves with either (the muP / CompleteP question)."""
 
-
-
 from . import options as opt
 from .configs import Options
 from .options import TRAIN
@@ -73,8 +71,10 @@ def lr_sweep(opts: Options) -> None:
         lambda progress, on_partial=None: run_lr_sweep(*args, progress, on_partial, ds),
         Outputs(
             figures=figures,
-            tables=lambda r: [train_table(r["summary"], f"tinit lr-sweep ({title})"),
-                              *drift_tables(r.frames)],
+            tables=lambda r: [
+                train_table(r["summary"], f"tinit lr-sweep ({title})"),
+                *drift_tables(r.frames),
+            ],
             notes=rules_notes(opts),
         ),
         plan=plan,

@@ -71,37 +71,60 @@ def ratio_table(ratio: "pd.DataFrame", timing: "pd.DataFrame", title: str) -> "T
 
 
 OPTIONS = (
-    Param("rows", Annotated[
-        str,
-        typer.Option("--rows", help="Rows (tokens) per timed tensor, a comma list.", metavar="INT,INT,..."),
-    ], "256,1024"),
-    Param("d_models", Annotated[
-        str,
-        typer.Option("--d-model", help="Normalised widths d, a comma list.", metavar="INT,INT,..."),
-    ], "256,1024,4096"),
-    Param("repeats", Annotated[
-        int, typer.Option("--repeats", help="Timed samples per measurement; the median is reported.", min=1)
-    ], 10),
+    Param(
+        "rows",
+        Annotated[
+            str,
+            typer.Option(
+                "--rows", help="Rows (tokens) per timed tensor, a comma list.", metavar="INT,INT,..."
+            ),
+        ],
+        "256,1024",
+    ),
+    Param(
+        "d_models",
+        Annotated[
+            str,
+            typer.Option("--d-model", help="Normalised widths d, a comma list.", metavar="INT,INT,..."),
+        ],
+        "256,1024,4096",
+    ),
+    Param(
+        "repeats",
+        Annotated[
+            int,
+            typer.Option("--repeats", help="Timed samples per measurement; the median is reported.", min=1),
+        ],
+        10,
+    ),
     Param("warmup", Annotated[int, typer.Option("--warmup", help="Untimed calls before timing.", min=0)], 3),
-    Param("compile", Annotated[
-        bool | None,
-        typer.Option(
-            "--compile/--no-compile",
-            help="Also time torch.compile'd norms (default: on with CUDA, off on the CPU, where "
-            "inductor's C++ build takes 15-60 s). A failed compile is recorded as unavailable.",
-            show_default=False,
-        ),
-    ], None),
-    Param("timing_threads", Annotated[
-        int,
-        typer.Option(
-            "--threads",
-            help="CPU threads while timing. One gives steady numbers on a shared or busy CPU; "
-            "give more to time multi-threaded kernels.",
-            min=1,
-            show_default=True,
-        ),
-    ], 1),
+    Param(
+        "compile",
+        Annotated[
+            bool | None,
+            typer.Option(
+                "--compile/--no-compile",
+                help="Also time torch.compile'd norms (default: on with CUDA, off on the CPU, where "
+                "inductor's C++ build takes 15-60 s). A failed compile is recorded as unavailable.",
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    Param(
+        "timing_threads",
+        Annotated[
+            int,
+            typer.Option(
+                "--threads",
+                help="CPU threads while timing. One gives steady numbers on a shared or busy CPU; "
+                "give more to time multi-threaded kernels.",
+                min=1,
+                show_default=True,
+            ),
+        ],
+        1,
+    ),
 )
 
 

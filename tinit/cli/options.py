@@ -269,10 +269,15 @@ def _groups() -> dict[str, tuple[Option, ...]]:
                    "attention", "untie", "bias", "no_attn_scale", "pre_norm", "post_norm", "norm_positions",
                    "qk_norm", "n_kv_heads", "branch", "branch_var")  # fmt: skip
     return {
-        "model": group(ModelConfig, PRESET, PRE_NORM, POST_NORM, NORM_POSITIONS,
-                       order=("preset", *model_order)),
-        "init": group(InitConfig, INIT_LIST, INIT_FILE,
-                      order=("init", "init_file", "base_width", "base_depth", "sigma", "embed_std", "seed")),
+        "model": group(
+            ModelConfig, PRESET, PRE_NORM, POST_NORM, NORM_POSITIONS, order=("preset", *model_order)
+        ),
+        "init": group(
+            InitConfig,
+            INIT_LIST,
+            INIT_FILE,
+            order=("init", "init_file", "base_width", "base_depth", "sigma", "embed_std", "seed"),
+        ),
         "run": group(RunConfig, THREADS, order=("seq_len", "batch")),
         "output": (OUT, FORMAT, QUIET),
         "data": (DATA_SOURCE, MARKOV_K, EVAL_BATCHES),

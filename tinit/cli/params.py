@@ -89,7 +89,8 @@ def params_lines(summary: "pd.DataFrame", ffn: "pd.DataFrame", preset: str | Non
             counted = int(s["n_kv_heads_model"]) if not pd.isna(s.get("n_kv_heads_model")) else None
             lines.append(
                 f"{preset} uses GQA ({p.n_kv_heads} K/V heads): counted with --kv-heads {counted}"
-                if counted else f"{preset} uses GQA ({p.n_kv_heads} K/V heads): this count is multi-head"
+                if counted
+                else f"{preset} uses GQA ({p.n_kv_heads} K/V heads): this count is multi-head"
             )
             if not pd.isna(s["gqa_saving"]):
                 lines.append(f"  with GQA: {int(s['total_gqa']):,} ({int(s['gqa_saving']):,} fewer)")
@@ -111,16 +112,20 @@ def describe(model: ModelConfig, preset: str | None) -> str:
 
 
 OPTIONS = (
-    Param("reference_total", Annotated[
-        float | None,
-        typer.Option(
-            "--reference-total",
-            help="Also give the tied-head saving as a fraction of this many parameters (e.g. 1.5e9).",
-            callback=opt.positive,
-            rich_help_panel="Counting",
-            show_default=False,
-        ),
-    ], None),
+    Param(
+        "reference_total",
+        Annotated[
+            float | None,
+            typer.Option(
+                "--reference-total",
+                help="Also give the tied-head saving as a fraction of this many parameters (e.g. 1.5e9).",
+                callback=opt.positive,
+                rich_help_panel="Counting",
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
 )
 
 
@@ -149,8 +154,9 @@ def params(opts: Options) -> None:
     execute(
         "params",
         opts,
-        lambda progress, on_partial: run_params(model, reference_total=reference_total, n_kv_heads=kv,
-                                                progress=progress, on_partial=on_partial),
+        lambda progress, on_partial: run_params(
+            model, reference_total=reference_total, n_kv_heads=kv, progress=progress, on_partial=on_partial
+        ),
         Outputs(
             figures=lambda r: {"params": plot_params(r["params"], r["ffn"], r["summary"], title)},
             tables=lambda r: [

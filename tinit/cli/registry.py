@@ -123,5 +123,6 @@ COMMANDS: tuple[Command, ...] = (
 
 #: The commands `tinit sweep` runs as points, depth-sweep (its main use) first.
 SWEEPABLE: tuple[str, ...] = tuple(
-    c.name for c in sorted((c for c in COMMANDS if c.sweep is not None), key=lambda c: c.sweep)  # type: ignore[arg-type, return-value]
+    c.name
+    for c in sorted((c for c in COMMANDS if c.sweep is not None), key=lambda c: c.sweep)  # type: ignore[arg-type, return-value]
 )

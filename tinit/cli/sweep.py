@@ -101,55 +101,127 @@ def sweep(
     ctx: typer.Context,
     command: Annotated[
         str | None,
-        typer.Argument(help=f"The command to sweep: {', '.join(SWEEPABLE)}; its options follow it.",
-                       metavar="COMMAND [ITS OPTIONS]", show_default=False),  # fmt: skip
+        typer.Argument(
+            help=f"The command to sweep: {', '.join(SWEEPABLE)}; its options follow it.",
+            metavar="COMMAND [ITS OPTIONS]",
+            show_default=False,
+        ),  # fmt: skip
     ] = None,
     executor: Annotated[
         Literal["local", "slurm"],
-        typer.Option("--executor", help="local: worker processes here; slurm: one job array via submitit.",
-                     rich_help_panel=EXECUTOR),  # fmt: skip
+        typer.Option(
+            "--executor",
+            help="local: worker processes here; slurm: one job array via submitit.",
+            rich_help_panel=EXECUTOR,
+        ),  # fmt: skip
     ] = "local",
     workers: Annotated[
         int | None,
-        typer.Option("--workers", help="Local worker processes (default: one per GPU, else one per CPU "
-                     "core); with several GPUs each worker is pinned to one.", min=1,
-                     rich_help_panel=EXECUTOR, show_default=False),  # fmt: skip
+        typer.Option(
+            "--workers",
+            help="Local worker processes (default: one per GPU, else one per CPU "
+            "core); with several GPUs each worker is pinned to one.",
+            min=1,
+            rich_help_panel=EXECUTOR,
+            show_default=False,
+        ),  # fmt: skip
     ] = None,
     dry_run: Annotated[
         bool,
-        typer.Option("--dry-run", help="Print the points and what would be run or submitted (the sbatch "
-                     "script); run nothing, write nothing.", rich_help_panel=EXECUTOR),  # fmt: skip
+        typer.Option(
+            "--dry-run",
+            help="Print the points and what would be run or submitted (the sbatch "
+            "script); run nothing, write nothing.",
+            rich_help_panel=EXECUTOR,
+        ),  # fmt: skip
     ] = False,
-    partition: Annotated[str | None, typer.Option("--partition", help="SLURM partition.",
-                                                  rich_help_panel=SLURM, show_default=False)] = None,
-    gpus_per_job: Annotated[int | None, typer.Option("--gpus-per-job", help="GPUs per array task.", min=0,
-                                                     rich_help_panel=SLURM, show_default=False)] = None,
-    cpus_per_job: Annotated[int | None, typer.Option("--cpus-per-job", help="CPUs per array task [1].", min=1,
-                                                     rich_help_panel=SLURM, show_default=False)] = None,
-    mem: Annotated[str | None, typer.Option("--mem", help="Memory per array task, e.g. 16G.",
-                                            rich_help_panel=SLURM, show_default=False)] = None,
-    time_limit: Annotated[str | None, typer.Option("--time", help="Time limit per array task: minutes, "
-                                                   "HH:MM:SS or D-HH:MM (SLURM's forms).",
-                                                   rich_help_panel=SLURM, show_default=False)] = None,
-    array_parallelism: Annotated[int | None, typer.Option("--array-parallelism", help="Most tasks running "
-                                                          "at once.", min=1, rich_help_panel=SLURM,
-                                                          show_default=False)] = None,
-    account: Annotated[str | None, typer.Option("--account", help="SLURM account.", rich_help_panel=SLURM,
-                                                show_default=False)] = None,
-    qos: Annotated[str | None, typer.Option("--qos", help="SLURM quality of service.", rich_help_panel=SLURM,
-                                            show_default=False)] = None,
-    slurm_arg: Annotated[list[str] | None, typer.Option("--slurm-arg", help="Any other sbatch option as "
-                                                        "KEY=VALUE (repeatable), e.g. constraint=a100.",
-                                                        rich_help_panel=SLURM, show_default=False)] = None,
-    points_per_job: Annotated[int, typer.Option("--points-per-job", help="Points one array task runs one "
-                                                "after the other (fewer, longer tasks).", min=1,
-                                                rich_help_panel=SLURM)] = 1,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the run folder's path.",
-                                        rich_help_panel=EXECUTOR)] = False,
-    resume: Annotated[Path | None, typer.Option("--resume", help="Run only the missing or failed points of "
-                                                "the sweep in RUN_DIR (its command and options are in its "
-                                                "config.json), then gather again.", metavar="RUN_DIR",
-                                                rich_help_panel=RESUME, show_default=False)] = None,
+    partition: Annotated[
+        str | None,
+        typer.Option("--partition", help="SLURM partition.", rich_help_panel=SLURM, show_default=False),
+    ] = None,
+    gpus_per_job: Annotated[
+        int | None,
+        typer.Option(
+            "--gpus-per-job", help="GPUs per array task.", min=0, rich_help_panel=SLURM, show_default=False
+        ),
+    ] = None,
+    cpus_per_job: Annotated[
+        int | None,
+        typer.Option(
+            "--cpus-per-job",
+            help="CPUs per array task [1].",
+            min=1,
+            rich_help_panel=SLURM,
+            show_default=False,
+        ),
+    ] = None,
+    mem: Annotated[
+        str | None,
+        typer.Option(
+            "--mem", help="Memory per array task, e.g. 16G.", rich_help_panel=SLURM, show_default=False
+        ),
+    ] = None,
+    time_limit: Annotated[
+        str | None,
+        typer.Option(
+            "--time",
+            help="Time limit per array task: minutes, HH:MM:SS or D-HH:MM (SLURM's forms).",
+            rich_help_panel=SLURM,
+            show_default=False,
+        ),
+    ] = None,
+    array_parallelism: Annotated[
+        int | None,
+        typer.Option(
+            "--array-parallelism",
+            help="Most tasks running at once.",
+            min=1,
+            rich_help_panel=SLURM,
+            show_default=False,
+        ),
+    ] = None,
+    account: Annotated[
+        str | None,
+        typer.Option("--account", help="SLURM account.", rich_help_panel=SLURM, show_default=False),
+    ] = None,
+    qos: Annotated[
+        str | None,
+        typer.Option("--qos", help="SLURM quality of service.", rich_help_panel=SLURM, show_default=False),
+    ] = None,
+    slurm_arg: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--slurm-arg",
+            help="Any other sbatch option as KEY=VALUE (repeatable), e.g. constraint=a100.",
+            rich_help_panel=SLURM,
+            show_default=False,
+        ),
+    ] = None,
+    points_per_job: Annotated[
+        int,
+        typer.Option(
+            "--points-per-job",
+            help="Points one array task runs one after the other (fewer, longer tasks).",
+            min=1,
+            rich_help_panel=SLURM,
+        ),
+    ] = 1,
+    quiet: Annotated[
+        bool,
+        typer.Option("--quiet", "-q", help="Print only the run folder's path.", rich_help_panel=EXECUTOR),
+    ] = False,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            "--resume",
+            help="Run only the missing or failed points of "
+            "the sweep in RUN_DIR (its command and options are in its "
+            "config.json), then gather again.",
+            metavar="RUN_DIR",
+            rich_help_panel=RESUME,
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run COMMAND's grid (depths x seeds x inits x norm positions) as independent points
     on local worker processes or as one SLURM job array, and gather them into one run
@@ -170,8 +242,9 @@ def sweep(
     previous_runs = None
     if resume is not None:
         if command is not None or args:
-            raise _err("takes no COMMAND or command options: the sweep's are in RUN_DIR/config.json",
-                       "--resume")
+            raise _err(
+                "takes no COMMAND or command options: the sweep's are in RUN_DIR/config.json", "--resume"
+            )
         try:
             doc = read_sweep_record(resume)
         except (OSError, ValueError) as exc:
@@ -296,8 +369,10 @@ def _executor(values: dict, opts, plan, dry_run: bool):
         return LocalExecutor(workers, fork=CONSOLE.get())
     if values["workers"] is not None:
         raise _err("applies to --executor local only (use --array-parallelism for SLURM)", "--workers")
-    for name, flag, pattern, allowed in (("time_limit", "--time", TIME_RE, "minutes, HH:MM:SS or D-HH:MM"),
-                                         ("mem", "--mem", MEM_RE, "a whole number with K, M, G or T")):
+    for name, flag, pattern, allowed in (
+        ("time_limit", "--time", TIME_RE, "minutes, HH:MM:SS or D-HH:MM"),
+        ("mem", "--mem", MEM_RE, "a whole number with K, M, G or T"),
+    ):
         if values[name] is not None and not pattern.fullmatch(str(values[name])):
             raise _err(f"{values[name]!r} is not a SLURM {flag[2:]}; give {allowed}", flag)
     for name in ("partition", "account", "qos"):

@@ -1,7 +1,6 @@
 """``tinit train``: training runs of tinit's model, from the same options and the same
 ``--init`` schemes as the measurements at initialization."""
 
-
 from rich.text import Text
 
 from . import options as opt
@@ -62,13 +61,18 @@ def train(opts: Options) -> None:
             figures=lambda r: {
                 "loss_curves": plot_loss_curves(r["train"], data.floor, title),
                 # against depth only when there is more than one depth to set side by side
-                **({"final_vs_depth": plot_final_vs_depth(r["summary"], data.floor, title)}
-                   if r["summary"]["n_layers"].nunique() > 1 else {}),  # fmt: skip
+                **(
+                    {"final_vs_depth": plot_final_vs_depth(r["summary"], data.floor, title)}
+                    if r["summary"]["n_layers"].nunique() > 1
+                    else {}
+                ),  # fmt: skip
                 **variance_figure(r, title),
             },
-            tables=lambda r: [train_table(r["summary"], f"tinit train ({title})")]
-            + ([compare_table(r["compare"])] if "compare" in r.frames else [])
-            + [Text(line) for line in checkpoint_lines(r.meta.get("checkpoints", []))],
+            tables=lambda r: (
+                [train_table(r["summary"], f"tinit train ({title})")]
+                + ([compare_table(r["compare"])] if "compare" in r.frames else [])
+                + [Text(line) for line in checkpoint_lines(r.meta.get("checkpoints", []))]
+            ),
             notes=rules_notes(opts),
         ),
         wants_run_dir=True,

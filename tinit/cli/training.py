@@ -97,8 +97,15 @@ def rules_notes(opts: Options) -> list[str]:
 
 def data_args(opts: Options) -> dict:
     """The arguments of ``load_data`` (what a sweep's point reloads the data from)."""
-    return {"source": opts.data, "vocab": opts.vocab_size, "seq_len": opts.seq_len, "batch": opts.batch,
-            "seed": opts.seed, "eval_batches": opts.eval_batches, "markov_k": opts.markov_k}
+    return {
+        "source": opts.data,
+        "vocab": opts.vocab_size,
+        "seq_len": opts.seq_len,
+        "batch": opts.batch,
+        "seed": opts.seed,
+        "eval_batches": opts.eval_batches,
+        "markov_k": opts.markov_k,
+    }
 
 
 def train_config(opts: Options, lr: float, warmup: int) -> "TrainConfig":

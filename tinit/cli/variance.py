@@ -30,8 +30,10 @@ def variance(opts: Options) -> None:
         ),
         Outputs(
             figures=lambda r: {"variance": plot_variance(r["variance"], title)},
-            tables=lambda r: [variance_table(r["summary"], f"Residual-stream variance ({title})"),
-                              *overflow_notes(r["summary"], (r.meta.get("run") or {}).get("dtype"))],
+            tables=lambda r: [
+                variance_table(r["summary"], f"Residual-stream variance ({title})"),
+                *overflow_notes(r["summary"], (r.meta.get("run") or {}).get("dtype")),
+            ],
         ),
         plan=lambda: _plan(model, init_cfg, run, opts.inits, opts.placements),
     )

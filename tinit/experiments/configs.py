@@ -205,8 +205,7 @@ def parse_layers(spec: str | int | Sequence[int]) -> list[int]:
         out.extend(_parse_item(item.strip()))
         if len(out) > MAX_DEPTHS:
             raise ConfigError(
-                "n_layers",
-                f"{spec!r} gives more than {MAX_DEPTHS} depths (the most a sweep takes)"
+                "n_layers", f"{spec!r} gives more than {MAX_DEPTHS} depths (the most a sweep takes)"
             )
     seen: set[int] = set()
     for v in out:

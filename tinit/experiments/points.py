@@ -107,9 +107,18 @@ def concat_plan(command: str, runner: Callable[..., ExperimentResult], stems: Se
     check_memory(model, init, run, configs, backward, here=False)  # (each point checks where it runs)
     check_configs(model, init, run, configs)
     points = [
-        Point(runner, {"n_layers": model.n_layers, "seed": init.seed, "init": scheme, "norm_position": pos},
-              {"model": model, "init": init, "run": run, "inits": (scheme,), "norm_positions": (pos,),
-               **kwargs})  # fmt: skip
+        Point(
+            runner,
+            {"n_layers": model.n_layers, "seed": init.seed, "init": scheme, "norm_position": pos},
+            {
+                "model": model,
+                "init": init,
+                "run": run,
+                "inits": (scheme,),
+                "norm_positions": (pos,),
+                **kwargs,
+            },
+        )  # fmt: skip
         for scheme, pos in configs
     ]
 

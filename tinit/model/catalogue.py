@@ -418,7 +418,6 @@ _DEPTH = [
 ]
 
 
-
 def _lm(base: Scheme, name: str) -> Scheme:
     """A torchscale entry as its language-model example runs it: fairseq's
     no_scale_embedding is False there, so the decoder multiplies the embedding by sqrt(d)

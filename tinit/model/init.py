@@ -51,7 +51,11 @@ def role_shape_of(cfg: ModelConfig, role: str, init: InitConfig | None = None) -
 
 
 def role_rule(
-    init: InitConfig, cfg: ModelConfig, role: str, layer: int = 0, shape: tuple[int, ...] | None = None,
+    init: InitConfig,
+    cfg: ModelConfig,
+    role: str,
+    layer: int = 0,
+    shape: tuple[int, ...] | None = None,
     rule=None,
 ) -> Draw:
     """What ``role`` is drawn from at ``layer`` under the init's scheme, for a weight of

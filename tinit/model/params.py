@@ -121,8 +121,9 @@ def count_params(cfg: ModelConfig, scheme="naive") -> ParamCount:
     return ParamCount(
         embedding=V * d,
         positions=cfg.max_seq_len * d if cfg.positions == "learned" else 0,
-        attention=0 if gaussian else attention_params(
-            cfg, qk, sch.qk_norm_span if cfg.qk_norm_span is None else cfg.qk_norm_span),
+        attention=0
+        if gaussian
+        else attention_params(cfg, qk, sch.qk_norm_span if cfg.qk_norm_span is None else cfg.qk_norm_span),
         ffn=0 if gaussian else ffn_params(d, d_ff, ffn, cfg.bias),
         norms=per_block_norms + (1 if sch.branch_learned else 0),
         final_norm=norm_params(cfg) if cfg.placement.final_norm else 0,

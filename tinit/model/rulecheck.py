@@ -110,7 +110,6 @@ def check_scheme(cfg: ModelConfig, init: InitConfig) -> None:
         _check_rule(scheme, role, {**environment(cfg, init, layer, shape), "l": where}, where, L)
 
 
-
 def _groups(cfg: ModelConfig, init: InitConfig) -> set[str]:
     """The parameter groups (:func:`tinit.model.param_rules.group_of`) the model ``cfg`` has."""
     out = {"hidden_matrix" if len(shape) >= 2 else "hidden_vector" for _, shape in _block_params(cfg, init)}

@@ -200,9 +200,11 @@ def structure_warning(scheme: Scheme, cfg: ModelConfig) -> str | None:
     if key in _WARNED:
         return None
     _WARNED.add(key)
-    return (f"init scheme {scheme.name!r} runs {what} upstream; "
-            f"ModelConfig.from_scheme({scheme.name!r}, ...) builds its model (a field listed in the "
-            "config's user_set is kept without this warning)")
+    return (
+        f"init scheme {scheme.name!r} runs {what} upstream; "
+        f"ModelConfig.from_scheme({scheme.name!r}, ...) builds its model (a field listed in the "
+        "config's user_set is kept without this warning)"
+    )
 
 
 __all__ = ["apply_scheme", "describe_structure", "from_scheme", "override_lines", "scheme_overrides",

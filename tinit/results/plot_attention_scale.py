@@ -58,8 +58,16 @@ def plot_attention_scale(frame: pd.DataFrame, title: str = "") -> Figure:
     ax.set_title("Attention-logit variance at init")
     # one entry per series (its marker on its dashed theory line), below the axes
     handles = [
-        Line2D([], [], color=SERIES_COLORS[k], marker="o" if not k[1] else "s", ms=5, ls="--", lw=1.3,
-               label=f"{series_label(*k)}: {THEORY_LABELS[k]}")  # fmt: skip
+        Line2D(
+            [],
+            [],
+            color=SERIES_COLORS[k],
+            marker="o" if not k[1] else "s",
+            ms=5,
+            ls="--",
+            lw=1.3,
+            label=f"{series_label(*k)}: {THEORY_LABELS[k]}",
+        )  # fmt: skip
         for k in SERIES_COLORS
         if ((frame["input"] == k[0]) & (frame["scaled"] == k[1])).any()
     ]

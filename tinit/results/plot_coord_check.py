@@ -60,8 +60,10 @@ def _steps_note(all_steps, drawn: list[int]) -> list[str]:
     all_steps = sorted(int(s) for s in all_steps)
     if len(drawn) == len(all_steps):
         return []
-    return [f"Panels at steps {', '.join(map(str, drawn))} of {all_steps[0]}..{all_steps[-1]} "
-            f"(at most {MAX_STEP_PANELS}, evenly spaced; the fit and coord_check.csv use every step)."]
+    return [
+        f"Panels at steps {', '.join(map(str, drawn))} of {all_steps[0]}..{all_steps[-1]} "
+        f"(at most {MAX_STEP_PANELS}, evenly spaced; the fit and coord_check.csv use every step)."
+    ]
 
 
 def _geo(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -211,8 +213,11 @@ def plot_coord_layers(rows: pd.DataFrame, fit: pd.DataFrame, init: str, pos: str
     suptitle(fig, f"{init}/{pos}, L={n_layers}: {_verdict_text(fit, init, pos, 'width')}" +
              (f"; {title}" if title else ""))  # fmt: skip
     footnote(
-        fig, ["One line per layer (geometric mean over seeds), coloured by depth in the stack; log2 axes.",
-              *_steps_note(g_all["step"].unique(), steps)],
+        fig,
+        [
+            "One line per layer (geometric mean over seeds), coloured by depth in the stack; log2 axes.",
+            *_steps_note(g_all["step"].unique(), steps),
+        ],
     )
     return fig
 

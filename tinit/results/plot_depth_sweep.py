@@ -197,8 +197,15 @@ def plot_depth_sweep(
     handles = _transfer_panel(axes[len(positions)], summary, fit, groups, order, depths, logx, notes)
     handles += [
         Line2D([], [], color=style.NEUTRAL, lw=2.6, alpha=0.6, marker="o", mfc="none", label=spread),
-        Line2D([], [], color=style.NEUTRAL, marker="x", ms=4, **{**style.THEORY, "zorder": None},
-               label="law at each L: the scheme's closed form with that L's measured $s^2$"),  # fmt: skip
+        Line2D(
+            [],
+            [],
+            color=style.NEUTRAL,
+            marker="x",
+            ms=4,
+            **{**style.THEORY, "zorder": None},
+            label="law at each L: the scheme's closed form with that L's measured $s^2$",
+        ),  # fmt: skip
     ]
     if theory is not None and len(theory):
         handles.append(Line2D([], [], color=style.NEUTRAL, **{**style.THEORY_ALT, "zorder": None},

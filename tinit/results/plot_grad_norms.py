@@ -130,8 +130,9 @@ def plot_stream_grads(stream_grads: pd.DataFrame, title: str = "") -> Figure:
     handles, _ = ax.get_legend_handles_labels()
     kinds = [
         Line2D([], [], color=style.NEUTRAL, **{**style.MEASURED_UNDER, "zorder": None}, label="measured"),
-        Line2D([], [], color=style.NEUTRAL, **{**style.THEORY, "zorder": None},
-               label="identity-path prediction"),
+        Line2D(
+            [], [], color=style.NEUTRAL, **{**style.THEORY, "zorder": None}, label="identity-path prediction"
+        ),
     ]
     full = stream_grads.get("pred_full_stream_grad_rms")
     if full is not None and full.notna().any():

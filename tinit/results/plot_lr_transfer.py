@@ -21,8 +21,10 @@ from . import style
 from .palette import config_label, config_style
 
 #: axis -> (the column along it, the column held fixed, its label, the held value's label)
-AXES = {"width": ("d_model", "n_layers", "width d_model", "L"),
-        "depth": ("n_layers", "d_model", "layers L", "d")}
+AXES = {
+    "width": ("d_model", "n_layers", "width d_model", "L"),
+    "depth": ("n_layers", "d_model", "layers L", "d"),
+}
 
 
 def _points(g: pd.DataFrame, along: str) -> pd.DataFrame:
@@ -132,8 +134,10 @@ def drift_tables(frames: dict[str, pd.DataFrame]) -> list:
         out.append(t)
     cmp = frames.get("lr_drift_compare")
     if cmp is not None and len(cmp):
-        why = (f"{LR_LEVEL:.0%} Student-t interval of the difference (SEs added in quadrature); not resolved "
-               "when it includes 0 or a drift has no SE or bracketed optimum")
+        why = (
+            f"{LR_LEVEL:.0%} Student-t interval of the difference (SEs added in quadrature); not resolved "
+            "when it includes 0 or a drift has no SE or bracketed optimum"
+        )
         t = summary_table("whose optimum moves less: |drift b| - |drift a|", why)
         for col in ("a", "b", "axis", "at", "|a|", "|b|", "|b| - |a|", "±SE", "verdict"):
             t.add_column(col, justify="left" if col in ("a", "b", "axis", "at", "verdict") else "right")

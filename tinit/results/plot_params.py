@@ -22,8 +22,6 @@ COMPONENT_LABELS = {
 }
 
 
-
-
 def _scale(total: float) -> tuple[float, str]:
     for factor, unit in ((1e9, "billions"), (1e6, "millions"), (1e3, "thousands")):
         if total >= factor:
@@ -101,8 +99,10 @@ def plot_params(params: pd.DataFrame, ffn: pd.DataFrame, summary: pd.DataFrame, 
     bottom.legend(
         handles=[
             Patch(color=EQUAL_COLORS[e], label="exactly the classic count" if e else "differs from it")
-            for e in (True, False) if e in equal  # no entry for a kind of bar not drawn
-        ] + [Line2D([], [], color="0.2", ls=(0, (4, 2)), lw=1.1, label="theory: 3·d·(8d/3) = 2·d·4d = 8d²")],
+            for e in (True, False)
+            if e in equal  # no entry for a kind of bar not drawn
+        ]
+        + [Line2D([], [], color="0.2", ls=(0, (4, 2)), lw=1.1, label="theory: 3·d·(8d/3) = 2·d·4d = 8d²")],
         loc="outside lower center",
         ncols=3,
         frameon=False,

@@ -264,8 +264,16 @@ def plot_final_vs_depth(summary: pd.DataFrame, floor: float | None, title: str =
         ax.set_xlim(depths[0] / 1.25, depths[-1] * 1.25)
     integer_axis(ax, depths, "x")
     if not np.isfinite(summary["final_eval_loss_mean"].to_numpy(float)).any():
-        ax.text(0.5, 0.75, "every run diverged: no final loss to draw", transform=ax.transAxes,
-                ha="center", va="center", fontsize=9, bbox={"facecolor": "white", "edgecolor": "0.6"})
+        ax.text(
+            0.5,
+            0.75,
+            "every run diverged: no final loss to draw",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            fontsize=9,
+            bbox={"facecolor": "white", "edgecolor": "0.6"},
+        )
     ax.set_xlabel("layers L")
     ax.set_ylabel("final held-out loss (nats),\nmean ± SE over seeds")
     ax.set_title("Final loss against depth")
@@ -399,5 +407,3 @@ def plot_claims(runs: pd.DataFrame, floor: float | None, title: str = "") -> Fig
     suptitle(fig, title)
     footnote(fig, notes)
     return fig
-
-

@@ -68,6 +68,7 @@ def _short(init: str, pos: str) -> str:
 #: is drawn but does not set its panel's range; it is named in the legend and the notes.
 OFF_SCALE = 1e8
 
+
 def _resets(pos: str) -> bool:
     """A norm follows each sum (post-norm): v_k is the sum before it, nothing accumulates."""
     return pos in PLACEMENTS and PLACEMENTS[pos].resets
@@ -79,7 +80,7 @@ def _kmin(pos: str) -> int:
 
 
 def off_scale(df: pd.DataFrame, pos: str) -> str:
-    """"" when the configuration's measured v_k is drawable on a shared axis, else why
+    """ "" when the configuration's measured v_k is drawable on a shared axis, else why
     not ("overflow": a non-finite value; "grows past 1e8x": its growth)."""
     v = df[df["k"] >= _kmin(pos)]["stream_var"].to_numpy(dtype=np.float64)
     if v.size and not np.isfinite(v).all():

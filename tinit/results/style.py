@@ -252,7 +252,7 @@ def coincidences(series: dict[str, Sequence[float]], ax=None, gap: float = 0.02)
 
 
 def coincidence_note(groups: list[list[str]], what: str = "") -> str:
-    """"naive/pre and scaled/pre lie on top of each other (told apart by marker)"."""
+    """ "naive/pre and scaled/pre lie on top of each other (told apart by marker)"."""
     if not groups:
         return ""
     parts = [(", ".join(g[:-1]) + " and " + g[-1]) for g in groups]

@@ -155,6 +155,7 @@ def fit_table(table: Table, width: int, console=None) -> list[Table]:
     all_idx = list(range(len(table.columns)))
     if total(all_idx, "natural") <= width:
         return [table]
+
     def split(limit: int) -> list[list[int]]:
         groups, group = [], [0]
         for i in all_idx[1:]:
@@ -225,8 +226,14 @@ def variance_table(summary: pd.DataFrame, title: str = "") -> Table:
     second prints "=" and the caption says why."""
     same = [pct(a) == pct(b) for a, b in zip(summary["rel_err_closed"], summary["rel_err_cumulative"],
                                               strict=True)]  # fmt: skip
-    note = ("; =: as err (at k = 2L the closed form with the measured mean s², v0 + 2L mean s², is the "
-            "cumulative law)") if any(same) else ""
+    note = (
+        (
+            "; =: as err (at k = 2L the closed form with the measured mean s², v0 + 2L mean s², is the "
+            "cumulative law)"
+        )
+        if any(same)
+        else ""
+    )
     t = summary_table(title, "closed: the scheme's closed form; err = v_2L / law - 1 for the closed form "
                       f"and the cumulative law v0 + sum s_k²{note}; ρ = corr(stream, branch)")  # fmt: skip
     for col in ("config", "v0", "mean s²", "v_2L", "closed", "err", "cumul.\nerr", "max|ρ|"):

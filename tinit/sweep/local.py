@@ -45,8 +45,12 @@ def visible_gpus() -> list[str]:
 
 
 #: What a worker needs, imported once by the fork server (torch, pandas and the experiments).
-PRELOAD = ["tinit.sweep.worker", "tinit.experiments.measure.depth_sweep",
-           "tinit.experiments.training.coord_check", "tinit.experiments.training.lr_sweep"]
+PRELOAD = [
+    "tinit.sweep.worker",
+    "tinit.experiments.measure.depth_sweep",
+    "tinit.experiments.training.coord_check",
+    "tinit.experiments.training.lr_sweep",
+]
 
 
 def context(fork: bool = False):

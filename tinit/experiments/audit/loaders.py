@@ -113,6 +113,7 @@ def _check_depth(
         where = f"{given[0]}={layers}" if given else f"{spec}: {real} = {layers}"
         raise ConfigError(option, f"{where}: at most {MAX_HF_LAYERS} layers (counting a {model_type} model "
                           "costs ~10 ms and 55 KiB a layer before any weight exists)")  # fmt: skip
+
     def whole(v):
         return isinstance(v, int) and not isinstance(v, bool) and v > 0
 

@@ -134,8 +134,13 @@ FAMILIES: dict[str, dict] = {
         "ffn_added": "post_feedforward_layernorm",
     },  # fmt: skip
     # GPT-2's own _init_weights scales c_proj by 1/sqrt(2 n_layer): tinit's "gpt2" (alias "scaled")
-    "gpt2": {"blocks": "transformer.h", "attn": "attn", "ffn": "mlp", "declared": "gpt2",
-             "declared_rule": "GPT-2's c_proj / sqrt(2 n_layer)"},
+    "gpt2": {
+        "blocks": "transformer.h",
+        "attn": "attn",
+        "ffn": "mlp",
+        "declared": "gpt2",
+        "declared_rule": "GPT-2's c_proj / sqrt(2 n_layer)",
+    },
     "gpt_neox": {"blocks": "gpt_neox.layers", "attn": "attention", "ffn": "mlp", "parallel_attr": True},
 }
 

@@ -60,6 +60,7 @@ RATIO_COLUMNS = [
     "rmsnorm_saved_bytes_extra", "layernorm_saved_bytes_extra", "params_saved",
 ]  # fmt: skip
 
+
 def _forward(df: pd.DataFrame):
     return df["pass"] == "forward"
 

@@ -62,6 +62,7 @@ from .verdicts import attention_rows, depth_rows, gradient_rows, law_rows, param
 CHECK_COLUMNS = ["item", "claim", "measured", "theory", "rel_err", "passed", "criterion", "caveat", "detail"]
 CHECK_VARIANCE_COLUMNS = ["branch", *VARIANCE_COLUMNS, "cov", "cov_se", "cov_z"]
 
+
 class CovarianceProbe:
     """Cov(x_{k-1}, F_k) at every addition and its standard error under independence.
 

@@ -145,8 +145,16 @@ def depth_sweep_plan(
         Point(
             depth_sweep_result,
             {"n_layers": L, "seed": seed_configs(init, run, i)[0].seed, "init": scheme, "norm_position": pos},
-            {"model": model, "init": init, "run": run, "n_layers": L, "seed_index": i, "inits": (scheme,),
-             "norm_positions": (pos,), "grads": grads},
+            {
+                "model": model,
+                "init": init,
+                "run": run,
+                "n_layers": L,
+                "seed_index": i,
+                "inits": (scheme,),
+                "norm_positions": (pos,),
+                "grads": grads,
+            },
         )  # fmt: skip
         for L in depths
         for i in range(seeds)
@@ -226,23 +234,37 @@ def not_applicable(grad_ratio: bool, custom=(), model: ModelConfig | None = None
     }  # fmt: skip
     summary["grad_ratio_mean"] = no_grad_ratio
     summary["grad_ratio_se"] = lambda df: no_grad_ratio(df) | one_seed(df)
+
     def no_reference(df):
         return zero_branches(df) | no_closed_form(df)
 
-    sweep = {"grad_ratio": no_grad_ratio, "max_abs_cross_corr": zero_branches,
-             **dict.fromkeys(("s2_ref_attn", "s2_ref_ffn"), no_reference),
-             **dict.fromkeys(("pred_closed_final", "rel_err_closed"), no_closed_form)}
+    sweep = {
+        "grad_ratio": no_grad_ratio,
+        "max_abs_cross_corr": zero_branches,
+        **dict.fromkeys(("s2_ref_attn", "s2_ref_ffn"), no_reference),
+        **dict.fromkeys(("pred_closed_final", "rel_err_closed"), no_closed_form),
+    }
     # without a closed form there is no theory line, law or comparison with them
     theory_columns = ("theory_v_final", "theory_v_final_rel", "theory_v_growth")
     summary.update(dict.fromkeys(("pred_closed_final_mean", *theory_columns), no_closed_form))
     summary["pred_closed_final_se"] = lambda df: no_closed_form(df) | one_seed(df)
-    for col in ("theory_slope", "theory_intercept", "theory_branch_var", "law_max_rel_err",
-                "theory_rel_err_max", "slope_z"):
+    for col in (
+        "theory_slope",
+        "theory_intercept",
+        "theory_branch_var",
+        "law_max_rel_err",
+        "theory_rel_err_max",
+        "slope_z",
+    ):
         rule = fit.get(col)
-        fit[col] = (lambda df, r=rule: no_closed_form(df) | (r(df) if r else False))
+        fit[col] = lambda df, r=rule: no_closed_form(df) | (r(df) if r else False)
     theory = dict.fromkeys(theory_columns, no_closed_form)
-    return {"depth_sweep": sweep, "depth_sweep_summary": summary, "depth_sweep_fit": fit,
-            "depth_sweep_theory": theory}
+    return {
+        "depth_sweep": sweep,
+        "depth_sweep_summary": summary,
+        "depth_sweep_fit": fit,
+        "depth_sweep_theory": theory,
+    }
 
 
 def _no_closed_form(scheme: str, custom=()) -> bool:
@@ -313,7 +335,10 @@ def depth_sweep_point(
 
 
 def assemble(
-    records: list[dict], configs: list[tuple[str, str]], model: ModelConfig, init: InitConfig | None = None,
+    records: list[dict],
+    configs: list[tuple[str, str]],
+    model: ModelConfig,
+    init: InitConfig | None = None,
     transfer_from: int | None = None,
 ) -> dict[str, pd.DataFrame]:
     """The four frames from the per-point rows (empty frames when there are none)."""

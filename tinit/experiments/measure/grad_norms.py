@@ -218,8 +218,10 @@ def not_applicable(model: ModelConfig, grads: pd.DataFrame) -> dict:
 
     def no_tensor_grads(df):
         gaussian = model.branch == "gaussian"
-        return pd.Series([gaussian or (i, p) in dead for i, p in zip(df["init"], df["norm_position"],
-                                                                          strict=True)], index=df.index)
+        return pd.Series(
+            [gaussian or (i, p) in dead for i, p in zip(df["init"], df["norm_position"], strict=True)],
+            index=df.index,
+        )
 
     silent = set()  # no gradient reaches the stream (a zero readout): every tensor but the head at 0
     if "tensor" in grads:
@@ -264,8 +266,12 @@ STREAM_GRADS_NOT_APPLICABLE = {
     "pred_full_stream_grad_rms": _silent,
 }
 #: summary.csv's ratios of stream gradients (empty where no gradient reaches the stream)
-STREAM_RATIO_COLUMNS = ["stream_grad_ratio", "stream_grad_ratio_err", "pred_full_stream_grad_ratio",
-                        "full_stream_grad_ratio_err"]
+STREAM_RATIO_COLUMNS = [
+    "stream_grad_ratio",
+    "stream_grad_ratio_err",
+    "pred_full_stream_grad_ratio",
+    "full_stream_grad_ratio_err",
+]
 
 
 def run_grad_norms(

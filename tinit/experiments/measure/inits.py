@@ -60,8 +60,13 @@ def stds_frame(model: ModelConfig, init: InitConfig) -> pd.DataFrame:
     s = init.definition
     L = model.n_layers
     gated = ffn_of(model, s)[0] in GATED_FFNS
-    roles = [r for r in MATRIX_ROLES if not (r == "pos" and model.positions != "learned")
-             and not (r == "head" and model.tie_embeddings) and not (r == "gate" and not gated)]
+    roles = [
+        r
+        for r in MATRIX_ROLES
+        if not (r == "pos" and model.positions != "learned")
+        and not (r == "head" and model.tie_embeddings)
+        and not (r == "gate" and not gated)
+    ]
     if s.branch_learned:
         roles.append("gain")
     rows = []

@@ -118,8 +118,11 @@ class VarianceProbe:
             nan = self._nan = torch.full((), math.nan, dtype=dt, device=stream_out.device)
         out_sum, out_sq, n = _sums(stream_out, dt)
         # the stream that continues along the path: post-norm's normed output
-        cos, ratio = token_similarity(stream_out if normed is None else normed, dt) if stream_out.dim() == 3 \
+        cos, ratio = (
+            token_similarity(stream_out if normed is None else normed, dt)
+            if stream_out.dim() == 3
             else (nan, nan)
+        )
         if stream_in is None:
             row = (out_sum, out_sq, nan, nan, nan, nan, nan, nan, nan, cos, ratio)
         else:

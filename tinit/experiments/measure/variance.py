@@ -167,8 +167,9 @@ def summarize(df: pd.DataFrame, closed_form: str = "") -> dict:
             "closed_form": closed_form,
             "v_growth": float(v_final - v0),
             # the first addition whose stream variance is not a finite number (overflow), or None
-            "first_nonfinite_k": next((int(k) for k, v in zip(df["k"], df["stream_var"], strict=True)
-                                       if not np.isfinite(v)), None),  # fmt: skip
+            "first_nonfinite_k": next(
+                (int(k) for k, v in zip(df["k"], df["stream_var"], strict=True) if not np.isfinite(v)), None
+            ),  # fmt: skip
         }
 
 

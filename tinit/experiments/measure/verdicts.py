@@ -21,6 +21,7 @@ from .params import run_params
 #: The primer's numbers for item (d).
 BACKGROUND_VOCAB, BACKGROUND_D, BACKGROUND_TOTAL = 128000, 2048, 1.5e9
 
+
 def t_quantile(alpha: float, df: int, m: int = 1) -> float:
     """Two-sided Student-t quantile at level alpha (Bonferroni over m): the x with
     P(|T_df| > x) = alpha / m, by bisection on the t CDF (Simpson's rule on the density;
@@ -104,7 +105,11 @@ def law_row(df: pd.DataFrame, alpha: float) -> dict:
 
 
 def law_rows(
-    df: pd.DataFrame, gauss: pd.DataFrame, s2: float, n_el: int, alpha: float,
+    df: pd.DataFrame,
+    gauss: pd.DataFrame,
+    s2: float,
+    n_el: int,
+    alpha: float,
     deep: pd.DataFrame | None = None,
 ) -> list[dict]:
     """(a): the law with model branches at each depth the check runs (``df`` and the

@@ -244,26 +244,24 @@ def _trains(runs, names, n_seeds, floor, claims, score, initial, name, baseline)
         ).sum()
     )
     verdict = "holds" if ok == n_seeds else "fails" if ok <= n_seeds / 2 else "inconclusive"
-    return (
-        {
-            "claim": "pre-norm trains deep stacks",
-            "statement": f"pre-norm at L={claims.deep}, the high lr and no warmup trains",
-            "test": f"trains ({ok}/{n_seeds} seeds closed >= 1/2 of the gap)",
-            "a": name,
-            "b": "",
-            "a_mean": float(np.mean(sa)),
-            "a_se": standard_error(sa),
-            "a_diverged": da,
-            "b_mean": ref,
-            "b_se": math.nan,
-            "b_diverged": 0,
-            "difference": float(np.mean(closed)),
-            "difference_se": standard_error(closed),
-            "tol": 0.5,
-            "verdict": verdict,
-            "criterion": TRAINS.format(ref=ref_name) + "; difference = mean fraction of the gap closed",
-        }
-    )
+    return {
+        "claim": "pre-norm trains deep stacks",
+        "statement": f"pre-norm at L={claims.deep}, the high lr and no warmup trains",
+        "test": f"trains ({ok}/{n_seeds} seeds closed >= 1/2 of the gap)",
+        "a": name,
+        "b": "",
+        "a_mean": float(np.mean(sa)),
+        "a_se": standard_error(sa),
+        "a_diverged": da,
+        "b_mean": ref,
+        "b_se": math.nan,
+        "b_diverged": 0,
+        "difference": float(np.mean(closed)),
+        "difference_se": standard_error(closed),
+        "tol": 0.5,
+        "verdict": verdict,
+        "criterion": TRAINS.format(ref=ref_name) + "; difference = mean fraction of the gap closed",
+    }
 
 
 def _compare_rest(compare, claims: ClaimsConfig, params: dict[str, int]) -> None:

@@ -104,7 +104,6 @@ class TrainConfig:
             raise ConfigError("diverge_margin", f"must be a positive number, got {self.diverge_margin}")
 
 
-
 @dataclass(frozen=True)
 class CoordConfig:
     """The training of a coordinate check and its data (the Markov language)."""
@@ -140,5 +139,3 @@ class CoordConfig:
         eps = self.eps
         if isinstance(eps, bool) or not (isinstance(eps, int | float) and math.isfinite(eps) and eps > 0):
             raise ConfigError("eps", f"must be a positive number, got {self.eps!r}")
-
-

@@ -264,10 +264,17 @@ def coord_check_plan(
     fits (:func:`gather`). ``checked``: the grid :func:`make_grid` gave already."""
     g = checked or make_grid(model, init, run, inits, norm_positions, widths, depths, seeds, d_ff, coord)
     points = [
-        Point(coord_point,
-              {"d": p["d_model"], "n_layers": p["n_layers"], "seed": p["seed"], "init": p["scheme"],
-               "norm_position": p["norm_position"]},
-              {"model": model, "init": init, "run": run, "coord": coord, "d_ff": d_ff, **p})  # fmt: skip
+        Point(
+            coord_point,
+            {
+                "d": p["d_model"],
+                "n_layers": p["n_layers"],
+                "seed": p["seed"],
+                "init": p["scheme"],
+                "norm_position": p["norm_position"],
+            },
+            {"model": model, "init": init, "run": run, "coord": coord, "d_ff": d_ff, **p},
+        )  # fmt: skip
         for p in g.points()
     ]
 

@@ -210,7 +210,6 @@ class RunSpec:
             "warmup": self.warmup,
         }
 
-
     def checkpoint_label(self) -> str:
         """The run's name in its checkpoints' folder: every configuration value, so two
         runs of a grid never share it (``gpt2-pre-L12-d256-lr0.01-w30-seed0``)."""
