@@ -3,8 +3,9 @@
 
 - :func:`plot_stream_over_steps`: v_k / v0 against addition k, one panel per run
   (scheme and placement), one curve per saved step coloured by step (viridis: dark
-  early, yellow late) and the init-time law dashed (the cumulative law from the first
-  checkpoint's measured branch variances);
+  early, yellow late), each with the law dashed in its colour (the cumulative law from
+  that step's measured branch variances: at step 0 the init-time law, later whether
+  the trained stream is still the sum the law says);
 - :func:`plot_drift`: ||W - W0|| / ||W0|| against layer, one panel per run, one colour
   per role, the last step solid and earlier steps lighter;
 - :func:`plot_spectral`: each matrix's spectral norm against layer, per run and role, at
@@ -73,14 +74,14 @@ def plot_stream_over_steps(variance: pd.DataFrame, title: str = "") -> Figure:
             d = d.sort_values("k")
             v0 = float(d["stream_var"].iloc[0])
             y = d["stream_var"].to_numpy(float) / v0
-            ys.append(y)
+            law = d["pred_cumulative"].to_numpy(float) / v0
+            ys += [y, law]
             color = cmap(0.0) if step is None else cmap(0.9 * norm(step))
-            ax.plot(d["k"], y, color=color, lw=1.4, label=f"step {step}" if step is not None else "as saved")
-        first = df[df["step"] == _steps(df)[0]] if _steps(df)[0] is not None else df
-        first = first.sort_values("k")
-        law = first["pred_cumulative"].to_numpy(float) / float(first["stream_var"].iloc[0])
-        ax.plot(first["k"], law, color=NEUTRAL, **THEORY, label="law at the first checkpoint")
-        if wants_log(np.concatenate([*ys, law])):
+            label = f"step {step}" if step is not None else "as saved"
+            ax.plot(d["k"], y, color=color, lw=2.6, alpha=0.55, zorder=2, label=label)
+            ax.plot(d["k"], law, color=color, **THEORY)
+        ax.plot([], [], color=NEUTRAL, **THEORY, label="law at that step")
+        if wants_log(np.concatenate(ys)):
             ax.set_yscale("log")
         ax.set_title(_run_title(run, df), fontsize=FONT)
         ax.set_xlabel("addition k", fontsize=FONT)
@@ -88,8 +89,8 @@ def plot_stream_over_steps(variance: pd.DataFrame, title: str = "") -> Figure:
         ax.legend(fontsize=FONT - 1, frameon=True, framealpha=0.8, loc="best", ncol=2 if len(ys) > 4 else 1)
     suptitle(fig, title)
     note = (
-        "Dashed: the variance law (the scheme's recursion from the measured branch variances) at the "
-        "run's first checkpoint; solid: the measured stream at each saved step."
+        "Solid (thick): the measured stream at each saved step; dashed, in the step's colour: the variance "
+        "law at that step (the scheme's recursion from that step's measured branch variances)."
     )
     footnote(fig, [note])
     return fig
@@ -149,7 +150,9 @@ def plot_spectral(drift: pd.DataFrame, title: str = "") -> Figure:
                 s = _per_layer(d, "spectral_norm")
                 last = step == ends[-1]
                 ls, lw = ("-", 1.4) if last else ((0, (4, 2)), 1.0)
-                ax.plot(s.index, s.values, color=color, ls=ls, lw=lw, marker=marker if last else None, ms=3)
+                mark = marker if last or len(s) == 1 else None  # a lone point (embed) needs one
+                ax.plot(s.index, s.values, color=color, ls=ls, lw=lw, marker=mark, ms=3,
+                        mfc=color if last else "none")  # fmt: skip
             handles[role] = Line2D([], [], color=color, marker=marker, ms=3, label=role)
         where = f"step {ends[0]} dashed, {ends[-1]} solid" if len(ends) > 1 else f"step {ends[0]}"
         ax.set_title(f"{run}\n{where}", fontsize=FONT)
