@@ -39,17 +39,16 @@ def validation_only(monkeypatch) -> None:
 
     real = runner.execute
 
-    def execute(command, opts, experiment, outputs, plan=None):
-        def first_step(progress=None, on_partial=None):
+    def execute(command, opts, experiment, outputs, plan=None, wants_run_dir=False):
+        def first_step(progress=None, on_partial=None, **extra):
             def stop(done, total):
                 raise FirstStep
 
-            takes = runner._accepts(experiment, "on_partial")
-            experiment(progress=stop, **({"on_partial": on_partial} if takes else {}))
+            experiment(progress=stop, on_partial=on_partial, **extra)
             raise FirstStep  # an experiment with no step to report
 
         try:
-            real(command, opts, first_step, outputs, plan=plan)
+            real(command, opts, first_step, outputs, plan=plan, wants_run_dir=wants_run_dir)
         except FirstStep:
             raise typer.Exit(0) from None
 
