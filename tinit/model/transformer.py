@@ -78,7 +78,10 @@ class Transformer(nn.Module):
         dtype: torch.dtype = torch.float32,
         stream: bool = False,
         overlap: bool = True,
+        drawn: bool = True,
     ):
+        """``drawn=False``: the embedding, final norm and head are allocated but not drawn
+        (a caller that fills them from stored weights: audit --checkpoint)."""
         super().__init__()
         self.cfg, self.init, self.streamed, self.overlap = cfg, init, stream, overlap
         scheme, env = init.definition, environment(cfg, init, -1)
@@ -101,8 +104,10 @@ class Transformer(nn.Module):
             )
         # the embedding side is "layer -1", the final norm and head "layer L"
         for name, layer in (("embed", -1), ("pos", -1), ("final_norm", L), ("head", L)):
-            if getattr(self, name) is not None:
+            if getattr(self, name) is not None and drawn:
                 materialize(getattr(self, name), cfg, init, layer, self._device, prefix=name)
+            elif getattr(self, name) is not None:
+                setattr(self, name, to_empty(getattr(self, name), self._device))
         blocks = [] if stream else [build_block(cfg, init, i, self._device, dtype) for i in range(L)]
         self.blocks = nn.ModuleList(blocks)
         if cfg.positions == "rope":

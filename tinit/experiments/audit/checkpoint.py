@@ -96,9 +96,9 @@ class CheckpointTransformer(Transformer):
     def __init__(self, cfg: ModelConfig, init: InitConfig, files: TensorFiles, keys: dict[str, str],
                  device="cpu", dtype: torch.dtype = torch.float32,
                  on_block: OnBlock | None = None):  # fmt: skip
-        super().__init__(cfg, init, device, dtype, stream=True, overlap=False)
+        super().__init__(cfg, init, device, dtype, stream=True, overlap=False, drawn=False)
         self.files, self.keys, self.on_block = files, keys, on_block
-        top = self.state_dict()  # embed, positions, final norm, head: drawn by the init, now replaced
+        top = self.state_dict()  # embed, positions, final norm, head: allocated, not drawn; filled here
         read = files.read([keys[n] for n in top], dtype, self._device)
         with torch.no_grad():
             for name, t in top.items():
