@@ -17,7 +17,7 @@ cost no user pays).
 built and run the same way with no probe (what the model alone costs). ``--tree DIR``
 times the tinit of another checkout (a "before"), against this checkout's peer.
 ``--peer-allocator tinit`` gives the peer the glibc malloc settings tinit's console
-entry point makes (tinit/__main__.py: freed blocks under 32 MiB kept for reuse) through
+entry point makes (tinit/process.py: freed blocks under 32 MiB kept for reuse) through
 glibc's environment variables, so that the ratio compares the same allocator; the
 default runs the peer as written, on glibc's defaults.
 
@@ -55,7 +55,7 @@ def main() -> None:
         env_b = dict(env)
         if args.peer_allocator == "tinit":
             sys.path.insert(0, str(HERE.parent))  # (this checkout's settings)
-            from tinit.__main__ import MMAP_THRESHOLD, TRIM_THRESHOLD  # (no torch imported)
+            from tinit.process import MMAP_THRESHOLD, TRIM_THRESHOLD  # (no torch imported)
 
             env_b.update(
                 MALLOC_MMAP_THRESHOLD_=str(MMAP_THRESHOLD), MALLOC_TRIM_THRESHOLD_=str(TRIM_THRESHOLD)
