@@ -26,7 +26,7 @@ import sys
 #: glibc's mallopt parameters (malloc.h) and the values the console sets.
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 MMAP_THRESHOLD = 32 << 20  # glibc's own ceiling for its dynamic threshold
-TRIM_THRESHOLD = 64 << 20
+TRIM_THRESHOLD = 32 << 20
 
 _LIBC: ctypes.CDLL | None | bool = None
 
@@ -43,7 +43,7 @@ def _libc() -> ctypes.CDLL | None:
 
 
 def keep_freed_heap() -> bool:
-    """Let glibc keep freed blocks below 32 MiB in the heap for reuse (up to 64 MiB free
+    """Let glibc keep freed blocks below 32 MiB in the heap for reuse (up to 32 MiB free
     at its top) instead of handing each back to the system and faulting fresh pages in on
     the next allocation. A forward makes and frees temporaries of ~1 MiB many times per
     layer; with glibc's defaults each one past its 2 MiB trim threshold went back to the
