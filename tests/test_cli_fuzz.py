@@ -103,7 +103,10 @@ VALID = {
 }
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# 4 whole runs (seconds each, most of it the figure): the simplest call (two options at
+# their first values, the tiny run) and 3 random ones of 2-6 of the 13 options and up to 2
+# flags each, so about half of the options at a random valid value per run of the suite
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     chosen=st.lists(st.sampled_from(sorted(VALID)), min_size=2, max_size=6, unique=True),
     values=st.data(),
