@@ -175,7 +175,9 @@ def audit_source(draw) -> tuple[list[str], object]:
     return ["--hf", family, *itertools.chain.from_iterable(("--set", s) for s in sets)], None
 
 
-@settings(max_examples=20, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+# 10 whole audits (up to a second each): a model from 18 modules, 3 HF families with up to
+# 2 of 14 hostile --set values, or 7 config files, and up to 3 of the 13 options each
+@settings(max_examples=10, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     source=audit_source(),
     chosen=st.lists(st.sampled_from(sorted(AUDIT_OPTIONS)), max_size=3, unique=True),
@@ -313,8 +315,10 @@ def check_sweep(res, out: Path, argv) -> None:
     assert (res.exit_code == 0) == (counts["failed"] == 0), (argv, counts)
 
 
+# 4 sweeps (each accepted one starts a worker process, seconds): the simplest (the first
+# command's tiny grid, one worker) and 3 of a random command with up to 3 of the 9 options
 @settings(
-    max_examples=6,
+    max_examples=4,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
