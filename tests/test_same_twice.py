@@ -40,7 +40,19 @@ GPT2 = ["--hf", "gpt2", *[x for s in ("n_layer=2", "n_embd=32", "n_head=2", "voc
 RUNS = {
     "variance": ["variance", *M, "--layers", "2", "--init", "gpt2,mup"],
     "grad-norms": ["grad-norms", *M, "--layers", "2"],
-    "depth-sweep": ["depth-sweep", *M, "--layers", "2,3", "--seeds", "2", "--transfer-from", "2"],
+    # pre-norm only: the weights and tokens are drawn per seed, layer and scheme, not per
+    # placement, so the post-norm half of the grid draws nothing the pre-norm half does not
+    "depth-sweep": [
+        "depth-sweep",
+        *M,
+        "--layers",
+        "2,3",
+        "--seeds",
+        "2",
+        "--transfer-from",
+        "2",
+        "--pre-norm",
+    ],
     "attention-scale": [
         "attention-scale",
         "--heads",
