@@ -82,6 +82,7 @@ def test_no_call_ends_in_a_traceback(tmp_path, stop_at_first_step, chosen, value
         assert res.exit_code in (1, 2)
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("Error:"), (argv, res.stderr)
+        assert "internal error" not in lines[0], (argv, lines[0])  # a bug, not a refusal
 
 
 #: Valid values only: every example of the run fuzz is a whole run. The extremes

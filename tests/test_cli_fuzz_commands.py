@@ -118,6 +118,7 @@ def test_no_command_ends_in_a_traceback(tmp_path, stop_at_first_step, command, c
         assert res.exit_code in (1, 2), argv
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("Error:"), (argv, res.stderr)
+        assert "internal error" not in lines[0], (argv, lines[0])  # a bug, not a refusal
 
 
 #: Valid values only, per command where it takes them: every run-fuzz example is a whole run.
