@@ -362,6 +362,7 @@ def test_sweep_with_a_fault_in_a_worker(tmp_path, monkeypatch, fault):
         "1,2,4,8",
         "--seeds",
         "2",
+        "--pre-norm",  # 16 points
         "--no-grads",
         "--workers",
         "2",
