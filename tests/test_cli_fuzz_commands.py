@@ -44,7 +44,15 @@ TINY = {
         "--eval-batches": "1",
     },
     "inits": {"--layers": "2", "--d-model": "16", "--heads": "2"},
-    "coord-check": {**TINY_MODEL, "--d-model": "16,32", "--layers": "1", "--steps": "1", "--seeds": "1"},
+    # one scheme: coord-check draws a figure per scheme beside its summary (gpt2,mup: 3 of them)
+    "coord-check": {
+        **TINY_MODEL,
+        "--d-model": "16,32",
+        "--layers": "1",
+        "--steps": "1",
+        "--seeds": "1",
+        "--init": "mup",
+    },
 }
 #: The commands fuzzed in depth elsewhere.
 ELSEWHERE = {"variance": "test_cli_fuzz.py", "audit": "test_cli_fuzz_audit_sweep.py",
