@@ -146,6 +146,11 @@ VALID = {
 }
 
 
+#: (command, option, value) that fails today, left out of the random draws: each has a
+#: strict xfail test below (which fails once the bug is fixed: then remove both).
+KNOWN_BUGS = {("coord-check", "--sigma", "1e30")}
+
+
 def _takes(command: str) -> list[str]:
     params = get_command(app).commands[command].params
     names = {o for p in params for o in p.opts}
@@ -157,15 +162,16 @@ def test_valid_calls_run_end_to_end(tmp_path, command):
     """One whole run per command (a run is seconds, most of it the figure), its valid
     options drawn at random: up to three of those the command takes, each a random valid
     value. Hypothesis would spend the first example on the simplest call, the command's
-    tiny arguments alone, which tests/test_same_twice.py already runs whole for every
-    command; a failure's message has the argv to rerun."""
+    tiny arguments alone, which tests/test_same_twice.py (or, for the sweepable commands,
+    tests/test_sweep_equals_run.py) already runs whole; a failure's message has the argv
+    to rerun."""
     seed = random.randrange(2**32)
     rng = random.Random(seed)
     takes = _takes(command)
     chosen = rng.sample(takes, rng.randint(0, min(3, len(takes))))
     args = dict(TINY[command])
     for opt in chosen:
-        args[opt] = rng.choice(VALID[opt])
+        args[opt] = rng.choice([v for v in VALID[opt] if (command, opt, v) not in KNOWN_BUGS])
     out = tmp_path / "run"
     argv = [command, *itertools.chain.from_iterable(args.items()), "--out", str(out), "-q"]
     res = runner.invoke(app, argv)
@@ -176,3 +182,18 @@ def test_valid_calls_run_end_to_end(tmp_path, command):
     assert list(out.glob("*.csv")), argv
     if command != "inits":  # the catalogue is a table and a CSV, no figure
         assert list(out.glob("*.png")) + list(out.glob("*.svg")), argv
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="coord-check's figure at non-finite numbers: 'cannot draw the plots: internal error: "
+    "ValueError: Data cannot be log-scaled because all values are <= 0', exit 1",
+)
+def test_coord_check_with_non_finite_numbers_draws_its_figure(tmp_path):
+    """Found by the run fuzz (and by tests/test_cli_fuzz_audit_sweep.py's sweep fuzz): at
+    --sigma 1e30 every number is non-finite, which the CSVs flag, but the figure raises."""
+    out = tmp_path / "run"
+    argv = ["coord-check", *itertools.chain.from_iterable(TINY["coord-check"].items()), "--sigma", "1e30"]
+    res = runner.invoke(app, [*argv, "--out", str(out), "-q"])
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "config.json").read_text())["complete"] is True
