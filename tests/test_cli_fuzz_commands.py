@@ -10,6 +10,7 @@ command whole, writing every file."""
 
 import itertools
 import json
+import random
 
 import pytest
 from helpers import validation_only
@@ -43,7 +44,15 @@ TINY = {
         "--eval-batches": "1",
     },
     "inits": {"--layers": "2", "--d-model": "16", "--heads": "2"},
-    "coord-check": {**TINY_MODEL, "--d-model": "16,32", "--layers": "1", "--steps": "1", "--seeds": "1"},
+    # one scheme: coord-check draws a figure per scheme beside its summary (gpt2,mup: 3 of them)
+    "coord-check": {
+        **TINY_MODEL,
+        "--d-model": "16,32",
+        "--layers": "1",
+        "--steps": "1",
+        "--seeds": "1",
+        "--init": "mup",
+    },
 }
 #: The commands fuzzed in depth elsewhere.
 ELSEWHERE = {"variance": "test_cli_fuzz.py", "audit": "test_cli_fuzz_audit_sweep.py",
@@ -94,7 +103,9 @@ def stop_at_first_step(monkeypatch):
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# 12 examples of up to 4 of the 26 options and 2 flags each: about one draw of each option per
+# command per run of the suite (each example is cheap: it stops at the first step)
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     chosen=st.lists(st.sampled_from(sorted(OPTIONS)), max_size=4, unique=True),
     values=st.data(),
@@ -115,6 +126,7 @@ def test_no_command_ends_in_a_traceback(tmp_path, stop_at_first_step, command, c
         assert res.exit_code in (1, 2), argv
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("Error:"), (argv, res.stderr)
+        assert "internal error" not in lines[0], (argv, lines[0])  # a bug, not a refusal
 
 
 #: Valid values only, per command where it takes them: every run-fuzz example is a whole run.
@@ -132,10 +144,11 @@ VALID = {
     "--rows": ["4,8"],
     "--reference-total": ["1e6"],
 }
-RUNS = {
-    "grad-norms": 2, "depth-sweep": 2, "attention-scale": 2, "params": 2, "norms": 1, "check": 1, "train": 1,
-    "lr-sweep": 1, "claims": 1, "inits": 2, "coord-check": 1,
-}  # fmt: skip
+
+
+#: (command, option, value) that fails today, left out of the random draws: each has a
+#: strict xfail test below (which fails once the bug is fixed: then remove both).
+KNOWN_BUGS = {("coord-check", "--sigma", "1e30")}
 
 
 def _takes(command: str) -> list[str]:
@@ -146,23 +159,41 @@ def _takes(command: str) -> list[str]:
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_valid_calls_run_end_to_end(tmp_path, command):
+    """One whole run per command (a run is seconds, most of it the figure), its valid
+    options drawn at random: up to three of those the command takes, each a random valid
+    value. Hypothesis would spend the first example on the simplest call, the command's
+    tiny arguments alone, which tests/test_same_twice.py (or, for the sweepable commands,
+    tests/test_sweep_equals_run.py) already runs whole; a failure's message has the argv
+    to rerun."""
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)
     takes = _takes(command)
+    chosen = rng.sample(takes, rng.randint(0, min(3, len(takes))))
+    args = dict(TINY[command])
+    for opt in chosen:
+        args[opt] = rng.choice([v for v in VALID[opt] if (command, opt, v) not in KNOWN_BUGS])
+    out = tmp_path / "run"
+    argv = [command, *itertools.chain.from_iterable(args.items()), "--out", str(out), "-q"]
+    res = runner.invoke(app, argv)
+    # check exits 1 when a claim fails (e.g. at sigma 1e30), after writing everything
+    assert res.exit_code == 0 or (command == "check" and res.exit_code == 1), (seed, argv, res.output)
+    doc = json.loads((out / "config.json").read_text())
+    assert doc["complete"] is True, argv
+    assert list(out.glob("*.csv")), argv
+    if command != "inits":  # the catalogue is a table and a CSV, no figure
+        assert list(out.glob("*.png")) + list(out.glob("*.svg")), argv
 
-    @settings(max_examples=RUNS[command], deadline=None, database=None)
-    @given(chosen=st.lists(st.sampled_from(takes), max_size=3, unique=True), values=st.data())
-    def run(chosen, values):
-        args = dict(TINY[command])
-        for opt in chosen:
-            args[opt] = values.draw(st.sampled_from(VALID[opt]), label=opt)
-        out = tmp_path / f"run{next(_counter)}"
-        argv = [command, *itertools.chain.from_iterable(args.items()), "--out", str(out), "-q"]
-        res = runner.invoke(app, argv)
-        # check exits 1 when a claim fails (e.g. at sigma 1e30), after writing everything
-        assert res.exit_code == 0 or (command == "check" and res.exit_code == 1), (argv, res.output)
-        doc = json.loads((out / "config.json").read_text())
-        assert doc["complete"] is True, argv
-        assert list(out.glob("*.csv")), argv
-        if command != "inits":  # the catalogue is a table and a CSV, no figure
-            assert list(out.glob("*.png")) + list(out.glob("*.svg")), argv
 
-    run()
+@pytest.mark.xfail(
+    strict=True,
+    reason="coord-check's figure at non-finite numbers: 'cannot draw the plots: internal error: "
+    "ValueError: Data cannot be log-scaled because all values are <= 0', exit 1",
+)
+def test_coord_check_with_non_finite_numbers_draws_its_figure(tmp_path):
+    """Found by the run fuzz (and by tests/test_cli_fuzz_audit_sweep.py's sweep fuzz): at
+    --sigma 1e30 every number is non-finite, which the CSVs flag, but the figure raises."""
+    out = tmp_path / "run"
+    argv = ["coord-check", *itertools.chain.from_iterable(TINY["coord-check"].items()), "--sigma", "1e30"]
+    res = runner.invoke(app, [*argv, "--out", str(out), "-q"])
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "config.json").read_text())["complete"] is True

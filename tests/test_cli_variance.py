@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 import torch
-from helpers import assert_one_line_error
+from helpers import assert_one_line_error, validation_only
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -42,10 +42,17 @@ def test_writes_csvs_plot_and_config(tmp_path):
 
 def test_default_run_folder_is_new_each_time(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    a, b = invoke("-q"), invoke("-q")
-    assert a.exit_code == 0 and b.exit_code == 0
-    pa, pb = a.stdout.strip(), b.stdout.strip()
-    assert pa != pb and pa.startswith("results/variance/") and (tmp_path / pb / "variance.csv").is_file()
+    with monkeypatch.context() as mp:  # the first run claims its folder and stops there
+        validation_only(mp)
+        a = invoke("-q")
+    assert a.exit_code == 0, a.output
+    (first,) = (tmp_path / "results" / "variance").iterdir()
+    assert (first / "config.json").is_file()  # claimed, and kept
+    b = invoke("-q")
+    assert b.exit_code == 0, b.output
+    pb = b.stdout.strip()
+    assert pb.startswith("results/variance/") and tmp_path / pb != first
+    assert (tmp_path / pb / "variance.csv").is_file()
 
 
 def test_out_never_overwrites(tmp_path):

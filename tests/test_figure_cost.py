@@ -7,30 +7,37 @@ import sys
 
 SCRIPT = """
 import io, sys, hashlib
-from tinit.experiments.measure.variance import run_variance
-from tinit.model.config import InitConfig, ModelConfig, RunConfig
+import pandas as pd
 from tinit.results import mathtext_cache
 from tinit.results.plots import plot_variance
 if sys.argv[1] == "shared":
     assert mathtext_cache.install()
-model = ModelConfig(n_layers=3, d_model=32, n_heads=2, vocab_size=64, max_seq_len=16)
-res = run_variance(model, InitConfig(), RunConfig(batch=2, seq_len=16, device="cpu"))
+frame = pd.read_csv(io.StringIO(sys.stdin.read()))
 for _ in range(2):  # the second figure is where a shared cache answers everything
     buf = io.BytesIO()
-    plot_variance(res["variance"], "L=3 $v_k$").savefig(buf, format="png", dpi=200, bbox_inches="tight")
+    plot_variance(frame, "L=3 $v_k$").savefig(buf, format="png", dpi=200, bbox_inches="tight")
     print(hashlib.sha256(buf.getvalue()).hexdigest())
 """
 
 
-def test_shared_mathtext_cache_draws_the_same_bytes(capsys):
-    """matplotlib as it is (a fresh process) against the shared cache (here)."""
+def test_shared_mathtext_cache_draws_the_same_bytes(capsys, monkeypatch):
+    """matplotlib as it is (a fresh process) against the shared cache (here), both drawing
+    one measured variance frame (handed to the child as CSV: it imports no torch)."""
+    import io
+
+    from tinit.experiments.measure.variance import run_variance
+    from tinit.model.config import InitConfig, ModelConfig, RunConfig
+
+    model = ModelConfig(n_layers=3, d_model=32, n_heads=2, vocab_size=64, max_seq_len=16)
+    res = run_variance(model, InitConfig(), RunConfig(batch=2, seq_len=16, device="cpu"))
+    csv = res["variance"].to_csv(index=False)
     cmd = [sys.executable, "-c", SCRIPT, "plain"]
-    plain = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300).stdout.split()
-    sys.argv, argv = ["-c", "shared"], sys.argv
-    try:
-        exec(compile(SCRIPT, "<figure script>", "exec"), {})
-    finally:
-        sys.argv = argv
+    plain = subprocess.run(
+        cmd, input=csv, capture_output=True, text=True, check=True, timeout=300
+    ).stdout.split()
+    monkeypatch.setattr(sys, "argv", ["-c", "shared"])
+    monkeypatch.setattr(sys, "stdin", io.StringIO(csv))
+    exec(compile(SCRIPT, "<figure script>", "exec"), {})
     shared = capsys.readouterr().out.split()
     assert len(plain) == 2 and plain == shared
 

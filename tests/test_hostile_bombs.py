@@ -404,9 +404,14 @@ def test_sighup_to_a_sweeps_process_group_prints_no_traceback(tmp_path):
     assert proc.returncode == 1, stderr
     assert "Traceback" not in stderr and "resource_tracker" not in stderr, stderr
     assert "stopped by SIGHUP" in stderr and stdout.strip() == str(out)
+    assert f"tinit sweep --resume {out}" in stderr
     doc = json.loads((out / "config.json").read_text())
-    assert doc["complete"] is False and "SIGHUP" in doc["error"]
-    assert doc["sweep"]["counts"]["done"] >= 2
+    assert doc["complete"] is False and doc["error"].startswith("stopped by SIGHUP")
+    counts = doc["sweep"]["counts"]
+    assert counts["queued"] == counts["running"] == 0 and counts["done"] >= 2 and counts["failed"] > 0
+    # the finished points merged: a row each, and the figure
+    assert (out / "depth_sweep.csv").read_text().count("\n") - 1 == counts["done"]
+    assert (out / "depth_sweep.png").is_file()
     deadline = time.time() + 10
     while _group(proc.pid) and time.time() < deadline:
         time.sleep(0.1)

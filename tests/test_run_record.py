@@ -45,11 +45,18 @@ def test_format_pdf_alone_still_writes_the_png(tmp_path):
     assert not (out / "variance.svg").exists()
 
 
-def test_config_json_is_result_meta_plus_the_invocation(tmp_path):
-    out = tmp_path / "run"
+@pytest.fixture(scope="module")
+def grid_run(tmp_path_factory):
+    """`variance` over its default grid (2 schemes x 2 placements), run once for the tests
+    of its config.json."""
+    out = tmp_path_factory.mktemp("grid") / "run"
     res = runner.invoke(app, ["variance", *TINY, "--threads", "1", "-o", str(out)])
     assert res.exit_code == 0, res.output
-    cfg = _config(out)
+    return out
+
+
+def test_config_json_is_result_meta_plus_the_invocation(grid_run):
+    cfg = _config(grid_run)
     meta = run_variance(
         ModelConfig(n_layers=2, d_model=16, n_heads=2, vocab_size=32, max_seq_len=8),
         InitConfig(),
@@ -61,10 +68,8 @@ def test_config_json_is_result_meta_plus_the_invocation(tmp_path):
         assert cfg[key] == meta[key], key
 
 
-def test_grid_is_recorded_as_the_grid(tmp_path):
-    out = tmp_path / "run"
-    assert runner.invoke(app, ["variance", *TINY, "-o", str(out)]).exit_code == 0
-    cfg = _config(out)
+def test_grid_is_recorded_as_the_grid(grid_run, tmp_path):
+    cfg = _config(grid_run)
     grid = [["naive", "pre"], ["scaled", "pre"], ["naive", "post"], ["scaled", "post"]]
     assert cfg["configurations"] == grid
     assert cfg["init"]["scheme"] == ["naive", "scaled"]

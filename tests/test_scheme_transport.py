@@ -1,22 +1,20 @@
-"""A user's scheme travels with the run's config: it pickles, equals itself after the
-trip, and `tinit sweep variance --init-file` (points in spawned workers, which share no
-memory with the command) writes the same CSVs as `tinit variance --init-file`."""
+"""A user's scheme travels with the run's config: it pickles and equals itself after the
+trip. (That `tinit sweep COMMAND --init-file` (points in worker processes, which share no
+memory with the command) writes the same CSVs as `tinit COMMAND --init-file`, with the
+reference page's example scheme: tests/test_sweep_equals_run.py, every sweepable command.)"""
 
 import pickle
 import re
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from tinit.cli import app
 from tinit.model.catalogue import CATALOGUE
 from tinit.model.config import InitConfig
 from tinit.model.formula import FormulaError
 from tinit.model.scheme_file import load_scheme, parse_scheme
 
 ROOT = Path(__file__).resolve().parents[1]
-runner = CliRunner()
 
 
 def _readme_toml(tmp_path) -> Path:
@@ -49,16 +47,5 @@ def test_toml_errors_are_the_librarys_own_type(tmp_path):
         load_scheme(tmp_path / "missing.toml")
 
 
-def test_sweep_with_an_init_file_equals_the_command(tmp_path):
-    path = _readme_toml(tmp_path)
-    shape = ["--layers", "3", "--d-model", "32", "--heads", "2", "--seq-len", "8", "--batch", "2",
-             "--vocab", "64",
-             "--init-file", str(path), "--init", "per-layer-gpt2,naive"]  # fmt: skip
-    sw = runner.invoke(
-        app, ["sweep", "variance", "--workers", "1", *shape, "-q", "--out", str(tmp_path / "s")]
-    )
-    assert sw.exit_code == 0, sw.output
-    one = runner.invoke(app, ["variance", *shape, "-q", "--out", str(tmp_path / "v")])
-    assert one.exit_code == 0, one.output
-    for stem in ("variance", "summary"):
-        assert (tmp_path / "s" / f"{stem}.csv").read_bytes() == (tmp_path / "v" / f"{stem}.csv").read_bytes()
+# `tinit sweep --init-file` equal to the command with the same file (the reference page's
+# example scheme, through real worker processes and a SLURM task): tests/test_sweep_equals_run.py

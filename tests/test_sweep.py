@@ -25,7 +25,19 @@ from tinit.sweep.folder import point_dir, point_done
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
 TINY = ["--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]
-ACCEPT = ["depth-sweep", "--layers", "4,8,16", "--seeds", "2", "--no-grads", *TINY, "--device", "cpu"]
+#: 12 points: 2 schemes x pre-norm x 3 depths x 2 seeds
+ACCEPT = [
+    "depth-sweep",
+    "--layers",
+    "4,8,16",
+    "--seeds",
+    "2",
+    "--pre-norm",
+    "--no-grads",
+    *TINY,
+    "--device",
+    "cpu",
+]
 STEMS = ("depth_sweep", "depth_sweep_summary", "depth_sweep_fit")
 
 
@@ -54,7 +66,7 @@ def test_local_pool_gives_the_single_process_csvs(tmp_path, reference, monkeypat
     assert (out / "depth_sweep.png").is_file()
     cfg = json.loads((out / "config.json").read_text())
     sweep = cfg["sweep"]
-    assert cfg["complete"] is True and sweep["executor"] == "local" and sweep["counts"]["done"] == 24
+    assert cfg["complete"] is True and sweep["executor"] == "local" and sweep["counts"]["done"] == 12
     assert sweep["runs"][0]["options"]["workers"] == 2
     assert sweep["runs"][0]["options"]["pinned_gpus"] == ["0", "1"]
     gpu_of: dict[int, set] = {}
@@ -66,7 +78,7 @@ def test_local_pool_gives_the_single_process_csvs(tmp_path, reference, monkeypat
     assert sorted(g for gpus in gpu_of.values() for g in gpus) == ["0", "1"]  # one GPU each
 
     # one point missing, one failed: --resume runs those two only, keeps the failed attempt
-    shutil.rmtree(point_dir(out, "L8-seed1-naive-post"))
+    shutil.rmtree(point_dir(out, "L8-seed1-naive-pre"))
     rec_path = point_dir(out, "L16-seed0-scaled-pre") / "config.json"
     rec = json.loads(rec_path.read_text())
     rec_path.write_text(json.dumps({**rec, "complete": False, "error": "marked failed by the test"}))
@@ -74,8 +86,8 @@ def test_local_pool_gives_the_single_process_csvs(tmp_path, reference, monkeypat
     assert res.exit_code == 0, res.output
     same_csvs(out, reference)
     sweep = json.loads((out / "config.json").read_text())["sweep"]
-    assert sorted(sweep["runs"][1]["points"]) == ["L16-seed0-scaled-pre", "L8-seed1-naive-post"]
-    assert sweep["runs"][1]["options"]["workers"] == 1 and sweep["counts"]["done"] == 24
+    assert sorted(sweep["runs"][1]["points"]) == ["L16-seed0-scaled-pre", "L8-seed1-naive-pre"]
+    assert sweep["runs"][1]["options"]["workers"] == 1 and sweep["counts"]["done"] == 12
     kept = json.loads((out / "points" / "L16-seed0-scaled-pre.attempt-1" / "config.json").read_text())
     assert kept["error"] == "marked failed by the test"
 
@@ -86,12 +98,12 @@ def test_dry_run_prints_the_sbatch_script_and_writes_nothing(tmp_path):
     res = runner.invoke(app, [
         "sweep", *ACCEPT, "--executor", "slurm", "--dry-run", "--partition", "gpu", "--gpus-per-job", "1",
         "--cpus-per-job", "4", "--mem", "16G", "--time", "10", "--array-parallelism", "3",
-        "--account", "lab", "--qos", "high", "--slurm-arg", "constraint=a100", "--points-per-job", "4",
+        "--account", "lab", "--qos", "high", "--slurm-arg", "constraint=a100", "--points-per-job", "2",
         "--out", str(out),
     ])  # fmt: skip
     assert res.exit_code == 0, res.output
     s = res.stdout
-    assert "24 points" in s and "L4-seed0-naive-pre" in s and "6 tasks" in s
+    assert "12 points" in s and "L4-seed0-naive-pre" in s and "6 tasks" in s
     for line in ("#SBATCH --array=0-5%3", "#SBATCH --partition=gpu", "#SBATCH --gpus-per-node=1",
                  "#SBATCH --cpus-per-task=4", "#SBATCH --mem=16G", "#SBATCH --time=10",
                  "#SBATCH --account=lab", "#SBATCH --qos=high", "#SBATCH --constraint=a100",
@@ -127,13 +139,13 @@ def test_bad_sweep_options_are_one_line_errors(tmp_path, args, option):
 
 
 def test_slurm_array_cancel_one_task_then_resume(tmp_path, reference, slurm_cluster, monkeypatch):
-    """Two array tasks of 12 points; task 1 is scancel'ed as soon as it runs. Task 0's
+    """Two array tasks of 6 points; task 1 is scancel'ed as soon as it runs. Task 0's
     points are kept (their rows equal the single-process run's), task 1's unfinished
     ones are failed as cancelled, and --resume runs only those and gives the
     single-process CSVs byte for byte."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the tasks' threads, as the reference's
     out = tmp_path / "run"
-    args = ["sweep", *ACCEPT, "--executor", "slurm", "--points-per-job", "12", "--time", "5"]
+    args = ["sweep", *ACCEPT, "--executor", "slurm", "--points-per-job", "6", "--time", "5"]
     args += ["--out", str(out)]
     first: dict = {}
     sweep = threading.Thread(target=lambda: first.update(res=runner.invoke(app, [*args, "-q"])))
@@ -156,7 +168,7 @@ def test_slurm_array_cancel_one_task_then_resume(tmp_path, reference, slurm_clus
     points = json.loads((out / "config.json").read_text())["sweep"]["points"]
     failed = [n for n, p in points.items() if p["state"] == "failed"]
     done = [n for n, p in points.items() if p["state"] == "done"]
-    assert failed and len(done) + len(failed) == 24 and len(done) >= 12
+    assert failed and len(done) + len(failed) == 12 and len(done) >= 6
     for n in failed:
         assert points[n]["job_id"] == cancelled and "cancelled" in points[n]["reason"], points[n]
         assert "CANCELLED" in points[n]["reason"]
@@ -171,7 +183,7 @@ def test_slurm_array_cancel_one_task_then_resume(tmp_path, reference, slurm_clus
     assert res.exit_code == 0, res.output
     same_csvs(out, reference)
     cfg = json.loads((out / "config.json").read_text())
-    assert cfg["complete"] is True and cfg["sweep"]["counts"]["done"] == 24
+    assert cfg["complete"] is True and cfg["sweep"]["counts"]["done"] == 12
     assert len(cfg["sweep"]["job_ids"]) == 2 and cfg["sweep"]["runs"][1]["points"] == failed
-    assert cfg["sweep"]["runs"][1]["options"]["points_per_job"] == 12  # the recorded options, reused
+    assert cfg["sweep"]["runs"][1]["options"]["points_per_job"] == 6  # the recorded options, reused
     assert (out / "previous" / "1" / "config.json").is_file()  # the incomplete merge is kept, not overwritten

@@ -3,16 +3,18 @@
 on a real one-node cluster) writes the very CSVs `tinit COMMAND ARGS` writes in this
 process, byte for byte (less the wall-clock columns, which no two runs share), and the
 same non-finite counts in config.json. Each command runs its tiny grid: a user's scheme
-from --init-file and schemes whose branches pass no gradient (rezero, zero-out) where the
-command takes them, whose empty (not applicable) cells must come back empty from the
-points' CSVs. The figures are left out on both sides (drawing them is most of these
-tiny runs' time; tests/test_sweep.py checks a sweep's figure)."""
+from --init-file (docs/reference/inits.md's example) and schemes whose branches pass no
+gradient (rezero, zero-out) where the command takes them, whose empty (not applicable)
+cells must come back empty from the points' CSVs. The figures are left out on both sides
+(drawing them is most of these tiny runs' time; tests/test_sweep.py checks a sweep's
+figure)."""
 
 import json
 import re
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 from typer.testing import CliRunner
 
 import tinit.cli.runner
@@ -22,8 +24,10 @@ from tinit.cli.registry import SWEEPABLE
 
 runner = CliRunner()
 SIZE = ["--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "16", "--device", "cpu"]
-USER = 'name = "mine"\n[roles]\no = "sigma / sqrt(2 * (l + 1))"\n'
-SCHEMES = ["--init", "naive,rezero,zero-out,mine", "--init-file", "{scheme_file}"]
+#: the user's scheme: docs/reference/inits.md's --init-file example (per-layer std, a
+#: truncated and a uniform role, its own structure), which must reach the workers whole
+USER = re.search(r"```toml\n(.*?)```", (ROOT / "docs" / "reference" / "inits.md").read_text(), re.S).group(1)
+SCHEMES = ["--init", "naive,rezero,zero-out,per-layer-gpt2", "--init-file", "{scheme_file}"]
 #: each sweepable command's tiny grid, and its number of points
 CASES = {
     "depth-sweep": (
@@ -36,7 +40,7 @@ CASES = {
             "--seeds",
             "2",
             "--init",
-            "naive,mine",
+            "naive,per-layer-gpt2",
             "--init-file",
             "{scheme_file}",
             "--pre-norm",
@@ -146,7 +150,16 @@ def test_a_local_sweep_writes_the_single_runs_csvs(tmp_path, single, monkeypatch
     _same_run(single(command), tmp_path / "s", CASES[command][1])
 
 
-@pytest.mark.parametrize("command", SWEEPABLE)
+#: The SLURM backend end to end (a real sbatch array, its points merged): one command
+#: here, the one whose grid carries a user's --init-file scheme and not-applicable cells
+#: through the tasks; tests/test_sweep.py runs depth-sweep as a real array (a task
+#: cancelled, --resume, the merged CSVs equal to the single run's). The sweep's points run
+#: one code path whatever the executor (tinit.sweep.worker), which the local sweeps above
+#: run for every command. (Each sbatch round trip costs seconds.)
+SLURM_CASES = ["variance"]
+
+
+@pytest.mark.parametrize("command", SLURM_CASES)
 def test_a_slurm_sweep_writes_the_single_runs_csvs(tmp_path, single, slurm_cluster, monkeypatch, command):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     n = CASES[command][1]
