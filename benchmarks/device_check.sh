@@ -116,7 +116,7 @@ else
 fi
 
 step "tinit coord-check ${COORD_SIZE[*]}"
-if "$PY" -m tinit coord-check --help > /dev/null 2>&1; then
+if [ -f tinit/cli/coord_check.py ]; then  # (not `tinit coord-check --help`: an interpreter start)
     check coord-check 75 "$PY" -m tinit coord-check "${COORD_SIZE[@]}" --init gpt2,mup -q \
         --out "$WORK/coord"
     cp "$WORK/coord/coord_check.png" "$OUT/" 2>/dev/null
