@@ -83,12 +83,19 @@ def _model_and_roles(scheme: str, seed: int = 1):
     return model, sites, classify_roles(model, sites, tr, CFG.vocab_size), tokens
 
 
+@pytest.fixture(scope="module")
+def naive_audited():
+    """One naive model, its sites and roles, for every scheme's re-draw below: the re-draw
+    is of a deep copy, and each test asserts the original is untouched."""
+    return _model_and_roles("naive")
+
+
 @pytest.mark.parametrize("scheme", names())
-def test_audit_init_draws_each_schemes_own_distribution(scheme):
+def test_audit_init_draws_each_schemes_own_distribution(naive_audited, scheme):
     """`audit --init SCHEME` re-initialises a naive model by the scheme: its twin passes
     the scheme's own audit, and its weights have the scheme's shape: a uniform's max is
     sqrt(3) std (no normal tail), a truncated normal stays inside its bound, a zero is 0."""
-    model, sites, roles, tokens = _model_and_roles("naive")
+    model, sites, roles, tokens = naive_audited
     scheme = Expectation(scheme, 0.02, 0.02, f"tinit {scheme}")
     res = run_audit(model, sites, roles, tokens, Expectation("naive", 0.02, 0.02, "n"), scheme, grads=False)
     assert res.meta["recipe_weights_deviating"] == 0, scheme
