@@ -81,28 +81,36 @@ def test_checkpoint_files_listed_and_complete(trained):
         writer(0, listed[0]["run"], fresh, {})
 
 
-@pytest.mark.parametrize("scheme,position", [("gpt2", "pre"), ("naive", "post")])
-def test_step0_audit_gives_variance_numbers(trained, scheme, position):
-    """Done-when: the step-0 checkpoint, audited, gives `tinit variance`'s stream variances
-    for the same model and tokens."""
-    d = trained[0]
-    found = find_checkpoints(d)
-    res = run_checkpoint_audit(found, AUDIT_RUN, CPU, torch.float32)
-    ck = next(c for c in found.checkpoints if c.step == 0 and c.run.startswith(f"{scheme}-{position}-"))
+def assert_step0_is_variance(found, ck, run=AUDIT_RUN):
+    """The audit of ``found`` gives, for its step-0 checkpoint ``ck``, the stream variances
+    `tinit variance` gives for the model and scheme of ``ck``'s JSON on the same tokens
+    (the run's seed): to float precision, at every one of the 2L + 1 points. Returns the
+    audit's variance frame."""
+    res = run_checkpoint_audit(found, run, CPU, torch.float32)
     cfg = ModelConfig(**{**ck.info["model"], "user_set": tuple(ck.info["model"]["user_set"])})
-    ref = run_variance(
-        cfg, InitConfig(scheme=scheme, seed=3), AUDIT_RUN, inits=[scheme], norm_positions=[position]
-    )
+    scheme, seed = ck.info["init"]["scheme"], ck.info["init"]["seed"]
+    ref = run_variance(cfg, InitConfig(scheme=scheme, seed=seed), run, inits=[scheme],
+                       norm_positions=[cfg.norm_position])  # fmt: skip
     got = res["variance"]
     got = got[(got["run"] == ck.run) & (got["step"] == 0)].sort_values("k")
     want = ref["variance"].sort_values("k")
-    assert len(got) == 2 * 3 + 1
+    assert len(got) == 2 * cfg.n_layers + 1
     for col in ("stream_var", "branch_var", "pred_cumulative", "pred_closed"):
         np.testing.assert_allclose(
             got[col].to_numpy(float), want[col].to_numpy(float), rtol=1e-6, equal_nan=True
         )
+    return res["variance"], want
+
+
+@pytest.mark.parametrize("scheme,position", [("gpt2", "pre"), ("naive", "post")])
+def test_step0_audit_gives_variance_numbers(trained, scheme, position):
+    """Done-when: the step-0 checkpoint, audited, gives `tinit variance`'s stream variances
+    for the same model and tokens."""
+    found = find_checkpoints(trained[0])
+    ck = next(c for c in found.checkpoints if c.step == 0 and c.run.startswith(f"{scheme}-{position}-"))
+    variance, want = assert_step0_is_variance(found, ck)
     # the later steps moved: their stream is not the init's
-    later = res["variance"][(res["variance"]["run"] == ck.run) & (res["variance"]["step"] == 12)]
+    later = variance[(variance["run"] == ck.run) & (variance["step"] == 12)]
     assert not np.allclose(
         later.sort_values("k")["stream_var"].to_numpy(float), want["stream_var"].to_numpy(float)
     )
