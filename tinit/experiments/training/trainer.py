@@ -224,8 +224,12 @@ class RunSpec:
     def checkpoint_info(self, train: TrainConfig) -> dict[str, Any]:
         """What a checkpoint's JSON says besides its step: the model config, the init
         (scheme, seed, sigma, ...), the run's labels and the training settings, enough
-        to rebuild the model and, from the seed, its weights at step 0."""
-        return {"model": self.model.to_dict(), "init": self.init.to_dict(), "labels": self.labels(),
+        to rebuild the model and, from the seed, its weights at step 0. A user's scheme
+        (``--init-file``) comes with the TOML text it was read from (``init.schemes[i].toml``)."""
+        init = self.init.to_dict()
+        for entry, s in zip(init["schemes"], self.init.schemes, strict=True):
+            entry["toml"] = s.toml
+        return {"model": self.model.to_dict(), "init": init, "labels": self.labels(),
                 "train": asdict(train), "format": "tinit-checkpoint-1"}  # fmt: skip
 
 
