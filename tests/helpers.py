@@ -57,3 +57,34 @@ def validation_only(monkeypatch) -> None:
     for name, module in list(sys.modules.items()):
         if name.startswith("tinit.cli.") and getattr(module, "execute", None) is real:
             monkeypatch.setattr(module, "execute", execute)
+
+
+def figures_built_not_saved(monkeypatch) -> None:
+    """Every figure a command builds is built (its plot function runs to the end), then
+    not rendered: the files it would write are created empty. For tests that assert on a
+    run's CSVs and exit code, where the 200-dpi PNG is most of the time (about 1 s a
+    figure); the same figures are drawn, and held to the reader's rules, by
+    tests/test_reader_rules.py and the plot tests."""
+    from pathlib import Path
+
+    from tinit.results import plots
+
+    def save_figure(fig, run_dir, stem, formats=("png",)):
+        paths = [Path(run_dir) / f"{stem}.{fmt}" for fmt in formats]
+        for path in paths:
+            path.touch()
+        return paths
+
+    monkeypatch.setattr(plots, "save_figure", save_figure)
+
+
+def final_result_only(monkeypatch) -> None:
+    """No result so far after each unit (driver.Run.partial does nothing): for tests that
+    read what a finished run leaves. The result so far is re-assembled (fits, summaries)
+    and re-written after every unit and then replaced by the final one, a cost that grows
+    with the square of the units; tests/test_run_promises.py (rows on disk before the
+    next configuration, a signal keeps them) and test_hostile_train.py hold the partial
+    results to their rules."""
+    from tinit.experiments import driver
+
+    monkeypatch.setattr(driver.Run, "partial", lambda self: None)

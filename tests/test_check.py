@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import figures_built_not_saved
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -203,7 +204,8 @@ def test_cli_writes_everything(tmp_path):
     assert "claims pass" in result.output or "claims FAIL" in result.output
 
 
-def test_cli_failing_claims_exit_1_after_writing(tmp_path):
+def test_cli_failing_claims_exit_1_after_writing(tmp_path, monkeypatch):
+    figures_built_not_saved(monkeypatch)  # (test_cli_writes_everything renders check's PNGs)
     # alpha 0.999: every tolerance shrinks to ~0.001 SE, so measured claims fail
     out = tmp_path / "strict"
     result = runner.invoke(app, ["check", *TINY, "--alpha", "0.999", "--out", str(out)])

@@ -7,6 +7,7 @@ the same model with its final norm replaced by the identity, so its last hidden 
 the stream before the norm)."""
 
 import copy
+import json
 import warnings
 
 import numpy as np
@@ -86,3 +87,98 @@ def test_single_file_with_hf_config_and_wrong_config(tmp_path):
     assert len(res["variance"]) == 2 * L + 1
     with pytest.raises(CheckpointError, match=r"has shape \[128, 64\], the llama model of wide.json needs"):
         run_checkpoint_audit(find_checkpoints(f, str(tmp_path / "wide.json")), small, cpu, torch.float32)
+
+
+# --- --data with the folder's own tokenizer (offline) -----------------------------------------
+
+WORDS = ("the stream law holds at init and training moves every weight away from its scheme; "
+         "depth scaled inits keep the variance flat while naive ones let it grow with depth. ")  # fmt: skip
+
+
+def _tokenizer_folder(folder, vocab: int):
+    """A tiny Llama saved with a BPE tokenizer trained here on WORDS (no download)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE(unk_token="[UNK]"))
+    bpe.pre_tokenizer = pre_tokenizers.Whitespace()
+    bpe.train_from_iterator([WORDS] * 4, trainers.BpeTrainer(vocab_size=60, special_tokens=["[UNK]"]))
+    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                         vocab_size=vocab, max_position_embeddings=64)  # fmt: skip
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AutoModelForCausalLM.from_config(config).eval()
+        model.save_pretrained(folder)
+        PreTrainedTokenizerFast(tokenizer_object=bpe, unk_token="[UNK]").save_pretrained(folder)
+    return model
+
+
+def test_data_tokenized_by_the_folders_tokenizer(tmp_path):
+    """With --data, an HF folder's own tokenizer tokenizes the text: every window the audit
+    measured is a run of consecutive ids of the held-out text (its last 10 % of bytes)
+    tokenized by the tokenizers library itself, and v_0 is the variance of their embedding."""
+    from tokenizers import Tokenizer
+
+    from tinit.experiments.audit.data_tokens import DataTokens, has_tokenizer, load_tokenizer
+
+    folder = tmp_path / "m"
+    model = _tokenizer_folder(folder, V)
+    text = tmp_path / "text.txt"
+    text.write_text(WORDS * 30)
+    raw = text.read_bytes()
+    held = raw[len(raw) - len(raw) // 10 :].decode()
+    want = Tokenizer.from_file(str(folder / "tokenizer.json")).encode(held, add_special_tokens=False).ids
+    assert has_tokenizer(folder) and max(want) < 60
+    source = DataTokens(str(text), 5, load_tokenizer(folder), folder)
+    seen = []
+
+    def tokens(*args):
+        seen.append(source(*args))
+        return seen[-1]
+
+    res = run_checkpoint_audit(find_checkpoints(folder), RunConfig(batch=3, seq_len=8), torch.device("cpu"),
+                               torch.float32, tokens)  # fmt: skip
+    ids = seen[-1]
+    assert ids.shape == (3, 8)
+    runs = {tuple(want[i : i + 8]) for i in range(len(want) - 7)}
+    assert all(tuple(row) in runs for row in ids.tolist())
+    with torch.no_grad():
+        v0 = float(model.get_input_embeddings()(ids).double().var(unbiased=False))
+    assert res["variance"].sort_values("k")["stream_var"].iloc[0] == pytest.approx(v0, rel=1e-5)
+    assert source.info["tokenizer"]["size"] == 60
+    # a nanoGPT .bin holds ids already: no tokenizer applies
+    ids_file = tmp_path / "ids.bin"
+    np.arange(200, dtype=np.uint16).__mod__(V).astype(np.uint16).tofile(ids_file)
+    as_ids = DataTokens(str(ids_file), 5, load_tokenizer(folder), folder)
+    assert as_ids.tokenizer is None and as_ids.info["tokens"] == "token ids"
+
+
+def test_data_tokenizer_on_the_command_line(tmp_path, monkeypatch):
+    from helpers import assert_one_line_error
+    from typer.testing import CliRunner
+
+    import tinit.cli.runner
+    from tinit.cli import app
+
+    real = tinit.cli.runner.write_result  # (the figures are not what is tested here)
+    monkeypatch.setattr(
+        tinit.cli.runner, "write_result", lambda d, c, r, f, *a, **k: real(d, c, r, lambda _: {}, *a, **k)
+    )
+    runner = CliRunner()
+    text = tmp_path / "text.txt"
+    text.write_text(WORDS * 30)
+    _tokenizer_folder(tmp_path / "m", V)
+    out = tmp_path / "audit"
+    res = runner.invoke(app, ["audit", "--checkpoint", str(tmp_path / "m"), "--data", str(text), "--seq-len",
+                              "8", "--batch", "2", "--out", str(out)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    tokens = json.loads((out / "config.json").read_text())["tokens"]
+    assert tokens["tokens"] == "tokenizer" and tokens["tokenizer"]["size"] == 60
+    assert "tokenized by" in res.output
+    # ids at or above the model's vocabulary: one line naming --data, exit 2, no run folder
+    _tokenizer_folder(tmp_path / "small", 20)
+    res = runner.invoke(app, ["audit", "--checkpoint", str(tmp_path / "small"), "--data", str(text),
+                              "--seq-len", "8", "--batch", "2", "--out", str(tmp_path / "x")])  # fmt: skip
+    assert_one_line_error(res, "--data", tmp_path / "x")
+    assert "vocabulary of 20" in res.stderr

@@ -81,31 +81,81 @@ def test_checkpoint_files_listed_and_complete(trained):
         writer(0, listed[0]["run"], fresh, {})
 
 
-@pytest.mark.parametrize("scheme,position", [("gpt2", "pre"), ("naive", "post")])
-def test_step0_audit_gives_variance_numbers(trained, scheme, position):
-    """Done-when: the step-0 checkpoint, audited, gives `tinit variance`'s stream variances
-    for the same model and tokens."""
-    d = trained[0]
-    found = find_checkpoints(d)
-    res = run_checkpoint_audit(found, AUDIT_RUN, CPU, torch.float32)
-    ck = next(c for c in found.checkpoints if c.step == 0 and c.run.startswith(f"{scheme}-{position}-"))
+def assert_step0_is_variance(found, ck, run=AUDIT_RUN, schemes=()):
+    """The audit of ``found`` gives, for its step-0 checkpoint ``ck``, the stream variances
+    `tinit variance` gives for the model and scheme of ``ck``'s JSON on the same tokens
+    (the run's seed): to float precision, at every one of the 2L + 1 points (``schemes``:
+    the user's, for an --init-file run). Returns the audit's variance frame and the reference's."""
+    res = run_checkpoint_audit(found, run, CPU, torch.float32)
     cfg = ModelConfig(**{**ck.info["model"], "user_set": tuple(ck.info["model"]["user_set"])})
-    ref = run_variance(
-        cfg, InitConfig(scheme=scheme, seed=3), AUDIT_RUN, inits=[scheme], norm_positions=[position]
-    )
+    scheme, seed = ck.info["init"]["scheme"], ck.info["init"]["seed"]
+    ref = run_variance(cfg, InitConfig(scheme=scheme, seed=seed, schemes=schemes), run, inits=[scheme],
+                       norm_positions=[cfg.norm_position])  # fmt: skip
     got = res["variance"]
     got = got[(got["run"] == ck.run) & (got["step"] == 0)].sort_values("k")
     want = ref["variance"].sort_values("k")
-    assert len(got) == 2 * 3 + 1
+    assert len(got) == 2 * cfg.n_layers + 1
     for col in ("stream_var", "branch_var", "pred_cumulative", "pred_closed"):
         np.testing.assert_allclose(
             got[col].to_numpy(float), want[col].to_numpy(float), rtol=1e-6, equal_nan=True
         )
+    return res["variance"], want
+
+
+@pytest.mark.parametrize("scheme,position", [("gpt2", "pre"), ("naive", "post")])
+def test_step0_audit_gives_variance_numbers(trained, scheme, position):
+    """Done-when: the step-0 checkpoint, audited, gives `tinit variance`'s stream variances
+    for the same model and tokens."""
+    found = find_checkpoints(trained[0])
+    ck = next(c for c in found.checkpoints if c.step == 0 and c.run.startswith(f"{scheme}-{position}-"))
+    variance, want = assert_step0_is_variance(found, ck)
     # the later steps moved: their stream is not the init's
-    later = res["variance"][(res["variance"]["run"] == ck.run) & (res["variance"]["step"] == 12)]
+    later = variance[(variance["run"] == ck.run) & (variance["step"] == 12)]
     assert not np.allclose(
         later.sort_values("k")["stream_var"].to_numpy(float), want["stream_var"].to_numpy(float)
     )
+
+
+#: A user's scheme whose branch multiplier acts in the forward: an audit that rebuilt any
+#: other scheme would measure another stream.
+HALFWAY = (
+    'name = "halfway"\ndescription = "o by layer, down truncated"\nbranch_mult = "0.5"\n[roles]\n'
+    'o = "sigma / sqrt(2 * (l + 1))"\ndown = { std = "sigma / (2 * L)", dist = "trunc", bound = "2 * std" }\n'
+)
+
+
+def test_init_file_scheme_travels_with_its_checkpoints(tmp_path):
+    """An --init-file run's checkpoints carry the scheme's TOML text: with the file gone,
+    the step-0 audit gives `tinit variance --init-file` of that file (the scheme read from
+    it independently of the checkpoint), and drift's expected_std is the file's formula.
+    A checkpoint whose text is missing or does not parse is refused in one line."""
+    from tinit.model.scheme_file import load_scheme
+
+    toml = tmp_path / "halfway.toml"
+    toml.write_text(HALFWAY)
+    scheme = load_scheme(toml)
+    data = load_data("markov", vocab=64, seq_len=16, batch=8, seed=0)
+    init, tcfg = InitConfig(seed=3, schemes=(scheme,)), TrainConfig(steps=2, warmup=1)
+    run_train(MODEL, init, RunConfig(device="cpu"), tcfg, data, ["halfway"], ["pre"], [3], [3],
+              on_checkpoint=CheckpointWriter(tmp_path / "run"), save_steps="0,final")  # fmt: skip
+    toml.unlink()
+    found = find_checkpoints(tmp_path / "run")
+    ck = found.checkpoints[0]
+    assert ck.step == 0 and ck.info["init"]["schemes"][0]["toml"] == HALFWAY
+    assert_step0_is_variance(found, ck, schemes=(scheme,))
+    drift = run_checkpoint_audit(found, AUDIT_RUN, CPU, torch.float32)["drift"]
+    o = drift[(drift["role"] == "o") & (drift["step"] == 2)].set_index("layer")["expected_std"]
+    assert [o[i] for i in range(3)] == pytest.approx([0.02 / np.sqrt(2 * (i + 1)) for i in range(3)])
+    sidecar = ck.path.with_suffix(".json")
+    bad = 'name = "halfway"\n[roles]\no = "sigma +"\n'
+    for text, word in (("", "does not carry"), (bad, "does not parse"),
+                       (HALFWAY.replace("halfway", "other"), "declares 'other'")):  # fmt: skip
+        info = json.loads(sidecar.read_text())
+        info["init"]["schemes"][0]["toml"] = text
+        sidecar.write_text(json.dumps(info))
+        with pytest.raises(CheckpointError, match=word) as exc:
+            run_checkpoint_audit(find_checkpoints(ck.path), AUDIT_RUN, CPU, torch.float32)
+        assert "\n" not in exc.value.message
 
 
 def test_drift_and_spectral_norm_from_the_files(trained, tmp_path):

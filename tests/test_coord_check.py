@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import assert_one_line_error
+from helpers import assert_one_line_error, figures_built_not_saved, final_result_only
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -201,7 +201,7 @@ def test_bad_input_is_a_one_line_error(tmp_path, args, option):
     assert_one_line_error(res, option, out)
 
 
-def test_anchors_at_small_sizes(tmp_path):
+def test_anchors_at_small_sizes(tmp_path, monkeypatch):
     """The anchors at a size a test affords (widths 64..256, L = 2, 3 Adam steps at lr
     0.01, 2 seeds). Closed forms at step 0: a tied readout N(0, sigma^2) gives logits of
     RMS ~ sigma sqrt(d) (slope +1/2, gpt2) and, times muP's 1/m, slope -1/2; muP's hidden
@@ -210,6 +210,8 @@ def test_anchors_at_small_sizes(tmp_path):
     faster than width^(1/2), and muP (MuAdamW's lr / m) grows less than gpt2 in every
     block quantity at every step. (Whether every muP slope stays within the tolerance at
     every step is what the default run reports; at these sizes two seeds do not settle it.)"""
+    figures_built_not_saved(monkeypatch)  # the anchors are the fit's (test_mup_example renders PNGs)
+    final_result_only(monkeypatch)  # (re-fitting after each of the 12 points: a third of the time)
     out = tmp_path / "run"
     args = ["coord-check", "--init", "gpt2,mup", "--d-model", "64,128,256", "--layers", "2", "--steps", "3",
             "--seeds", "2", "--out", str(out), "-q"]  # fmt: skip

@@ -12,13 +12,23 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import assert_one_line_error, reference_page
+from helpers import assert_one_line_error, figures_built_not_saved, reference_page
 from typer.testing import CliRunner
 
 from tinit.cli import app
 from tinit.model.catalogue import names as scheme_names
 
 runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _no_png(monkeypatch):
+    """The tests here are about the input an audit is given (exit codes, verdicts, errors):
+    figures are built, not rendered (tests/test_audit_module.py and the tied cases of
+    tests/test_audit_schemes.py render the audit's PNGs)."""
+    figures_built_not_saved(monkeypatch)
+
+
 HERE = Path(__file__).resolve().parent
 MODELS, HOSTILE = str(HERE / "audit_models.py"), str(HERE / "hostile_models.py")
 TINY = ["--seq-len", "8", "--batch", "2"]

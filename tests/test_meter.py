@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from helpers import figures_built_not_saved
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -136,7 +137,8 @@ def test_experiments_record_cost(tiny_model, tiny_run):
 
 
 @pytest.mark.parametrize("command", ["variance", "grad-norms"])
-def test_cli_prints_cost_and_writes_it(tmp_path, command):
+def test_cli_prints_cost_and_writes_it(tmp_path, monkeypatch, command):
+    figures_built_not_saved(monkeypatch)  # (the cost printed is the measurement's)
     out = tmp_path / "run"
     args = [command, "--layers", "2", "--d-model", "32", "--heads", "2", "--batch", "2", "--seq-len", "8"]
     res = CliRunner().invoke(app, [*args, "--out", str(out)])

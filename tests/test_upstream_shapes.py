@@ -218,14 +218,22 @@ def test_every_catalogue_entry_has_upstream_figures():
     assert not missing, f"no upstream figures for {sorted(missing)}"
 
 
-@pytest.mark.parametrize(("stem", "shape"), CASES)
-def test_every_weight_matches_its_upstream(stem, shape):
+@pytest.fixture(scope="module", params=[c.values for c in CASES], ids=[c.id for c in CASES])
+def built(request):
+    """(stem, shape, cfg, model): tinit's model at the upstream's shape, built once for
+    both tests of a case (module scope: one case's model alive at a time)."""
+    stem, shape = request.param
     rows = _frame(DATA / f"{stem}.csv")
     rows = rows[rows["shape"] == shape]
-    feats = _features(stem, shape)
-    cfg = _model(stem, rows, feats)
+    cfg = _model(stem, rows, _features(stem, shape))
+    return stem, shape, cfg, Transformer(cfg, InitConfig(ENTRY.get(stem, stem), seed=0))
+
+
+def test_every_weight_matches_its_upstream(built):
+    stem, shape, cfg, model = built
+    rows = _frame(DATA / f"{stem}.csv")
+    rows = rows[rows["shape"] == shape]
     scheme = ENTRY.get(stem, stem)
-    model = Transformer(cfg, InitConfig(scheme, seed=0))
     params = _tinit_params(model)
     problems = []
     for _, r in rows.iterrows():
@@ -262,11 +270,11 @@ def test_every_weight_matches_its_upstream(stem, shape):
     assert not problems, f"{stem} shape {shape}, tinit {cfg}:\n" + "\n".join(problems[:20])
 
 
-@pytest.mark.parametrize(("stem", "shape"), CASES)
-def test_structure_and_forward_match_the_upstream(stem, shape):
+def test_structure_and_forward_match_the_upstream(built):
     """The features a scheme fixes (tying refused, placement, norm, biases, QK-norm and its
     span, embedding scale and normalisation, soft-caps) are the upstream's, from the name
     alone; the forward's x0 and logit stds agree within FORWARD_RTOL."""
+    stem, shape, cfg, model = built
     feats = _features(stem, shape)
     if not feats:
         pytest.skip(f"{stem}: no features measured")
@@ -294,8 +302,6 @@ def test_structure_and_forward_match_the_upstream(stem, shape):
     ours_qk = entry.qk_norm_span if entry.qk_norm else "none"
     if feats.get("qk_norm") in ("none", "head", "full") and feats["qk_norm"] != ours_qk:
         problems.append(f"QK-norm: upstream {feats['qk_norm']}, tinit {ours_qk}")
-    cfg = _model(stem, rows, feats)
-    model = Transformer(cfg, InitConfig(scheme, seed=0))
     for name, ours in (
         ("embed_mult", model.embed_mult),
         ("logit_softcap", model.logit_softcap),

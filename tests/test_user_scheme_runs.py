@@ -12,12 +12,21 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import assert_one_line_error
+from helpers import assert_one_line_error, figures_built_not_saved
 from typer.testing import CliRunner
 
 from tinit.cli import app
 
 runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _no_png(monkeypatch):
+    """Every test here asserts on a run's CSVs, config.json and exit code: its figures
+    are built, not rendered (tests/test_reader_rules.py draws every command's)."""
+    figures_built_not_saved(monkeypatch)
+
+
 M = ["--d-model", "32", "--heads", "2", "--seq-len", "16", "--batch", "2", "--vocab", "64"]
 SHORT = ["--layers", "2", "--steps", "2", "--eval-every", "1", "--eval-batches", "1"]
 _names = itertools.count()

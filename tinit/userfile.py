@@ -105,7 +105,11 @@ def _checked(doc: Any, path: str | Path) -> Any:
 
 def load_toml(path: str | Path) -> dict[str, Any]:
     """The TOML document of ``path`` (read by :func:`read_text`)."""
-    text = read_text(path)
+    return parse_toml(read_text(path), path)
+
+
+def parse_toml(text: str, path: str | Path) -> dict[str, Any]:
+    """The TOML document ``text`` (``path`` names it in the errors), its nesting bounded."""
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

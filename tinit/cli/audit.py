@@ -108,7 +108,8 @@ OPTIONS = (
             typer.Option(
                 "--data",
                 help="With --checkpoint: the tokens, as tinit train reads them (stdlib, a text file, a "
-                "nanoGPT .bin: its first held-out batch); default: uniform random ids from --seed.",
+                "nanoGPT .bin: its first held-out batch; a text tokenized by an HF folder's own tokenizer "
+                "when it has one, offline); default: uniform random ids from --seed.",
                 rich_help_panel=AUDIT,
                 metavar="SOURCE",
             ),

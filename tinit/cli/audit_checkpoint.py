@@ -43,18 +43,18 @@ def audit_checkpoint(ctx: typer.Context, opts: Options, checkpoint: str, hf: str
             from ..experiments.audit.audit import Expectation
 
             expectation = Expectation(expect, 0.02, 0.02, f"--expect {expect}")
-        return found, device, dtype, expectation
+        return found, device, dtype, expectation, _tokens(found, data, opts.seed)
 
-    found, device, dtype, expectation = configs_or_exit(prepare)
-    tokens = random_tokens if data is None else _data_tokens(data, opts.seed)
+    found, device, dtype, expectation, source = configs_or_exit(prepare)
+    tokens = random_tokens if source is None else source
     run = RunConfig(batch=opts.batch, seq_len=opts.seq_len)
     title = f"{checkpoint}: {len(found.checkpoints)} checkpoint(s), batch {opts.batch} x seq {opts.seq_len}"
     title += f", {data} tokens" if data else ", random tokens"
+    meta = {"checkpoint": str(checkpoint), "data": data, "tokens": source.info if source else "random"}
 
     def experiment(progress, on_partial=None):
         return run_checkpoint_audit(found, run, device, dtype, tokens, None if data else opts.seed,
-                                    expectation, progress, on_partial,
-                                    {"checkpoint": str(checkpoint), "data": data})  # fmt: skip
+                                    expectation, progress, on_partial, meta)  # fmt: skip
 
     execute(
         "audit",
@@ -69,27 +69,20 @@ def audit_checkpoint(ctx: typer.Context, opts: Options, checkpoint: str, hf: str
             tables=lambda r: (
                 [checkpoint_table(r["checkpoints"], f"Checkpoints of {checkpoint}")]
                 + [Text(f"Skipped (weights without their JSON): {s}") for s in found.skipped]
+                + ([Text(source.line())] if source else [])
             ),
         ),
     )
 
 
-def _data_tokens(source: str, seed: int):
-    """``--data``: the first held-out batch of ``tinit train``'s loader (stdlib bytes, a
-    text file, a nanoGPT .bin), its vocabulary within the model's."""
-    from ..experiments.training.data import load_data
+def _tokens(found, data: str | None, seed: int):
+    """``--data``: the source's first held-out batch (its bytes, or a token file's ids), or
+    with a Hugging Face folder that holds a tokenizer, the text tokenized by it (offline)."""
+    from ..experiments.audit.data_tokens import DataTokens, has_tokenizer, load_tokenizer
 
-    cache: dict = {}
-
-    def tokens(vocab: int, seq_len: int, batch: int, _seed: int, device):
-        key = (vocab, seq_len, batch)
-        if key not in cache:
-            data = load_data(source, vocab=vocab, seq_len=seq_len, batch=batch, seed=seed, eval_batches=1)
-            if data.vocab > vocab:
-                raise ConfigError(
-                    "--data", f"{source} needs a vocabulary of {data.vocab}, the model has {vocab}"
-                )
-            cache[key] = data.eval_batches()[0][:, :seq_len]
-        return cache[key].to(device)
-
-    return tokens
+    if data is None:
+        return None
+    folder = found.checkpoints[0].path.parent if found.source == "hf folder" else None
+    if folder is not None and data != "markov" and has_tokenizer(folder):
+        return DataTokens(data, seed, load_tokenizer(folder), folder)
+    return DataTokens(data, seed)

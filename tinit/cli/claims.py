@@ -4,7 +4,17 @@ with a verdict that states its criterion."""
 from . import options as opt
 from .configs import Options, configs_or_exit
 from .options import TRAIN
-from .training import data_for, describe, model_vocab, train_config, variance_figure, warmups_within
+from .training import (
+    SAVE_STEPS,
+    checkpoint_text,
+    checkpointing,
+    data_for,
+    describe,
+    model_vocab,
+    train_config,
+    variance_figure,
+    warmups_within,
+)
 
 OPTIONS = (
     opt.option("shallow", int, "--shallow", help="Layers of the small model.", panel=TRAIN, default=4, min=1),
@@ -19,6 +29,7 @@ OPTIONS = (
                default=1.5e-2, callback=opt.learning_rate),
     opt.option("tol", float, "--tol", panel=TRAIN, default=0.02, callback=opt.positive,
                help="Smallest final-loss difference that counts (nats)."),
+    SAVE_STEPS,
 )  # fmt: skip
 
 
@@ -32,7 +43,8 @@ def claims(opts: Options) -> None:
     error: the command exits 0 once every run is done.
 
     Writes claims.csv, claims.md, claims.png, claims_deep_curves.png,
-    claims_shallow_curves.png, the files of `tinit train` and config.json.
+    claims_shallow_curves.png, the files of `tinit train` and config.json; with
+    --save-steps, each run's checkpoints as `tinit train` writes them.
     """
     deep, seeds, lr, warmup = opts.deep, opts.seeds, opts.lr, opts.warmup
     data, steps = opts.data, opts.steps
@@ -50,6 +62,7 @@ def claims(opts: Options) -> None:
         return data, model, opts.init_config(), opts.run_config(), train_config(opts, lr, warmup), ccfg
 
     data, model, init, run, tcfg, ccfg = configs_or_exit(build)
+    saves, writer = checkpointing(opts)
     title = describe(opts, model, data, tcfg) + f", {seeds} seeds"
 
     def curves(r, deep_stack: bool) -> dict:
@@ -66,8 +79,8 @@ def claims(opts: Options) -> None:
     execute(
         "claims",
         opts,
-        lambda progress, on_partial=None: run_claims(
-            model, init, run, tcfg, data, ccfg, progress, on_partial
+        lambda progress, on_partial=None, run_dir=None: run_claims(
+            model, init, run, tcfg, data, ccfg, progress, on_partial, writer(run_dir), saves
         ),
         Outputs(
             figures=lambda r: {
@@ -77,10 +90,12 @@ def claims(opts: Options) -> None:
                 **variance_figure(r, title),
             },
             tables=lambda r: (
-                [claims_table(r["claims"], f"tinit claims ({title})")] if "claims" in r.frames else []
+                ([claims_table(r["claims"], f"tinit claims ({title})")] if "claims" in r.frames else [])
+                + checkpoint_text(r)
             ),
             files=lambda r, d: (
                 write_claims_md(r["claims"], r.meta, d, opts.format, title) if "claims" in r.frames else []
             ),
         ),
+        wants_run_dir=True,
     )

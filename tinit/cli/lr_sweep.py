@@ -1,10 +1,21 @@
 """``tinit lr-sweep``: the final loss against the peak learning rate at several depths
 and widths, and whether the optimum moves with either (the muP / CompleteP question)."""
 
+import typer
+
 from . import options as opt
 from .configs import Options
 from .options import TRAIN
-from .training import data_args, grid, parse_widths, rules_notes, variance_figure
+from .training import (
+    SAVE_STEPS,
+    checkpoint_text,
+    checkpointing,
+    data_args,
+    grid,
+    parse_widths,
+    rules_notes,
+    variance_figure,
+)
 
 OPTIONS = (
     opt.DEPTHS,
@@ -14,6 +25,7 @@ OPTIONS = (
                default="1e-3,3e-3,1e-2,3e-2"),
     opt.option("warmup", str, "--warmup", help="Warmup steps, a comma list.", metavar="30,...", panel=TRAIN,
                default="30"),
+    SAVE_STEPS,
 )  # fmt: skip
 
 
@@ -30,7 +42,8 @@ def lr_sweep(opts: Options) -> None:
 
     Writes the files of `tinit train` plus lr_optimum.csv (seed-mean curves),
     lr_optimum_seeds.csv, lr_drift.csv, lr_drift_compare.csv, lr_sweep.png and
-    lr_transfer.png (lr* against width and depth, error bars over seeds).
+    lr_transfer.png (lr* against width and depth, error bars over seeds); with
+    --save-steps, each run's checkpoints as `tinit train` writes them.
     """
     from ..experiments.training.lr_sweep import run_lr_sweep
     from ..results.plot_lr_transfer import drift_tables, plot_lr_transfer
@@ -43,6 +56,7 @@ def lr_sweep(opts: Options) -> None:
     # several widths each take their default FFN width (a preset's d_ff is one width's)
     opts = opts.replace(d_model=ds[0], **({"d_ff": None} if len(ds) > 1 else {}))
     args, data, title = grid(opts)
+    saves, writer = checkpointing(opts)
     for w in ds[1:]:  # every width a valid model (heads, RoPE's even head size)
         configs_or_exit(lambda w=w: opts.model_config(d_model=w))
     if len(ds) > 1:
@@ -62,20 +76,28 @@ def lr_sweep(opts: Options) -> None:
     def plan():
         from ..experiments.training.lr_sweep import lr_sweep_plan
 
+        if saves:  # (a point's worker has no run folder of the command's to write them into)
+            raise typer.BadParameter("writes into tinit lr-sweep's run folder; tinit sweep's points save no "
+                                     "checkpoints: run tinit lr-sweep --save-steps",
+                                     param_hint="'--save-steps'")  # fmt: skip
         model, init, run, tcfg, _data, *axes = args
         return lr_sweep_plan(model, init, run, tcfg, data_args(opts), data.floor, *axes, ds)
 
     execute(
         "lr-sweep",
         opts,
-        lambda progress, on_partial=None: run_lr_sweep(*args, progress, on_partial, ds),
+        lambda progress, on_partial=None, run_dir=None: run_lr_sweep(
+            *args, progress, on_partial, ds, on_checkpoint=writer(run_dir), save_steps=saves
+        ),
         Outputs(
             figures=figures,
             tables=lambda r: [
                 train_table(r["summary"], f"tinit lr-sweep ({title})"),
                 *drift_tables(r.frames),
+                *checkpoint_text(r),
             ],
             notes=rules_notes(opts),
         ),
         plan=plan,
+        wants_run_dir=True,
     )

@@ -1,12 +1,10 @@
 """``tinit train``: training runs of tinit's model, from the same options and the same
 ``--init`` schemes as the measurements at initialization."""
 
-from rich.text import Text
-
 from . import options as opt
-from .configs import Options, configs_or_exit
+from .configs import Options
 from .options import TRAIN
-from .training import grid, rules_notes, variance_figure
+from .training import SAVE_STEPS, checkpoint_text, checkpointing, grid, rules_notes, variance_figure
 
 OPTIONS = (
     opt.DEPTHS,
@@ -17,11 +15,7 @@ OPTIONS = (
                default="1e-2"),
     opt.option("warmup", str, "--warmup", help="Warmup steps, a comma list.", metavar="30,...", panel=TRAIN,
                default="30"),
-    opt.option("save_steps", str | None, "--save-steps", panel=TRAIN, default=None, metavar="0,100,final",
-               show_default=False,
-               help="Save each run's weights at these steps (0: the init; final: the last step) as "
-               "safetensors with a JSON of the model, scheme and seed, in checkpoints/ of the run folder "
-               "(tinit audit --checkpoint reads them)."),
+    SAVE_STEPS,
 )  # fmt: skip
 
 
@@ -37,21 +31,17 @@ def train(opts: Options) -> None:
     schemes compare.csv (each against the first, paired by seed, with a verdict),
     loss_curves.png, with two or more depths final_vs_depth.png, and config.json.
     """
-    from ..experiments.training.saving import parse_save_steps
     from ..experiments.training.train import run_train
-    from ..results.checkpoints import CheckpointWriter, checkpoint_lines
     from ..results.plot_train import plot_final_vs_depth, plot_loss_curves
     from ..results.report_compare import compare_table
     from ..results.report_train import train_table
     from .runner import Outputs, execute
 
     args, data, title = grid(opts)
-    saves = configs_or_exit(lambda: parse_save_steps(opts.save_steps, opts.steps))
+    saves, writer = checkpointing(opts)
 
     def experiment(progress, on_partial, run_dir):
-        writer = CheckpointWriter(run_dir) if saves else None
-        saving = saves if writer else None
-        return run_train(*args, progress, on_partial, on_checkpoint=writer, save_steps=saving)
+        return run_train(*args, progress, on_partial, on_checkpoint=writer(run_dir), save_steps=saves)
 
     execute(
         "train",
@@ -71,7 +61,7 @@ def train(opts: Options) -> None:
             tables=lambda r: (
                 [train_table(r["summary"], f"tinit train ({title})")]
                 + ([compare_table(r["compare"])] if "compare" in r.frames else [])
-                + [Text(line) for line in checkpoint_lines(r.meta.get("checkpoints", []))]
+                + checkpoint_text(r)
             ),
             notes=rules_notes(opts),
         ),

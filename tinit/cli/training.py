@@ -8,10 +8,41 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..model.config import LR_WHY, MAX_LR, ConfigError
+from . import options as opt
 from .configs import Options, configs_or_exit
+from .options import TRAIN
 
 if TYPE_CHECKING:
     from ..experiments.training.trainer import TrainConfig
+
+
+#: --save-steps of train, lr-sweep and claims.
+SAVE_STEPS = opt.option(
+    "save_steps", str | None, "--save-steps", panel=TRAIN, default=None, metavar="0,100,final",
+    show_default=False,
+    help="Save each run's weights at these steps (0: the init; final: the last step) as safetensors with a "
+    "JSON of the model, scheme and seed, in checkpoints/<run>/ of the run folder (tinit audit --checkpoint "
+    "reads them).",
+)  # fmt: skip
+
+
+def checkpointing(opts: Options):
+    """--save-steps: (the steps, ``run_dir -> on_checkpoint``: a CheckpointWriter into the
+    run folder, or None without steps). A bad list exits 2 naming --save-steps."""
+    from ..experiments.training.saving import parse_save_steps
+    from ..results.checkpoints import CheckpointWriter
+
+    saves = configs_or_exit(lambda: parse_save_steps(opts.values.get("save_steps"), opts.steps))
+    return saves, (lambda run_dir: CheckpointWriter(run_dir) if saves else None)
+
+
+def checkpoint_text(result) -> list:
+    """The terminal's line sizing the checkpoints written (none: no line)."""
+    from rich.text import Text
+
+    from ..results.checkpoints import checkpoint_lines
+
+    return [Text(line) for line in checkpoint_lines(result.meta.get("checkpoints", []))]
 
 
 def floats(value: str, option: str, most: float = math.inf, why: str = "") -> list[float]:

@@ -35,10 +35,11 @@ InitConfig carries it (no process-global registration).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
-from ..userfile import UserFileError, load_toml
+from ..userfile import UserFileError, parse_toml, read_text
 from .catalogue import check_user_scheme
 from .formula import VARIABLES, Formula, FormulaError
 from .placements import PLACEMENTS
@@ -159,8 +160,9 @@ def _structure(path, data: dict) -> dict:
     return out
 
 
-def parse_scheme(data: dict, path: str | Path = "<toml>") -> Scheme:
-    """The scheme a parsed TOML document declares (``path`` names it in errors)."""
+def parse_scheme(data: dict, path: str | Path = "<toml>", text: str = "") -> Scheme:
+    """The scheme a parsed TOML document declares (``path`` names it in errors; ``text``,
+    the document's TOML, is kept as the scheme's ``toml``)."""
     unknown = set(data) - _TOP
     if unknown:
         allowed = ", ".join(sorted(_TOP))
@@ -203,7 +205,7 @@ def parse_scheme(data: dict, path: str | Path = "<toml>") -> Scheme:
         raise _bad(path, "name" if "taken" in str(exc) else "scheme", str(exc)) from None
     for role in rules:
         _probe_values(path, s, role)
-    return s
+    return dataclasses.replace(s, toml=text) if text else s
 
 
 def load_scheme(path: str | Path) -> Scheme:
@@ -211,7 +213,8 @@ def load_scheme(path: str | Path) -> Scheme:
     (the file cannot be read, is not TOML, or declares a bad scheme)."""
     path = Path(path)
     try:  # (a regular file of at most 1 MiB, nested at most 32 levels: tinit.userfile)
-        data = load_toml(path)
+        text = read_text(path)
+        data = parse_toml(text, path)
     except UserFileError as exc:
         raise FormulaError(str(exc)) from None
-    return parse_scheme(data, path)
+    return parse_scheme(data, path, text)

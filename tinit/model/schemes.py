@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .draws import (
     Draw,
@@ -235,6 +235,9 @@ class Scheme:
     # the parametrization's optimizer rules (per-group lr, weight decay, Adam eps);
     # None: one learning rate for every parameter (an init, not a parametrization)
     param_rules: ParamRules | None = None
+    # a user's scheme (--init-file): the TOML text it was parsed from, which a checkpoint
+    # carries so that its audit rebuilds the scheme (not part of the scheme's identity)
+    toml: str = field(default="", compare=False, repr=False)
 
     def rule(self, role: str) -> Rule:
         return self.rules[role]

@@ -37,16 +37,39 @@ SPECTRAL_F64_MAX = 4_000_000
 OnBlock = Callable[[int, dict[str, torch.Tensor]], None]
 
 
+def _user_schemes(entries, scheme: str, where: str) -> tuple:
+    """The user's schemes (``--init-file``) a checkpoint's JSON carries as TOML text,
+    parsed again as ``tinit.model.scheme_file`` parses the file; the run's own scheme
+    must be among them when it is not the catalogue's."""
+    from ...model.formula import FormulaError
+    from ...model.scheme_file import parse_scheme
+    from ...userfile import UserFileError, parse_toml
+
+    out = []
+    for e in entries if isinstance(entries, list) else []:
+        if not isinstance(e, dict) or not isinstance(e.get("toml"), str) or not e["toml"]:
+            if isinstance(e, dict) and e.get("name") == scheme:
+                raise CheckpointError(f"{where}: its scheme {scheme!r} came from an --init-file whose "
+                                      "text the checkpoint does not carry (saved before tinit kept "
+                                      "it)")  # fmt: skip
+            continue
+        label = f"{where} (scheme {e.get('name')!r})"
+        try:
+            s = parse_scheme(parse_toml(e["toml"], label), label, e["toml"])
+        except (FormulaError, UserFileError) as exc:
+            raise CheckpointError(f"{where}: its --init-file scheme does not parse: {exc}") from None
+        if s.name != e.get("name"):
+            raise CheckpointError(f"{where}: its --init-file text declares {s.name!r}, not {e.get('name')!r}")
+        out.append(s)
+    return tuple(out)
+
+
 def model_from_info(info: dict, where: str) -> tuple[ModelConfig, InitConfig]:
-    """The ModelConfig and InitConfig a tinit checkpoint's JSON records."""
+    """The ModelConfig and InitConfig a tinit checkpoint's JSON records (a user's scheme
+    rebuilt from the TOML text the JSON carries)."""
     m, i = dict(info["model"]), dict(info["init"])
     m["user_set"] = tuple(m.get("user_set") or ())
-    if i.get("schemes"):
-        names = [s.get("name") for s in i["schemes"] if isinstance(s, dict)]
-        if i.get("scheme") in names:
-            raise CheckpointError(f"{where}: its scheme {i['scheme']!r} came from an --init-file, which the "
-                                  "checkpoint does not carry; audit runs of catalogue schemes")  # fmt: skip
-    i.pop("schemes", None)
+    i["schemes"] = _user_schemes(i.get("schemes"), i.get("scheme"), where)
     try:
         return ModelConfig(**m), InitConfig(**i)
     except (ConfigError, TypeError) as exc:

@@ -33,8 +33,9 @@ from ...model.config import MAX_SEEDS, ConfigError, InitConfig, ModelConfig, Run
 from ..driver import extended
 from ..result import ExperimentResult, Partial, Progress
 from .data import TrainData
+from .saving import parse_save_steps
 from .train import run_specs, standard_error
-from .trainer import RunSpec, TrainConfig
+from .trainer import OnCheckpoint, RunSpec, TrainConfig, checkpoint_labels
 
 CLAIM_COLUMNS = [
     "claim",
@@ -316,10 +317,14 @@ def run_claims(
     claims: ClaimsConfig,
     progress: Progress | None = None,
     on_partial: Partial | None = None,
+    on_checkpoint: OnCheckpoint | None = None,
+    save_steps: str | Sequence[int | str] | None = None,
 ) -> ExperimentResult:
     """Train every configuration the claims need and judge each claim. Frames: those of
     :func:`tinit.experiments.training.train.run_specs` plus ``claims`` (one row per claim) and
-    ``claim_runs`` (the runs' configuration names and scores)."""
+    ``claim_runs`` (the runs' configuration names and scores). ``on_checkpoint``,
+    ``save_steps``: each run's checkpoints, as ``tinit train`` saves them (config.json's
+    ``checkpoint_configurations`` names each run's claim configuration)."""
     named = claim_specs(model, init, train, claims, init.seed)
     names = list(named)
     specs = [s for n in names for s in named[n]]
@@ -339,6 +344,14 @@ def run_claims(
         return result
 
     meta = {"claims": dataclasses.asdict(claims)}
+    saves = parse_save_steps(save_steps, train.steps) if on_checkpoint is not None else []
+    if saves:
+        labels = checkpoint_labels(specs)
+        meta["checkpoint_configurations"] = {
+            labels[i]: n for i, n in enumerate(x for x in names for _ in range(claims.seeds))
+        }
     return extended(
-        lambda partial: run_specs(specs, train, data, run, progress, meta, partial), judged, on_partial
-    )
+        lambda partial: run_specs(specs, train, data, run, progress, meta, partial,
+                                  on_checkpoint=on_checkpoint if saves else None, save_steps=saves),
+        judged, on_partial,
+    )  # fmt: skip

@@ -256,6 +256,27 @@ def _windows(tokens: np.ndarray, length: int, n: int, rng: np.random.Generator) 
     return np.stack([np.asarray(tokens[s : s + length], dtype=np.int64) for s in starts])
 
 
+def held_out(tokens: np.ndarray) -> np.ndarray:
+    """The held-out part of a token (or byte) sequence: its last ``EVAL_FRACTION``."""
+    return tokens[tokens.size - int(tokens.size * EVAL_FRACTION) :]
+
+
+def eval_windows(held: np.ndarray, seq_len: int, n: int, seed: int) -> np.ndarray:
+    """The ``n`` held-out windows of ``seq_len + 1`` tokens that the seed draws from ``held``."""
+    return _windows(held, seq_len + 1, n, _seeded(seed, "eval"))
+
+
+def text_source(source: str, stdlib_cap: int = STDLIB_CAP) -> tuple[np.ndarray, dict[str, Any]] | None:
+    """The bytes of a text source (``stdlib``, or a file read as bytes) and what it is;
+    None for a token file (``.npy``, ``.bin``: ids already) or the Markov language."""
+    if source == "markov":
+        return None
+    if source == "stdlib":
+        return stdlib_corpus(stdlib_cap)
+    tokens, info = file_tokens(Path(source))
+    return (tokens, info) if info["format"] == "bytes" else None
+
+
 def _gib(n: float) -> str:
     return f"{n / 2**30:.3g} GiB"
 
@@ -323,8 +344,8 @@ def load_data(
         raise ConfigError(
             "data", f"{info.get('path', source)}: {tokens.size} tokens are too few for --seq-len {seq_len}"
         )
-    train, held = tokens[: tokens.size - n_eval_tokens], tokens[tokens.size - n_eval_tokens :]
-    evals = _windows(held, seq_len + 1, n_eval, _seeded(seed, "eval"))
+    train, held = tokens[: tokens.size - n_eval_tokens], held_out(tokens)
+    evals = eval_windows(held, seq_len, n_eval, seed)
     info.update(
         vocab=vocab_needed,
         train_tokens=int(train.size),

@@ -37,7 +37,7 @@ from ..points import Frames, Plan, Point, grid_meta
 from ..result import ExperimentResult, Partial, Progress
 from .data import TrainData, load_data
 from .train import SUMMARY_COLUMNS, not_applicable, run_specs, run_train, summarize_runs
-from .trainer import RunSpec, TrainConfig
+from .trainer import OnCheckpoint, RunSpec, TrainConfig
 
 #: A configuration of the sweep, whose optimum is sought over the lr grid.
 OPT_KEYS = ["init", "norm_position", "n_layers", "d_model", "warmup"]
@@ -267,11 +267,14 @@ def run_lr_sweep(
     progress: Progress | None = None,
     on_partial: Partial | None = None,
     widths: Sequence[int] | None = None,
+    on_checkpoint: OnCheckpoint | None = None,
+    save_steps: str | Sequence[int | str] | None = None,
 ) -> ExperimentResult:
     """Train the grid over ``lrs`` at every depth and width (``widths``: d_model values;
     None: the model's), then find each optimum and its drift. Adds frames
     ``lr_optimum``, ``lr_optimum_seeds``, ``lr_drift`` and ``lr_drift_compare`` to those
-    of :func:`run_train`."""
+    of :func:`run_train`. ``on_checkpoint``, ``save_steps``: each run's checkpoints, as
+    :func:`run_train` saves them."""
     n_per = len(lrs) * len(seeds)  # the runs of one (scheme, norm position, depth, width, warmup)
 
     def add(result: ExperimentResult) -> ExperimentResult:
@@ -280,7 +283,7 @@ def run_lr_sweep(
 
     return extended(
         lambda partial: run_train(model, init, run, train, data, schemes, norm_positions, depths, seeds, lrs,
-                                  warmups, progress, partial, widths),
+                                  warmups, progress, partial, widths, on_checkpoint, save_steps),
         add, on_partial,
     )  # fmt: skip
 

@@ -46,6 +46,7 @@ from .trainer import (
     RunRecord,
     RunSpec,
     TrainConfig,
+    checkpoint_labels,
     train_run,
 )
 
@@ -186,10 +187,10 @@ def run_specs(
             spec = dataclasses.replace(spec, model=dataclasses.replace(spec.model, max_seq_len=data.seq_len))
         t0 = time.perf_counter()
         with matmul_precision(run):
-            record = train_run(spec, train, data, device, driver.tick, saving, save_steps)
+            record = train_run(spec, train, data, device, driver.tick, saving, save_steps, labels[unit[0]])
         return record, time.perf_counter() - t0
 
-    names = run_names(specs)
+    names, labels = run_names(specs), checkpoint_labels(specs)
 
     def saving(step: int, label: str, state: dict, info: dict) -> dict:
         # listed as soon as it is written: a run stopped later still lists its checkpoints

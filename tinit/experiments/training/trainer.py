@@ -198,18 +198,39 @@ class RunSpec:
         }
 
     def checkpoint_label(self) -> str:
-        """The run's name in its checkpoints' folder: every configuration value, so two
-        runs of a grid never share it (``gpt2-pre-L12-d256-lr0.01-w30-seed0``)."""
+        """The run's name in its checkpoints' folder: its configuration
+        (``gpt2-pre-L12-d256-lr0.01-w30-seed0``), and a norm, FFN or head that is not the
+        default (``-layernorm``, ``-gelu``, ``-untied``: claims' runs differ in them). Two
+        runs of one configuration are told apart by :func:`checkpoint_labels`."""
         x = self.labels()
+        extra = [str(v) for v, default in ((x["norm"], "rmsnorm"), (x["ffn"], "swiglu")) if v != default]
+        extra += [] if x["tied"] else ["untied"]
         return (f"{x['init']}-{x['norm_position']}-L{x['n_layers']}-d{x['d_model']}-lr{x['peak_lr']:g}"
-                f"-w{x['warmup']}-seed{x['seed']}")  # fmt: skip
+                f"-w{x['warmup']}-seed{x['seed']}" + "".join(f"-{e}" for e in extra))  # fmt: skip
 
     def checkpoint_info(self, train: TrainConfig) -> dict[str, Any]:
         """What a checkpoint's JSON says besides its step: the model config, the init
         (scheme, seed, sigma, ...), the run's labels and the training settings, enough
-        to rebuild the model and, from the seed, its weights at step 0."""
-        return {"model": self.model.to_dict(), "init": self.init.to_dict(), "labels": self.labels(),
+        to rebuild the model and, from the seed, its weights at step 0. A user's scheme
+        (``--init-file``) comes with the TOML text it was read from (``init.schemes[i].toml``)."""
+        init = self.init.to_dict()
+        for entry, s in zip(init["schemes"], self.init.schemes, strict=True):
+            entry["toml"] = s.toml
+        return {"model": self.model.to_dict(), "init": init, "labels": self.labels(),
                 "train": asdict(train), "format": "tinit-checkpoint-1"}  # fmt: skip
+
+
+def checkpoint_labels(specs: Sequence[RunSpec]) -> list[str]:
+    """Each run's checkpoint folder name (:meth:`RunSpec.checkpoint_label`), a run whose
+    configuration an earlier run of the grid has already taken suffixed ``-run<i>`` (its
+    place in the grid, from 1): two runs never share a folder."""
+    labels = [s.checkpoint_label() for s in specs]
+    seen: set[str] = set()
+    out = []
+    for i, label in enumerate(labels):
+        out.append(label if label not in seen else f"{label}-run{i + 1}")
+        seen.add(label)
+    return out
 
 
 #: ``on_checkpoint(step, run_label, state_dict, info) -> entry``: writes one checkpoint
@@ -233,12 +254,13 @@ class RunRecord:
 
 def train_run(
     spec: RunSpec, train: TrainConfig, data: TrainData, device: torch.device, tick=None,
-    on_checkpoint: OnCheckpoint | None = None, save_steps: Sequence[int] = (),
+    on_checkpoint: OnCheckpoint | None = None, save_steps: Sequence[int] = (), label: str | None = None,
 ) -> RunRecord:  # fmt: skip
     """Train one configuration; the training batches are seeded by the init seed.
     ``on_checkpoint`` is called with the model's state dict at each of ``save_steps``
     (0: before the first step; a step after that optimizer step); a run that diverges
-    saves nothing after its divergence."""
+    saves nothing after its divergence; ``label`` names the run's checkpoints (default:
+    :meth:`RunSpec.checkpoint_label`)."""
     labels = spec.labels()
     model = Transformer(spec.model, spec.init, device)
     trainer = Trainer(model, train, device, spec.lr, spec.warmup)
@@ -249,7 +271,7 @@ def train_run(
     rows, ratios, probes = [], [], []
 
     saved: list[dict] = []
-    save_at, label = set(save_steps), spec.checkpoint_label()
+    save_at, label = set(save_steps), label or spec.checkpoint_label()
     info = spec.checkpoint_info(train) if on_checkpoint is not None else {}
 
     def probe(step: int) -> None:
