@@ -57,17 +57,17 @@ def machine() -> str:
 
 def paired(
     a: tuple[str, list[str]], b: tuple[str, list[str]], repeats: int, env: dict | None = None,
-    warmup: int = 1, fresh=None, fresh_b=None,
+    warmup: int = 1, fresh=None, fresh_b=None, env_b: dict | None = None,
 ) -> tuple[Side, Side, list[float], list[float], str]:  # fmt: skip
     """Run A and B in turn ``repeats`` times after ``warmup`` unrecorded pairs.
     ``fresh(i)`` (``fresh_b(i)``) may return extra arguments for A's (B's) i-th run: a
-    new output folder. Returns both sides, the paired wall and CPU ratios A/B, and the
-    load before/after."""
+    new output folder; ``env_b``: B's environment when it differs from A's. Returns
+    both sides, the paired wall and CPU ratios A/B, and the load before/after."""
     before = load()
     sa, sb = Side(a[0]), Side(b[0])
     for i in range(warmup + repeats):
         ra = run_once([*a[1], *(fresh(i) if fresh else [])], env)
-        rb = run_once([*b[1], *(fresh_b(i) if fresh_b else [])], env)
+        rb = run_once([*b[1], *(fresh_b(i) if fresh_b else [])], env if env_b is None else env_b)
         if i >= warmup:
             sa.runs.append(ra)
             sb.runs.append(rb)

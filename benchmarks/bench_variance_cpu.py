@@ -11,11 +11,15 @@ warm-up pair (compiling tinit's ~100 modules from source on every start would ad
 cost no user pays).
 
     python benchmarks/bench_variance_cpu.py [--repeats 5] [--layers 80] [--peer independent|bare]
-                                            [--tree DIR]
+                                            [--tree DIR] [--peer-allocator default|tinit]
 
 ``--peer bare`` pairs with benchmarks/_bare_forward.py instead: tinit's own model
 built and run the same way with no probe (what the model alone costs). ``--tree DIR``
 times the tinit of another checkout (a "before"), against this checkout's peer.
+``--peer-allocator tinit`` gives the peer the glibc malloc settings tinit's console
+entry point makes (tinit/process.py: freed blocks under 32 MiB kept for reuse) through
+glibc's environment variables, so that the ratio compares the same allocator; the
+default runs the peer as written, on glibc's defaults.
 
 Target (issue 31): ratio <= 1.10 against the independent peer.
 """
@@ -37,6 +41,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=80)
     ap.add_argument("--peer", choices=("independent", "bare"), default="independent")
     ap.add_argument("--tree", type=Path, default=HERE.parent, help="the tinit checkout to time")
+    ap.add_argument("--peer-allocator", choices=("default", "tinit"), default="default")
     args = ap.parse_args()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(args.tree.resolve()))
@@ -47,10 +52,19 @@ def main() -> None:
     }[args.peer]
     with tempfile.TemporaryDirectory() as tmp:
         env["PYTHONPYCACHEPREFIX"] = os.path.join(tmp, "pycache")
+        env_b = dict(env)
+        if args.peer_allocator == "tinit":
+            sys.path.insert(0, str(HERE.parent))  # (this checkout's settings)
+            from tinit.process import MMAP_THRESHOLD, TRIM_THRESHOLD  # (no torch imported)
+
+            env_b.update(
+                MALLOC_MMAP_THRESHOLD_=str(MMAP_THRESHOLD), MALLOC_TRIM_THRESHOLD_=str(TRIM_THRESHOLD)
+            )
+            peer = (peer[0] + ", tinit's malloc", peer[1])
         sa, sb, walls, cpus, loads = paired(
             (f"A tinit variance --layers {args.layers} (tree {args.tree.name})", tinit),
             (peer[0], [sys.executable, str(peer[1]), str(args.layers)]),
-            args.repeats, env, fresh=lambda i: ["--out", os.path.join(tmp, f"r{i}")],
+            args.repeats, env, fresh=lambda i: ["--out", os.path.join(tmp, f"r{i}")], env_b=env_b,
         )  # fmt: skip
     report(sa, sb, walls, cpus, loads, "<= 1.10")
 

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from statistics import NormalDist
 
+#: The columns that name a configuration of a training run, first in every frame of one
+#: (tinit.experiments.training.trainer); the results layer labels runs by those that vary.
+TRAIN_CONFIG_COLUMNS = ["init", "norm_position", "norm", "ffn", "tied", "n_layers", "d_model", "d_ff", "seed",
+                        "peak_lr", "warmup"]  # fmt: skip
+
 #: Statistical difference: |v(L_max) - v(L_min)| > SPREAD_K * sqrt(se_max^2 + se_min^2)
 #: ("within_spread" is its negation). A difference the seeds resolve, however small.
 SPREAD_K = 2.0

@@ -11,6 +11,7 @@ v_2L = v0 + s^2, independent of L.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -142,48 +143,59 @@ def swiglu_matching_d_ff(d_model: int) -> float:
 # which for a = 1, g = 1 and no mix is the variance law v_k = v_{k-1} + s_k^2.
 
 
-def plain_multipliers(n_additions: int) -> dict[str, np.ndarray]:
-    """The multipliers of :func:`addition_multipliers` for a plain residual stack
-    (a = g = 1, no x0 mix, depth factor 1): the variance law v_k = v_{k-1} + s_k^2."""
-    ones = np.ones(n_additions)
-    return {"a": ones, "g": ones.copy(), "lam": ones.copy(), "r": ones.copy(), "mu": np.zeros(n_additions),
-            "backout": None}  # fmt: skip
+@dataclass(frozen=True)
+class AdditionMultipliers:
+    """Per addition k = 1..2L (index k - 1): the stream multiplier ``a``, the branch
+    multiplier ``g``, the x0 mix ``lam``, ``mu`` (1 and 0 where there is none, and at
+    every FFN addition) and the depth factor ``r`` of the branch variance (NaN when the
+    scheme has none; 1 for Gaussian branches, which ignore the init); ``backout``:
+    (beta, i_mid) when the last addition's identity path carries x - beta x_mid
+    (nanochat), x_mid the stream after addition index i_mid (0-based), else None."""
+
+    a: np.ndarray
+    g: np.ndarray
+    lam: np.ndarray
+    mu: np.ndarray
+    r: np.ndarray
+    backout: tuple[float, int] | None = None
+
+    @classmethod
+    def plain(cls, n_additions: int) -> AdditionMultipliers:
+        """A plain residual stack (a = g = 1, no x0 mix, depth factor 1): the variance
+        law v_k = v_{k-1} + s_k^2."""
+        ones = np.ones(n_additions)
+        return cls(a=ones, g=ones.copy(), lam=ones.copy(), mu=np.zeros(n_additions), r=ones.copy())
 
 
-def addition_multipliers(scheme, cfg, init) -> dict[str, np.ndarray]:
-    """Per addition k = 1..2L: the stream multiplier a, the branch multiplier g, the
-    x0 mix (lambda, mu: 1 and 0 where there is none, and at every FFN addition) and
-    the depth factor r of the branch variance (NaN when the scheme has none; 1 for
-    Gaussian branches, which ignore the init); and ``backout``: (beta, i_mid) when the
-    last addition's identity path carries x - beta x_mid (nanochat), x_mid the stream
-    after addition index i_mid (0-based), else None."""
+def addition_multipliers(scheme, cfg, init) -> AdditionMultipliers:
+    """The scheme's :class:`AdditionMultipliers` in model ``cfg`` under ``init``."""
     from .model.schemes import environment, evaluate
 
     L = cfg.n_layers
-    out = {name: np.ones(2 * L) for name in ("a", "g", "lam", "r")}
-    out["mu"] = np.zeros(2 * L)
+    a, g, lam, r = np.ones(2 * L), np.ones(2 * L), np.ones(2 * L), np.ones(2 * L)
+    mu = np.zeros(2 * L)
     for layer in range(L):
         env = environment(cfg, init, layer)
         for j in range(2):
             k = 2 * layer + j
-            out["a"][k] = evaluate(scheme.stream_mult, env, scheme.name)
-            out["g"][k] = evaluate(scheme.branch_mult, env, scheme.name)
+            a[k] = evaluate(scheme.stream_mult, env, scheme.name)
+            g[k] = evaluate(scheme.branch_mult, env, scheme.name)
             factor = scheme.depth_factor
             if getattr(cfg, "branch", "model") == "gaussian":  # noise branches: S2 whatever the init
-                out["r"][k] = 1.0
+                r[k] = 1.0
             else:
-                out["r"][k] = math.nan if factor is None else evaluate(factor[j], env, scheme.name)
+                r[k] = math.nan if factor is None else evaluate(factor[j], env, scheme.name)
         if scheme.x0_mix is not None:
-            out["lam"][2 * layer] = evaluate(scheme.x0_mix[0], env, scheme.name)
-            out["mu"][2 * layer] = evaluate(scheme.x0_mix[1], env, scheme.name)
-    out["backout"] = None
+            lam[2 * layer] = evaluate(scheme.x0_mix[0], env, scheme.name)
+            mu[2 * layer] = evaluate(scheme.x0_mix[1], env, scheme.name)
+    backout = None
     if getattr(scheme, "backout", None) is not None:
         beta = evaluate(scheme.backout, environment(cfg, init, L), scheme.name)
-        out["backout"] = (beta, 2 * (L // 2) + 1)
-    return out
+        backout = (beta, 2 * (L // 2) + 1)
+    return AdditionMultipliers(a=a, g=g, lam=lam, mu=mu, r=r, backout=backout)
 
 
-def _recursion(v0: float, mult: dict, branch_var) -> np.ndarray:
+def _recursion(v0: float, mult: AdditionMultipliers, branch_var) -> np.ndarray:
     """v_k, k = 1..2L, of the stream c_k x0 + u_k (u uncorrelated with x0; each branch
     uncorrelated with what came before): at the x0 mix c <- lambda c + mu, U <- lambda^2 U;
     at an addition c <- a c, U <- a^2 U + g^2 s_k^2, s_k^2 = ``branch_var(k, v_in)`` (v_in
@@ -191,12 +203,12 @@ def _recursion(v0: float, mult: dict, branch_var) -> np.ndarray:
     addition: c <- c - beta c_mid and, u = p u_mid + w with w uncorrelated with u_mid,
     U <- U - p^2 U_mid + (p - beta)^2 U_mid; when x_mid is the last block's own output
     (L <= 2), the addition is scaled by 1 - beta as a whole."""
-    n = len(mult["a"])
-    a, g, back = mult["a"], mult["g"], mult.get("backout")
+    n = len(mult.a)
+    a, g, lam, mu, back = mult.a, mult.g, mult.lam, mult.mu, mult.backout
     c, u, p, c_mid, u_mid = 1.0, 0.0, 0.0, 0.0, 0.0
     out = np.empty(n)
     for k in range(n):
-        c, u, p = mult["lam"][k] * c + mult["mu"][k], mult["lam"][k] ** 2 * u, mult["lam"][k] * p
+        c, u, p = lam[k] * c + mu[k], lam[k] ** 2 * u, lam[k] * p
         if back is not None and k == n - 1:
             beta, i_mid = back
             if i_mid < n - 1:
@@ -214,7 +226,7 @@ def _recursion(v0: float, mult: dict, branch_var) -> np.ndarray:
 def pred_cumulative_scheme(
     v0: float,
     branch_vars: np.ndarray,
-    mult: dict[str, np.ndarray],
+    mult: AdditionMultipliers,
     placement: Placement | str,
     stream_in_vars: np.ndarray | None = None,
 ) -> np.ndarray:
@@ -225,14 +237,14 @@ def pred_cumulative_scheme(
     the sum's variance a^2 var(x_in) + g^2 s^2 from the measured (normalised, mixed)
     stream entering each addition: nothing accumulates."""
     s2 = np.asarray(branch_vars, dtype=np.float64)
-    a, g = mult["a"], mult["g"]
+    a, g = mult.a, mult.g
     if get_placement(placement).resets:
         return a**2 * np.asarray(stream_in_vars, dtype=np.float64) + g**2 * s2
     return _recursion(v0, mult, lambda k, _v_in: s2[k])
 
 
 def reference_branch_vars(
-    branch_vars: np.ndarray, mult: dict[str, np.ndarray], placement: Placement | str,
+    branch_vars: np.ndarray, mult: AdditionMultipliers, placement: Placement | str,
     stream_in_vars: np.ndarray,
 ) -> tuple[float, float]:  # fmt: skip
     """The L-independent reference branch variance per sublayer (attention, FFN):
@@ -243,7 +255,7 @@ def reference_branch_vars(
     so the reference is s_k^2 / (r_k var(x_in))."""
     law = get_placement(placement).branch_law
     s2 = np.asarray(branch_vars, dtype=np.float64)
-    r = _depth_factor(mult["r"], law)
+    r = _depth_factor(mult.r, law)
     scale = np.asarray(stream_in_vars, dtype=np.float64) if law == "input" else np.ones_like(s2)
     refs = []
     for j in range(2):
@@ -261,7 +273,7 @@ def _depth_factor(r: np.ndarray, branch_law: str) -> np.ndarray:
 
 
 def pred_closed_scheme(
-    v0: float, refs: tuple[float, float], mult: dict[str, np.ndarray], placement: Placement | str,
+    v0: float, refs: tuple[float, float], mult: AdditionMultipliers, placement: Placement | str,
     normed_var: float = 1.0,
 ) -> np.ndarray:  # fmt: skip
     """The scheme's closed form at every addition k = 1..2L: the recursion of
@@ -273,14 +285,14 @@ def pred_closed_scheme(
     c_L^2 v0. Stream law ``reset`` (post-norm): the sum before the norm,
     a^2 v_in + g^2 s_k^2 with v_in = v0 at k = 1 and ``normed_var`` after."""
     p = get_placement(placement)
-    r = _depth_factor(mult["r"], p.branch_law)
+    r = _depth_factor(mult.r, p.branch_law)
     n = len(r)
     ref = np.array([refs[k % 2] for k in range(n)], dtype=np.float64)
     modelled = np.where(r == 0, 0.0, ref * r)
-    a, g = mult["a"], mult["g"]
+    a, g = mult.a, mult.g
     if p.resets:
         v_in = np.full(n, normed_var)
-        v_in[0] = mult["lam"][0] ** 2 * v0 if n else v0
+        v_in[0] = mult.lam[0] ** 2 * v0 if n else v0
         return a**2 * v_in + g**2 * (modelled * v_in if p.branch_law == "input" else modelled)
     if p.branch_law == "input":  # no norm before the branch: it scales with the stream entering
         return _recursion(v0, mult, lambda k, v_in: modelled[k] * v_in)

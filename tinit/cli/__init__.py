@@ -5,7 +5,6 @@ line on stderr and exit code 2; a run that fails part-way keeps what it measured
 says why, and exits 1. The commands are those of :data:`registry.COMMANDS`.
 """
 
-import gc
 import importlib
 import sys
 from importlib.metadata import PackageNotFoundError, version
@@ -13,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 import typer
 from typer.core import TyperGroup
 
+from .. import process
 from ..interrupt import interrupted
 from .clickcompat import Abort, ClickException, UsageError, plain_message, stray_after_comma
 from .help import Command, HelpContext
@@ -151,11 +151,5 @@ def main() -> None:
     except KeyboardInterrupt:  # between Python's start and the command (parsing, building the CLI)
         interrupted()
     finally:
-        # Everything is written and flushed by now. Python's exit runs a last garbage
-        # collection over every object alive, and after torch, pandas and matplotlib
-        # that is ~1e6 objects: 1 s or more of a process's time. Freezing them leaves
-        # them to the operating system instead (they are freed with the process; the
-        # atexit handlers still run). Only the console entry point does this.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        gc.freeze()
+        # everything is written by now: the exit's last collection skips what is alive
+        process.before_exit()

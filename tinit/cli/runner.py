@@ -26,6 +26,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from .. import process
 from ..experiments.device import resolve_device
 from ..experiments.result import (
     ExperimentResult,
@@ -150,14 +151,8 @@ class RunWriter:
 def release_memory() -> None:
     """After an out-of-memory stop: collect what the failed configuration left and, on
     glibc, hand freed heap pages back to the system (else RLIMIT_AS stays exhausted)."""
-    import ctypes
-    import gc
-
     gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    process.return_freed_memory()
 
 
 def _fail(message: str, run_dir: Path) -> None:
@@ -182,9 +177,7 @@ def execute(
 
     ``plan``: makes the command's grid as points (:mod:`tinit.experiments.points`) for
     ``tinit sweep``, which captures it here instead of running (returns None)."""
-    if not gc.isenabled():  # the console entry point's imports are done (tinit.__main__)
-        gc.freeze()
-        gc.enable()
+    process.imports_done()  # (tinit.process: the console's collector, off since its start)
     capture = SWEEP_CAPTURE.get()
     if capture is not None:
         capture(command, opts, plan, outputs)

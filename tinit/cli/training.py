@@ -21,7 +21,7 @@ SAVE_STEPS = opt.option(
     "save_steps", str | None, "--save-steps", panel=TRAIN, default=None, metavar="0,100,final",
     show_default=False,
     help="Save each run's weights at these steps (0: the init; final: the last step) as safetensors with a "
-    "JSON of the model, scheme and seed, in checkpoints/<run>/ of the run folder (tinit audit --checkpoint "
+    "JSON of the model, scheme and seed, in checkpoints/RUN/ of the run folder (tinit audit --checkpoint "
     "reads them).",
 )  # fmt: skip
 

@@ -56,7 +56,8 @@ from typing import Any, TypeVar
 import pandas as pd
 import torch
 
-from .memory import peak_rss_own_mib, return_freed_memory, rss_mib
+from ..process import return_freed_memory
+from .memory import peak_rss_own_mib, rss_mib
 from .points import Frames, Plan, Point, run_point
 from .result import RUN_FAILURES, ExperimentResult, IncompleteRun, Partial, Progress, failure_reason
 

@@ -55,34 +55,6 @@ def peak_rss_own_mib() -> float | None:
     return None
 
 
-def _libc():
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    return ctypes.CDLL(name) if name else None
-
-
-def return_freed_memory() -> None:
-    """Hand the heap memory the process has freed back to the operating system (glibc's
-    ``malloc_trim``; a no-op elsewhere). Freed tensors below glibc's mmap threshold,
-    which rises to 32 MiB after the first large free, stay in the heap: without this
-    the resident memory after a configuration is that of the largest one before it,
-    although nothing of it is alive."""
-    global _LIBC
-    if _LIBC is None:
-        try:
-            _LIBC = _libc() or False
-        except OSError:
-            _LIBC = False
-    trim = getattr(_LIBC, "malloc_trim", None) if _LIBC else None
-    if trim is not None:
-        trim(0)
-
-
-_LIBC = None
-
-
 def block_bytes(
     cfg: ModelConfig, init: InitConfig, batch: int, seq_len: int, dtype: torch.dtype
 ) -> tuple[int, int]:

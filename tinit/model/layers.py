@@ -17,6 +17,17 @@ from .config import GATED_FFNS, ModelConfig
 from .init import generator
 
 
+class Linear(nn.Linear):
+    """``nn.Linear`` that draws nothing on the meta device: its ``reset_parameters``
+    (Kaiming-uniform weight, uniform bias) is skipped when the weight has no storage, as
+    every block's is when built (its values come from ``init_weights_``); elsewhere it
+    is nn.Linear's. Same parameters, names and forward."""
+
+    def reset_parameters(self) -> None:
+        if self.weight.device.type != "meta":
+            super().reset_parameters()
+
+
 def make_norm(
     cfg: ModelConfig, device=None, dtype=None, dim: int | None = None, offset: float = 0.0
 ) -> nn.Module:
@@ -106,10 +117,10 @@ class Attention(nn.Module):
         super().__init__()
         d, kv = cfg.d_model, cfg.kv_heads * cfg.head_dim
         kw = {"bias": cfg.bias, "device": device, "dtype": dtype}
-        self.q = nn.Linear(d, d, **kw)
-        self.k = nn.Linear(d, kv, **kw)
-        self.v = nn.Linear(d, kv, **kw)
-        self.o = nn.Linear(d, d, **kw)  # writes the stream: depth-scaled
+        self.q = Linear(d, d, **kw)
+        self.k = Linear(d, kv, **kw)
+        self.v = Linear(d, kv, **kw)
+        self.o = Linear(d, d, **kw)  # writes the stream: depth-scaled
         self.n_heads, self.kv_heads = cfg.n_heads, cfg.kv_heads
         self.head_dim = cfg.head_dim
         self.causal = cfg.attention == "causal"
@@ -162,9 +173,9 @@ class GatedFFN(nn.Module):
         d_ff = cfg.d_ff if d_ff is None else d_ff
         kw = {"bias": cfg.bias, "device": device, "dtype": dtype}
         self.act = ACTIVATIONS[kind]
-        self.gate = nn.Linear(cfg.d_model, d_ff, **kw)
-        self.up = nn.Linear(cfg.d_model, d_ff, **kw)
-        self.down = nn.Linear(d_ff, cfg.d_model, **kw)  # writes the stream: depth-scaled
+        self.gate = Linear(cfg.d_model, d_ff, **kw)
+        self.up = Linear(cfg.d_model, d_ff, **kw)
+        self.down = Linear(d_ff, cfg.d_model, **kw)  # writes the stream: depth-scaled
         self.norm_ff = make_norm(cfg, device, dtype, d_ff, norm_offset) if subln else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -182,8 +193,8 @@ class PlainFFN(nn.Module):
         d_ff = cfg.d_ff if d_ff is None else d_ff
         kw = {"bias": cfg.bias, "device": device, "dtype": dtype}
         self.act = ACTIVATIONS[kind]
-        self.up = nn.Linear(cfg.d_model, d_ff, **kw)
-        self.down = nn.Linear(d_ff, cfg.d_model, **kw)  # writes the stream: depth-scaled
+        self.up = Linear(cfg.d_model, d_ff, **kw)
+        self.down = Linear(d_ff, cfg.d_model, **kw)  # writes the stream: depth-scaled
         self.norm_ff = make_norm(cfg, device, dtype, d_ff, norm_offset) if subln else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -68,8 +68,10 @@ def _steps_note(all_steps, drawn: list[int]) -> list[str]:
 
 def _geo(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """2^(mean over layers and seeds of log2 RMS) per ``keys`` (an exactly zero RMS,
-    which a log axis cannot show, is left out)."""
-    f = frame[frame["rms"] > 0]
+    which a log axis cannot show, and a non-finite one, an overflow, are left out and
+    named in the notes)."""
+    rms = frame["rms"].to_numpy(dtype=np.float64)
+    f = frame[np.isfinite(rms) & (rms > 0)]
     with np.errstate(divide="ignore", invalid="ignore"):
         f = f.assign(log_rms=np.log2(f["rms"].to_numpy(dtype=np.float64)))
     per_seed = f.groupby([*keys, "seed"], sort=True)["log_rms"].mean()
@@ -120,6 +122,13 @@ def _rows_figure(
 def _min_span(axes_row, octaves: float = 2.0) -> None:
     """Widen a row's shared log2 y range to at least ``octaves`` around its middle: a
     flat quantity then looks flat (and the axis has tick labels)."""
+    drawn = [y for ax in axes_row for line in ax.get_lines() for y in np.asarray(line.get_ydata(), float)]
+    if not drawn:  # nothing finite and positive to draw (every RMS zero or an overflow): a valid empty axis
+        axes_row[0].set_ylim(2 ** (-octaves / 2), 2 ** (octaves / 2))
+        for ax in axes_row:
+            ax.text(0.5, 0.5, "nothing drawable\n(see the notes)", transform=ax.transAxes, ha="center",
+                    va="center", fontsize=FONT, color="0.4")  # fmt: skip
+        return
     lo, hi = axes_row[0].get_ylim()
     if lo > 0 and hi > 0 and math.log2(hi / lo) < octaves:
         mid = math.sqrt(lo * hi)
@@ -225,13 +234,15 @@ def plot_coord_layers(rows: pd.DataFrame, fit: pd.DataFrame, init: str, pos: str
 def _zero_note(rows: pd.DataFrame) -> list[str]:
     """A quantity exactly zero (a zero-initialised readout's logits at step 0) has no
     place on a log axis: say so rather than leave a silent gap."""
-    zero = rows[rows["rms"] == 0]
-    if not len(zero):
-        return []
-    what = sorted({f"{q} at step {s}" for q, s in zip(zero["quantity"], zero["step"], strict=True)})
-    return [
-        f"Exactly zero, not drawn (nothing to fit): {', '.join(what[:6])}{' ...' if len(what) > 6 else ''}."
-    ]
+    notes = []
+    rms = rows["rms"].to_numpy(dtype=np.float64)
+    for mask, why in ((rms == 0, "Exactly zero, not drawn (nothing to fit)"),
+                      (~np.isfinite(rms), "Not finite (overflow), not drawn")):  # fmt: skip
+        bad = rows[mask]
+        what = sorted({f"{q} at step {s}" for q, s in zip(bad["quantity"], bad["step"], strict=True)})
+        if what:
+            notes.append(f"{why}: {', '.join(what[:6])}{', ...' if len(what) > 6 else ''}")
+    return notes
 
 
 def _mappable(cmap, norm):

@@ -9,21 +9,11 @@ from pathlib import Path
 import pandas as pd
 from rich.table import Table
 
+from ..criteria import TRAIN_CONFIG_COLUMNS
 from .tables import fmt, summary_table
 
 #: Columns that, with the seed, name a configuration of a training grid.
-CONFIG_KEYS = [
-    "init",
-    "norm_position",
-    "norm",
-    "ffn",
-    "tied",
-    "n_layers",
-    "d_model",
-    "d_ff",
-    "peak_lr",
-    "warmup",
-]
+CONFIG_KEYS = [c for c in TRAIN_CONFIG_COLUMNS if c != "seed"]
 
 
 def config_name(row, varying: list[str]) -> str:

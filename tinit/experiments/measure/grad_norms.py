@@ -340,7 +340,7 @@ def run_grad_norms(
         rec = GradRecorder(L, batches, stats)
         sq = torch.zeros(2 * L + 1, dtype=stats, device=device)
         mult = theory.addition_multipliers(ini.definition, cfg, ini)
-        coef = mult["a"] * mult["lam"]
+        coef = mult.a * mult.lam
         acc = torch.zeros(PATH_ROWS, 2 * L + 1, dtype=stats, device=device)
         losses: list[torch.Tensor] = []
         probes = [VarianceProbe(stats) for _ in toks]

@@ -121,7 +121,7 @@ def add_theory(
     if cfg is not None and init is not None and len(s2) == 2 * cfg.n_layers:
         mult = theory.addition_multipliers(init.definition, cfg, init)
     elif len(s2) and len(s2) % 2 == 0:  # a model tinit did not build: the plain law, as for naive
-        mult = theory.plain_multipliers(len(s2))
+        mult = theory.AdditionMultipliers.plain(len(s2))
     if mult is not None:
         v_in = df.loc[adds, "stream_in_var"].to_numpy()
         cumulative = theory.pred_cumulative_scheme(v0, s2, mult, placement, v_in)

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch.optim.lr_scheduler import LambdaLR
 
+from ...criteria import TRAIN_CONFIG_COLUMNS as CONFIG_COLUMNS
 from ...model.config import InitConfig, ModelConfig
 from ...model.param_rules import describe_groups, optimizer_groups
 from ...model.transformer import Transformer
@@ -37,20 +38,6 @@ from ..measure.probes import VarianceProbe
 from .configs import TrainConfig
 from .data import TrainData
 
-#: Configuration columns, first in every frame of a training run.
-CONFIG_COLUMNS = [
-    "init",
-    "norm_position",
-    "norm",
-    "ffn",
-    "tied",
-    "n_layers",
-    "d_model",
-    "d_ff",
-    "seed",
-    "peak_lr",
-    "warmup",
-]
 TRAIN_COLUMNS = [*CONFIG_COLUMNS, "step", "tokens", "lr", "train_loss", "eval_loss", "grad_norm", "status"]
 RATIO_COLUMNS = [*CONFIG_COLUMNS, "step", "layer", "tensor", "update_ratio"]
 PROBE_COLUMNS = [*CONFIG_COLUMNS, "step", "k", "layer", "sublayer", "stream_var", "branch_var", "cross_corr"]
