@@ -53,32 +53,20 @@ FORWARD_RTOL = 0.10
 #: a data file measured from a second upstream of a catalogue entry
 ENTRY = {"gpt2-hf": "gpt2"}
 
+#: nanochat's parameters beyond tinit's model (zero-out's upstream file is nanochat's too)
+NANOCHAT_EXTRAS = ("value_embed", "ve_gate", "smear_gate", "smear_lambda", "resid_lambda", "x0_lambda",
+                   "backout_lambda")  # fmt: skip
+
 #: (scheme, upstream role) tinit's model does not have -> why
 NOT_MODELLED = {
     **{
         ("nanochat", r): "nanochat's value embeddings, smear gate, per-layer lambdas and backout "
         "scalar are not modelled as parameters (the x0 mix and backout are fixed multipliers)"
-        for r in (
-            "value_embed",
-            "ve_gate",
-            "smear_gate",
-            "smear_lambda",
-            "resid_lambda",
-            "x0_lambda",
-            "backout_lambda",
-        )
+        for r in NANOCHAT_EXTRAS
     },
     **{
         ("zero-out", r): "zero-out's upstream file is nanochat's; its extra scalars as nanochat's"
-        for r in (
-            "value_embed",
-            "ve_gate",
-            "smear_gate",
-            "smear_lambda",
-            "resid_lambda",
-            "x0_lambda",
-            "backout_lambda",
-        )
+        for r in NANOCHAT_EXTRAS
     },
     ("olmo-normalized", "scale"): "nGPT's learned scales: the nGPT forward is not modelled",
     **{

@@ -8,6 +8,7 @@ from .configs import Options
 from .options import TRAIN
 from .training import (
     SAVE_STEPS,
+    WARMUPS,
     checkpoint_text,
     checkpointing,
     data_args,
@@ -23,8 +24,7 @@ OPTIONS = (
                max=opt.MAX_SEEDS),
     opt.option("lr", str, "--lr", help="Peak learning rates, a comma list.", metavar="1e-3,...", panel=TRAIN,
                default="1e-3,3e-3,1e-2,3e-2"),
-    opt.option("warmup", str, "--warmup", help="Warmup steps, a comma list.", metavar="30,...", panel=TRAIN,
-               default="30"),
+    WARMUPS,
     SAVE_STEPS,
 )  # fmt: skip
 

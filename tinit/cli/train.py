@@ -4,7 +4,7 @@
 from . import options as opt
 from .configs import Options
 from .options import TRAIN
-from .training import SAVE_STEPS, checkpoint_text, checkpointing, grid, rules_notes, variance_figure
+from .training import SAVE_STEPS, WARMUPS, checkpoint_text, checkpointing, grid, rules_notes, variance_figure
 
 OPTIONS = (
     opt.DEPTHS,
@@ -13,8 +13,7 @@ OPTIONS = (
                "stays that of --seed)."),
     opt.option("lr", str, "--lr", help="Peak learning rates, a comma list.", metavar="1e-2,...", panel=TRAIN,
                default="1e-2"),
-    opt.option("warmup", str, "--warmup", help="Warmup steps, a comma list.", metavar="30,...", panel=TRAIN,
-               default="30"),
+    WARMUPS,
     SAVE_STEPS,
 )  # fmt: skip
 

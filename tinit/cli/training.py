@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from ..experiments.training.trainer import TrainConfig
 
 
+#: --warmup of train and lr-sweep (claims takes one warmup, its own option)
+WARMUPS = opt.option("warmup", str, "--warmup", help="Warmup steps, a comma list.", metavar="30,...",
+                     panel=TRAIN, default="30")  # fmt: skip
 #: --save-steps of train, lr-sweep and claims.
 SAVE_STEPS = opt.option(
     "save_steps", str | None, "--save-steps", panel=TRAIN, default=None, metavar="0,100,final",
