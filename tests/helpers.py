@@ -80,10 +80,10 @@ def figures_built_not_saved(monkeypatch) -> None:
 
 def final_result_only(monkeypatch) -> None:
     """No result so far after each unit (driver.Run.partial does nothing): for tests that
-    read what a finished run leaves. The result so far is re-assembled (fits, summaries)
-    and re-written after every unit and then replaced by the final one, a cost that grows
-    with the square of the units; tests/test_run_promises.py (rows on disk before the
-    next configuration, a signal keeps them) and test_hostile_train.py hold the partial
+    read what a finished run leaves. The result so far is assembled (fits, summaries) and
+    written after the first unit and then whenever the writer's interval has passed, and
+    replaced by the final one; tests/test_run_promises.py (rows on disk as measured, at a
+    bounded cost; a signal keeps them) and test_hostile_train.py hold the partial
     results to their rules."""
     from tinit.experiments import driver
 
