@@ -412,7 +412,8 @@ def test_variance_overflow_is_written_nan_counted_and_announced(tmp_path):
     assert len(warnings) == 1 and "not finite" in warnings[0] and "variance.csv" in warnings[0]
 
 
-def test_normal_run_has_no_non_finite_values(tmp_path):
+def test_normal_run_has_no_non_finite_values(tmp_path, monkeypatch):
+    figures_built_not_saved(monkeypatch)  # (a healthy figure is rendered by the plot tests)
     out = tmp_path / "run"
     res = runner.invoke(app, ["variance", *S, "-q", "--out", str(out)])
     assert res.exit_code == 0 and "Warning" not in res.stderr
@@ -421,7 +422,8 @@ def test_normal_run_has_no_non_finite_values(tmp_path):
     assert (raw.loc[raw["norm_position"] == "pre", "v_final_normed"] == "").all()
 
 
-def test_inf_in_the_summary_table_does_not_crash(tmp_path):
+def test_inf_in_the_summary_table_does_not_crash(tmp_path, monkeypatch):
+    figures_built_not_saved(monkeypatch)  # (variance's figure of overflowed values: rendered in bf16-huge)
     out = tmp_path / "run"
     M = ["--d-model", "64", "--heads", "2", "--seq-len", "16", "--batch", "2", "--vocab", "64"]
     res = runner.invoke(app, ["variance", "--sigma", "1e5", "--layers", "4", *M, "--out", str(out)])
@@ -456,7 +458,11 @@ TINY_CHECK = [*S, "--deep-layers", "3", "--head-dims", "8"]
     ],
     ids=["sigma-tiny", "embed-tiny", "bf16-huge", "attn-huge", "check-huge", "d1", "sweep-tiny", "grad-bf16"],
 )
-def test_vanishing_or_overflowing_numbers_are_flagged_not_a_traceback(tmp_path, args):
+def test_vanishing_or_overflowing_numbers_are_flagged_not_a_traceback(tmp_path, monkeypatch, request, args):
+    if request.node.callspec.id in ("embed-tiny", "d1"):
+        # variance's figure of vanished values is rendered in sigma-tiny (and of overflowed
+        # ones in bf16-huge): here it is built, not rendered
+        figures_built_not_saved(monkeypatch)
     out = tmp_path / "run"
     res = runner.invoke(app, [*args, "-q", "--out", str(out)])
     assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
