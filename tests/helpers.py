@@ -1,5 +1,6 @@
 """Assertions the CLI tests share: the one-line usage error, and the reference pages."""
 
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,11 +81,34 @@ def figures_built_not_saved(monkeypatch) -> None:
 
 def final_result_only(monkeypatch) -> None:
     """No result so far after each unit (driver.Run.partial does nothing): for tests that
-    read what a finished run leaves. The result so far is re-assembled (fits, summaries)
-    and re-written after every unit and then replaced by the final one, a cost that grows
-    with the square of the units; tests/test_run_promises.py (rows on disk before the
-    next configuration, a signal keeps them) and test_hostile_train.py hold the partial
+    read what a finished run leaves. The result so far is assembled (fits, summaries) and
+    written after the first unit and then whenever the writer's interval has passed, and
+    replaced by the final one; tests/test_run_promises.py (rows on disk as measured, at a
+    bounded cost; a signal keeps them) and test_hostile_train.py hold the partial
     results to their rules."""
     from tinit.experiments import driver
 
     monkeypatch.setattr(driver.Run, "partial", lambda self: None)
+
+
+@contextmanager
+def one_fork_server():
+    """While inside, every in-process local sweep shares one preloaded fork server (an
+    in-process sweep may not fork its workers from a process that has computed, and
+    stops its fork server when it ends: each started its own, importing torch and the
+    experiments, ~3 s of CPU), which preloads torch's compiler too (the first optimizer
+    imports it: each worker of a training command did). Stopped at the end, as a sweep
+    stops it; that nothing of a sweep outlives `tinit sweep` is tests/test_sweep_pool.py's,
+    on a real process. For a module-scoped fixture."""
+    import pytest
+
+    from tinit.sweep import local
+
+    real = local.stop_helpers
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(local, "stop_helpers", lambda tracker=True: None)
+            mp.setattr(local, "PRELOAD", [*local.PRELOAD, "torch._dynamo"])
+            yield
+    finally:
+        real()

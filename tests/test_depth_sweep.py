@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import assert_one_line_error
+from helpers import assert_one_line_error, figures_built_not_saved
 from typer.testing import CliRunner
 
 from tinit import run_depth_sweep
@@ -257,7 +257,8 @@ def test_cli_writes_documented_files(tmp_path):
     assert "transfers" in res.stdout and "naive/pre" in res.stdout
 
 
-def test_cli_no_grads(tmp_path):
+def test_cli_no_grads(tmp_path, monkeypatch):
+    figures_built_not_saved(monkeypatch)  # (drawn, not rendered: the figure is rendered above)
     out = tmp_path / "run"
     res = runner.invoke(app, ["depth-sweep", *TINY, "--layers", "1,2", "--seeds", "1", "--no-grads",
                               "--init", "scaled", "--post-norm", "--out", str(out)])  # fmt: skip

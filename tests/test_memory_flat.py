@@ -9,6 +9,7 @@ configuration here, against a tolerance of a few MB)."""
 
 import dataclasses
 import gc
+from pathlib import Path
 
 import pytest
 import torch
@@ -48,11 +49,11 @@ def test_grad_norms_leaves_nothing_behind(stream):
     before = live_tensors()
     run_grad_norms(MODEL, InitConfig(), run, **grid)  # warm: allocator pools, first-call caches
     rss, tensors = [], []
-    for _ in range(3):  # 2 configurations each
+    for _ in range(2):  # 2 configurations each: a leak shows from one run to the next
         run_grad_norms(MODEL, InitConfig(), run, batches=2, **grid)
         tensors.append(live_tensors())
         rss.append(settled_rss())
-    assert tensors == [before] * 3
+    assert tensors == [before] * 2
     # one configuration's backward holds this much; a leak of it per run would show
     held = gradient_pass_bytes(MODEL, InitConfig(), RUN.batch, RUN.seq_len, torch.float32) / 2**20
     assert held > 15
@@ -60,70 +61,85 @@ def test_grad_norms_leaves_nothing_behind(stream):
 
 
 def test_depth_sweep_memory_flat_in_points_and_depth():
-    """Depths 2, 8, 16, one seed, gradients on: the live tensors after every point are
+    """Depths 2 and 16, one seed, gradients on: the live tensors after every point are
     those before the sweep, and the resident memory after the last point is within
     10% of the first (docs/performance.md's target; the deepest backward here holds ~50 MB).
-    (One seed: a second seed re-ran the same 12 shapes, 37 s in all; a point of another
-    seed is the same code as another point of the same seed.)"""
+    (One seed and one scheme, both placements (their backward paths differ): a second seed
+    re-ran the same shapes, 37 s in all; a point of another seed or scheme is the same code
+    as another point, with other draws.)"""
     before = live_tensors()
     after: list[tuple[int, float]] = []
 
-    def on_partial(result):
+    def on_partial(so_far):  # after each point (nothing built: the writer's decision)
         after.append((live_tensors(), settled_rss()))
 
     model = dataclasses.replace(MODEL, n_layers=16)
-    res = run_depth_sweep(model, InitConfig(), RUN, layers=(2, 8, 16), seeds=1, grads=True,
+    res = run_depth_sweep(model, InitConfig(), RUN, layers=(2, 16), seeds=1, inits=("naive",), grads=True,
                           on_partial=on_partial)  # fmt: skip
-    assert res.complete and len(after) == 12  # a point per (L, scheme, placement)
-    assert [t for t, _ in after] == [before] * 12
+    assert res.complete and len(after) == 4  # a point per (L, placement)
+    assert [t for t, _ in after] == [before] * 4
     rss = [r for _, r in after]
     held = gradient_pass_bytes(model, InitConfig(), RUN.batch, RUN.seq_len, torch.float32) / 2**20
     assert held > 40  # what one leaked configuration at L = 16 would add
     assert rss[-1] <= 1.10 * rss[0] and rss[-1] - rss[0] < held / 2, rss
     # config.json's figure: resident memory after each point (named as a sweep's point folder)
-    names = [f"L{L}-seed0-{i}-{p}" for L in (2, 8, 16) for i in ("naive", "scaled") for p in ("pre", "post")]
+    names = [f"L{L}-seed0-naive-{p}" for L in (2, 16) for p in ("pre", "post")]
     assert sorted(res.meta["rss_mib"]) == sorted(names)
 
 
 PEAK_SCRIPT = """
-import sys, torch
+import json, sys, torch
 from tinit.experiments.measure.grad_norms import run_grad_norms
 from tinit.experiments.memory import peak_rss_own_mib, rss_mib
 from tinit.model.config import InitConfig, ModelConfig, RunConfig
 torch.set_num_threads(1)
-position, L, d, batch = sys.argv[1], *map(int, sys.argv[2:])
-shape = dict(d_model=d, n_heads=d // 64, vocab_size=256, max_seq_len=64)
-run = RunConfig(batch=batch, seq_len=64, device="cpu", stream=False)
-run_grad_norms(ModelConfig(n_layers=1, **shape), InitConfig(), run, inits=("naive",),
-               norm_positions=("pre",))  # first-call costs
-base = rss_mib()
-cfg = ModelConfig(n_layers=L, **shape)
-run_grad_norms(cfg, InitConfig(), run, inits=("naive",), norm_positions=(position,))
-print(peak_rss_own_mib() - base)  # not ru_maxrss: it keeps the parent's (pytest's) size
+peaks = []
+for position, L, d, batch in json.loads(sys.argv[1]):
+    shape = dict(d_model=d, n_heads=d // 64, vocab_size=256, max_seq_len=64)
+    run = RunConfig(batch=batch, seq_len=64, device="cpu", stream=False)
+    run_grad_norms(ModelConfig(n_layers=1, **shape), InitConfig(), run, inits=("naive",),
+                   norm_positions=("pre",))  # first-call costs
+    base = rss_mib()
+    with open("/proc/self/clear_refs", "w") as f:  # the peak (VmHWM) starts again from now
+        f.write("5")
+    cfg = ModelConfig(n_layers=L, **shape)
+    run_grad_norms(cfg, InitConfig(), run, inits=("naive",), norm_positions=(position,))
+    peaks.append(peak_rss_own_mib() - base)  # not ru_maxrss: it keeps the parent's (pytest's) size
+print(json.dumps(peaks))
 """
+PEAK_CASES = {"activations": ("pre", 8, 192, 8), "weights": ("post", 4, 512, 2)}
 
 
-@pytest.mark.parametrize(("position", "layers", "d", "batch"), [("pre", 8, 192, 8), ("post", 4, 512, 2)],
-                         ids=["activations", "weights"])  # fmt: skip
-def test_the_streaming_decision_counts_what_the_backward_keeps(position, layers, d, batch):
+@pytest.fixture(scope="module")
+def measured_peaks() -> dict[str, float]:
+    """Each case's peak resident memory above what the process held before its backward,
+    both cases in one fresh process (its peak reset before each: /proc/self/clear_refs)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_ARENA_MAX": "1"}
+    out = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, json.dumps(list(PEAK_CASES.values()))],
+                         capture_output=True, text=True, check=True, timeout=120, env=env)  # fmt: skip
+    return dict(zip(PEAK_CASES, json.loads(out.stdout.splitlines()[-1]), strict=True))
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="resets the peak through /proc")
+@pytest.mark.parametrize("case", list(PEAK_CASES))
+def test_the_streaming_decision_counts_what_the_backward_keeps(measured_peaks, case):
     """The bytes a built backward holds, estimated before anything is allocated, against
     what the operating system saw: the peak resident memory of a fresh process running
     that backward, above what it held before (glibc told to map every tensor of 64 KiB
     or more on its own and to keep one arena, so that the resident memory is what is
     allocated). With many tokens the saved activations are most of it (the old decision
     counted weights x 3); with few, the weights and their gradients."""
-    import os
-    import subprocess
-    import sys
-
+    position, layers, d, batch = PEAK_CASES[case]
     cfg = ModelConfig(n_layers=layers, d_model=d, n_heads=d // 64, vocab_size=256, max_seq_len=64,
                       norm_position=position)  # fmt: skip
     weights, saved = block_bytes(cfg, InitConfig(), batch, 64, torch.float32)
     est = gradient_pass_bytes(cfg, InitConfig(), batch, 64, torch.float32) / 2**20
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_ARENA_MAX": "1"}
-    out = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, position, str(layers), str(d), str(batch)],
-                         capture_output=True, text=True, check=True, timeout=120, env=env)  # fmt: skip
-    measured = float(out.stdout.split()[-1])
+    measured = measured_peaks[case]
     assert 0.9 < est / measured < 1.2, (est, measured)
     if position == "pre":
         assert saved > 3 * weights and 3 * layers * weights / 2**20 < 0.5 * measured

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import assert_one_line_error
+from helpers import assert_one_line_error, figures_built_not_saved, one_fork_server
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -41,11 +41,20 @@ ACCEPT = [
 STEMS = ("depth_sweep", "depth_sweep_summary", "depth_sweep_fit")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_fork_server():
+    with one_fork_server():  # (helpers: one for the local sweep and its --resume)
+        yield
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """`tinit depth-sweep` in this process, one thread (conftest): the numbers to match."""
+    """`tinit depth-sweep` in this process, one thread (conftest): the numbers to match
+    (its CSVs; the figure built, not rendered: a sweep's is, below)."""
     out = tmp_path_factory.mktemp("ref") / "run"
-    res = runner.invoke(app, [*ACCEPT, "--out", str(out), "-q"])
+    with pytest.MonkeyPatch.context() as mp:
+        figures_built_not_saved(mp)
+        res = runner.invoke(app, [*ACCEPT, "--out", str(out), "-q"])
     assert res.exit_code == 0, res.output
     return out
 
@@ -82,6 +91,7 @@ def test_local_pool_gives_the_single_process_csvs(tmp_path, reference, monkeypat
     rec_path = point_dir(out, "L16-seed0-scaled-pre") / "config.json"
     rec = json.loads(rec_path.read_text())
     rec_path.write_text(json.dumps({**rec, "complete": False, "error": "marked failed by the test"}))
+    figures_built_not_saved(monkeypatch)  # (the merged figure is drawn as above; its CSVs matter here)
     res = runner.invoke(app, ["sweep", "--resume", str(out), "--workers", "1", "-q"])
     assert res.exit_code == 0, res.output
     same_csvs(out, reference)

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, one_fork_server
 from typer.testing import CliRunner
 
 import tinit.cli.runner
@@ -122,6 +122,12 @@ def no_figures(monkeypatch):
 
     monkeypatch.setattr(tinit.results.writer, "write_result", write_result)
     monkeypatch.setattr(tinit.cli.runner, "write_result", write_result)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_fork_server():
+    with one_fork_server():  # (helpers: one for the module's five local sweeps)
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -222,12 +222,13 @@ def test_training_refuses_non_float32_and_a_small_vocab():
 
 
 def test_each_finished_run_is_handed_over_before_the_next_starts():
-    """run_train calls on_partial after every run but the last, with every finished run's
-    rows, so the CLI writes them before the next run starts (a kill loses one run at most)."""
+    """run_train calls on_partial after every run but the last, with (a function building)
+    every finished run's rows, so the CLI can write them before the next run starts."""
     data = load_data("markov", vocab=16, seq_len=8, batch=2, seed=0)
     seen = []
 
-    def on_partial(result):
+    def on_partial(so_far):
+        result = so_far()
         seen.append((result.complete, len(result["runs"]), sorted(result["train"]["seed"].unique())))
 
     res = run_train(ModelConfig(n_layers=1, d_model=16, n_heads=2, vocab_size=16), InitConfig(),

@@ -4,12 +4,15 @@ write CSVs, plots and config.json, print the summary and the folder.
 
 What a run promises (docs/run-folders.md, "What a run promises"): the folder is claimed
 exclusively before anything runs; config.json says ``"complete": false`` until every
-file is in place; each finished configuration is on disk before the next starts;
-SIGINT, SIGTERM and SIGHUP, out of memory and write failures all keep what was
-measured, mark the run incomplete, name the folder and exit 1."""
+file is in place; the rows of finished units are rewritten on disk as they are measured
+(:class:`RunWriter`: the first at once, then whenever the time since the last write is
+ten times what that write cost); SIGINT, SIGTERM and SIGHUP, out of memory, an internal
+error and write failures all keep every finished unit, mark the run incomplete, name
+the folder and exit 1."""
 
 import gc
 import signal
+import time
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -123,25 +126,62 @@ class StopSignals:
             signal.signal(sig, before)
 
 
+#: A partial write waits until the time since the last one is this many times what that
+#: one cost (building the frames and writing them): the rows on disk then cost at most
+#: about 1/11 of the run, however many units, where a write after every unit grew with
+#: the square of the units.
+PARTIAL_INTERVAL = 10
+
+
 class RunWriter:
-    """Writes a run folder: the rows so far after each configuration (CSVs and a
-    config.json still saying ``complete: false``), then everything at the end."""
+    """Writes a run folder: the rows so far while the run measures (CSVs and a
+    config.json still saying ``complete: false``), then everything at the end.
+
+    :meth:`partial` is the experiment's ``on_partial``: after each finished unit it gets
+    the function that builds the result so far, and builds and writes it after the
+    first unit and then whenever ``PARTIAL_INTERVAL`` times the last write's cost has
+    passed since that write ended. Every stop the run survives (a signal, out of memory,
+    an error) writes every finished unit at the end (:meth:`so_far`, or the result an
+    IncompleteRun holds); a hard kill (SIGKILL, power) loses the unit in progress and
+    those finished since the last write: at most ten times that write's duration."""
+
+    clock = staticmethod(time.perf_counter)
 
     def __init__(self, folder: RunFolder, command: str, base: dict):
         self.folder, self.command, self.base = folder, command, base
-        self.last: ExperimentResult | None = None
+        self.last: ExperimentResult | None = None  # the result of the last write
+        self.pending: Callable[[], ExperimentResult] | None = None  # units finished since
+        self.due = -float("inf")  # (clock) when the next write may start
         self.written = False
 
     @property
     def path(self) -> Path:
         return self.folder.path
 
-    def partial(self, result: ExperimentResult) -> None:
-        """Save the rows measured so far (every file renamed into place)."""
-        self.last = result
+    def partial(self, so_far: Callable[[], ExperimentResult]) -> None:
+        """After a finished unit: save the rows measured so far if a write is due (every
+        file renamed into place), else keep ``so_far`` for :meth:`so_far`."""
+        self.pending = so_far
+        start = self.clock()
+        if start < self.due:
+            return
+        result = self.last = so_far()
+        self.pending = None
         write_csvs(self.path, result.frames, result.not_applicable)
         write_config(self.path, self.command, {**self.base, **result.meta}, complete=False, error=None)
         self.written = True
+        end = self.clock()
+        self.due = end + PARTIAL_INTERVAL * (end - start)
+
+    def so_far(self) -> ExperimentResult | None:
+        """The result of every finished unit (for a run stopped outside a unit, or by an
+        error): built from the last ``so_far`` handed over, when it was not written."""
+        if self.pending is not None:
+            try:
+                self.last, self.pending = self.pending(), None
+            except Exception:  # (a run ending in tinit's error: its frames may be what fails)
+                pass
+        return self.last
 
     def config(self, result: ExperimentResult, complete: bool, error: str | None, **extra) -> None:
         meta = {**self.base, **result.meta}
@@ -167,8 +207,9 @@ def execute(
     plan: Callable | None = None,
     wants_run_dir: bool = False,
 ) -> ExperimentResult | None:
-    """Run ``experiment(progress=..., on_partial=...)`` (``on_partial`` is called with
-    the result so far after each unit: every experiment takes it) and write everything
+    """Run ``experiment(progress=..., on_partial=...)`` (``on_partial`` gets a function
+    building the result so far after each unit: every experiment takes it; the rows are
+    written as :class:`RunWriter` says) and write everything
     (:func:`tinit.results.writer.write_result`, as `tinit sweep` does); exit 1 on a
     failed, stopped or unwritable run.
 
@@ -225,7 +266,7 @@ def execute(
                 failure = internal_error(exc, run_dir)
             else:
                 raise
-            result = writer.last or ExperimentResult({}, {}, False, failure)
+            result = writer.so_far() or ExperimentResult({}, {}, False, failure)
             result.complete, result.error = False, failure
         if failure and "out of memory" in failure:
             release_memory()  # the writing (plots) needs some

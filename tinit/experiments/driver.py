@@ -6,9 +6,14 @@ that assembles the frames of what was measured so far. :class:`Run` does the res
 alike for every experiment: it times each unit (:class:`Meter`: wall time, peak
 memory, resident memory after it, into config.json), turns a run failure (out of
 memory, Ctrl-C, a stopping signal) into an :class:`IncompleteRun` holding the frames
-measured before it and naming the unit, hands the result so far to ``on_partial``
-after each unit (so the CLI writes rows as they are measured), counts progress, and
-attaches the cells that are empty by design (``not_applicable``) to every result.
+measured before it and naming the unit, hands ``on_partial`` a function that builds
+the result so far after each unit, counts progress, and attaches the cells that are
+empty by design (``not_applicable``) to every result. Nothing is assembled for
+``on_partial`` unless it calls that function: the CLI's writer
+(:class:`tinit.cli.runner.RunWriter`) does after the first unit, then once ten times
+the last write's cost has passed, so a hard kill (SIGKILL, power) loses the unit in
+progress and those finished since the last completed write (within ten times its
+duration after it); every other stop writes every finished unit.
 
 A new measuring experiment (``measure/attention_scale.py`` is a short real one)::
 
@@ -155,9 +160,10 @@ class Run:
     ``assemble()``: the frames of what was measured so far, for every result, partial
     or final (it may add to ``meta`` what only the end of the run knows);
     ``not_applicable``: the cells empty by design; ``meter``: times each unit with a
-    ``span`` (None: nothing is timed); ``on_partial``: gets the result so far after
-    each unit; ``progress`` and ``total``: the steps of :attr:`tick`, which the units
-    advance; ``nested(exc)``: the reason a unit that runs a whole experiment inside
+    ``span`` (None: nothing is timed); ``on_partial``: gets a function building the
+    result so far after each unit (nothing is assembled unless it is called);
+    ``progress`` and ``total``: the steps of :attr:`tick`, which the units advance;
+    ``nested(exc)``: the reason a unit that runs a whole experiment inside
     (depth-sweep's points, check's gradient run) gives for that experiment's own
     :class:`IncompleteRun` (default: its message)."""
 
@@ -187,9 +193,10 @@ class Run:
         return ExperimentResult(frames, self.meta, complete, error, na)
 
     def partial(self) -> None:
-        """Hand the result so far (``complete=False``) to ``on_partial``."""
+        """Hand ``on_partial`` the function that builds the result so far
+        (``complete=False``); the frames are assembled only if it is called."""
         if self.on_partial is not None:
-            self.on_partial(self.result(False))
+            self.on_partial(partial(self.result, False))
 
     @contextmanager
     def guard(self, label: str) -> Iterator[None]:
@@ -228,8 +235,8 @@ class Run:
     ) -> None:
         """Measure every unit in order: :meth:`step` (``label(unit)`` names it in a
         failure, ``span(unit)`` in the timings), then ``collect(unit, value)`` (outside
-        the timed span), then the result so far to ``on_partial`` (after the last unit
-        too unless ``last_partial`` is False: the caller's result follows at once)."""
+        the timed span), then :meth:`partial` (after the last unit too unless
+        ``last_partial`` is False: the caller's result follows at once)."""
         units = list(units)
         for i, unit in enumerate(units):
             value = self.step(label(unit), partial(measure, unit), span(unit) if span else None, inner)
@@ -245,11 +252,11 @@ def extended(
     on_partial: Partial | None = None,
 ) -> ExperimentResult:
     """Run ``experiment(on_partial)`` and ``add`` to every result it gives (each partial
-    one, the one an IncompleteRun holds, the final one) what is derived from its frames:
-    lr-sweep's optima over the training runs, claims' verdicts."""
-    partial = None if on_partial is None else (lambda r: on_partial(add(r)))
+    one, when it is built; the one an IncompleteRun holds; the final one) what is derived
+    from its frames: lr-sweep's optima over the training runs, claims' verdicts."""
+    wrapped = None if on_partial is None else (lambda so_far: on_partial(lambda: add(so_far())))
     try:
-        result = experiment(partial)
+        result = experiment(wrapped)
     except IncompleteRun as exc:  # what finished gets its derived frames too
         raise IncompleteRun(str(exc), add(exc.result)) from exc
     return add(result)

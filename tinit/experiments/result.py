@@ -15,9 +15,12 @@ import torch
 #: Callback for progress: (steps done so far, total steps). Experiments never print.
 Progress = Callable[[int, int], None]
 
-#: Callback with the result so far (``complete=False``) after each finished
-#: configuration, so a caller can save rows as they are measured.
-Partial = Callable[["ExperimentResult"], None]
+#: Callback after each finished unit (configuration, point, item), so a caller can save
+#: rows as they are measured. It gets a function that builds the result so far
+#: (``complete=False``): the frames (fits, summaries) cost more as the units grow, so a
+#: caller builds them only when it uses them (the CLI's writer: when a write is due).
+#: Built later, it holds what had been collected by then.
+Partial = Callable[[Callable[[], "ExperimentResult"]], None]
 
 
 @dataclass

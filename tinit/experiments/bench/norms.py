@@ -351,8 +351,8 @@ def run_norms(
     Returns frames ``norms_behaviour`` (one row per check and implementation),
     ``norms_timing`` (one row per norm, impl, pass, rows, d_model) and ``norms_ratio``
     (LayerNorm / RMSNorm per impl, pass and size). Raises :class:`IncompleteRun` on
-    out-of-memory or interrupt, holding what was measured. ``on_partial`` is called
-    with the result so far after each size.
+    out-of-memory or interrupt, holding what was measured. ``on_partial`` gets a
+    function building the result so far after each size.
 
     >>> res = run_norms(RunConfig(device="cpu"), rows=(64,), d_models=(128,), repeats=3)
     >>> res["norms_ratio"][["impl", "pass", "time_ratio"]]  # doctest: +SKIP

@@ -207,7 +207,7 @@ def run_attention_scale(
     Returns frame ``attention_scale``: one row per (input, head_dim, scaled).
     ``logit_var_se`` is the standard error from the spread over independent units:
     (sequence, head) pairs for ``unit``, heads (independent rows of W_Q, W_K) for ``model``.
-    ``on_partial`` is called with the result so far after each (input, head size).
+    ``on_partial`` gets a function building the result so far after each (input, head size).
 
     >>> run = RunConfig(batch=2, seq_len=32)
     >>> res = run_attention_scale(ModelConfig(n_heads=4), run=run, head_dims=(8, 16))

@@ -173,7 +173,7 @@ def run_check(
     ``attention_scale`` (e). ``model.n_layers`` is the short depth, ``deep_layers`` the
     long one of (b). On the CPU, tiny shapes (under SMALL_WORK per layer) run on one
     thread (the numbers do not depend on it beyond float rounding).
-    ``on_partial`` is called with the result so far after each item's measurement.
+    ``on_partial`` gets a function building the result so far after each item's measurement.
     """
     model = model or ModelConfig(**CHECK_MODEL)
     init, run = init or InitConfig(), run or RunConfig(**CHECK_RUN)

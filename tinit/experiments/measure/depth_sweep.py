@@ -91,7 +91,7 @@ def run_depth_sweep(
     and L, with the theory line) and ``depth_sweep_fit`` (per configuration: the
     fit of v_final against L, the theory slope and the transfer check). Raises
     :class:`IncompleteRun`, holding the finished points, if a point fails.
-    ``on_partial`` is called with the result so far after each (L, seed) point.
+    ``on_partial`` gets a function building the result so far after each (L, seed) point.
 
     >>> res = run_depth_sweep(ModelConfig(d_model=64, n_heads=2), layers="1:8:x2", seeds=2,
     ...                       run=RunConfig(batch=2, seq_len=16), grads=False)

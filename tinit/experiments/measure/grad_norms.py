@@ -291,7 +291,7 @@ def run_grad_norms(
     row per configuration). ``batches`` N averages the parameter gradients over N
     seeded batches before taking norms. Raises :class:`IncompleteRun`, holding what
     was measured, if a configuration fails part-way (e.g. out of memory).
-    ``on_partial`` is called with the result so far after each configuration.
+    ``on_partial`` gets a function building the result so far after each configuration.
 
     >>> cfg = ModelConfig(n_layers=4, d_model=64, n_heads=2)
     >>> res = run_grad_norms(cfg, run=RunConfig(batch=2, seq_len=16))

@@ -187,7 +187,7 @@ def run_variance(
     Returns frames ``variance`` (one row per configuration and k = 0..2L) and
     ``summary`` (one row per configuration). Raises :class:`IncompleteRun`, holding
     what was measured, if a configuration fails part-way (e.g. out of memory).
-    ``on_partial`` is called with the result so far after each configuration.
+    ``on_partial`` gets a function building the result so far after each configuration.
 
     >>> res = run_variance(ModelConfig(n_layers=4, d_model=64, n_heads=2), run=RunConfig(batch=2, seq_len=16))
     >>> res["summary"][["init", "norm_position", "v_final"]]  # doctest: +SKIP

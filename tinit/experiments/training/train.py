@@ -108,9 +108,10 @@ def run_specs(
     on_checkpoint: OnCheckpoint | None = None,
     save_steps: Sequence[int] = (),
 ) -> ExperimentResult:
-    """Train every spec in order (``on_partial`` gets the result so far after each run,
-    so a finished run is on disk before the next starts). Frames: ``train``, ``update_ratios``,
-    ``variance_during_training``, ``runs`` (one row per run) and ``summary`` (over seeds).
+    """Train every spec in order (``on_partial`` gets a function building the result so
+    far after each run but the last, so the CLI writes finished runs as they end). Frames:
+    ``train``, ``update_ratios``, ``variance_during_training``, ``runs`` (one row per run)
+    and ``summary`` (over seeds).
     With ``compare``, also ``compare``: each scheme against the first, paired by seed
     (:func:`.compare.compare_schemes`). With ``on_checkpoint``, each run's weights are
     handed to it at ``save_steps`` (:func:`parse_save_steps`; the callback writes them,
