@@ -203,13 +203,13 @@ def test_tinit_weights_in_hf_llama_all_columns_once_hf_computes_in_float64(monke
     np.testing.assert_allclose(got[cols].to_numpy(float), ref[cols].to_numpy(float), rtol=1e-6, atol=0)
 
 
-def test_readme_gpt2_example_through_the_cli(tmp_path):
+def test_readme_gpt2_example_through_the_cli(tmp_path, monkeypatch):
     """The README's worked example config, through the command: exit 0 against gpt2
     (and declared), exit 3 against naive with exactly the 24 c_proj matrices deviating."""
     import json
     import re
 
-    from helpers import reference_page
+    from helpers import figures_built_not_saved, reference_page
     from typer.testing import CliRunner
 
     from tinit.cli import app
@@ -225,6 +225,7 @@ def test_readme_gpt2_example_through_the_cli(tmp_path):
     assert "PASS: all 148 parameters" in ok.stdout
     # a healthy model's audit flags nothing: every empty cell is a declared not-applicable one
     assert json.loads((tmp_path / "ok" / "config.json").read_text())["non_finite_total"] == 0
+    figures_built_not_saved(monkeypatch)  # (the second run: its exit code and weights.csv)
     bad = runner.invoke(app, [*base, "--expect", "naive", "-q", "-o", str(tmp_path / "bad")])
     assert bad.exit_code == 3, bad.output
     w = pd.read_csv(tmp_path / "bad" / "weights.csv")

@@ -12,7 +12,7 @@ import weakref
 import numpy as np
 import pytest
 import torch
-from helpers import assert_one_line_error, reference_page
+from helpers import assert_one_line_error, figures_built_not_saved, reference_page
 from typer.testing import CliRunner
 
 from tinit import theory
@@ -309,7 +309,8 @@ def test_cli_writes_files_with_documented_columns(tmp_path):
     assert pd.read_csv(out / "summary.csv")["norm_position"].tolist() == ["pre", "pre", "post", "post"]
 
 
-def test_cli_post_norm_only(tmp_path):
+def test_cli_post_norm_only(tmp_path, monkeypatch):
+    figures_built_not_saved(monkeypatch)  # (the CSVs; test_cli_writes_files_with_documented_columns draws)
     out = tmp_path / "run"
     r = CliRunner().invoke(
         app, ["grad-norms", *CLI_ARGS, "--post-norm", "--init", "scaled", "-q", "--out", str(out)]

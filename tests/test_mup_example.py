@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import figures_built_not_saved
 
 from tinit.model.config import InitConfig, ModelConfig
 from tinit.model.transformer import Transformer
@@ -113,7 +114,7 @@ def test_the_figures_cover_the_example():
     assert embed["C"] == pytest.approx(math.sqrt(384 / 256), rel=1e-5)
 
 
-def test_coord_check_is_width_stable(tmp_path):
+def test_coord_check_is_width_stable(tmp_path, monkeypatch):
     """mup's README coordinate check, at a size a test affords (widths 64..256, L = 2, 3
     Adam steps at lr 0.01, 2 seeds) with the example's untied head and LayerNorm: the
     untied readout is zero, so the logits are exactly 0 at step 0; the embedding is
@@ -125,6 +126,7 @@ def test_coord_check_is_width_stable(tmp_path):
 
     from tinit.cli import app
 
+    figures_built_not_saved(monkeypatch)  # (the fit's CSV decides; test_reader_rules draws coord-check)
     out = tmp_path / "run"
     args = ["coord-check", "--init", "mup-example", "--untie", "--norm", "layernorm",
             "--d-model", "64,128,256", "--layers", "2", "--steps", "3", "--seeds", "2",

@@ -10,6 +10,7 @@ import json
 
 import pandas as pd
 import pytest
+from helpers import figures_built_not_saved
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -195,7 +196,8 @@ def test_cli_background_numbers(tmp_path):
     assert config["model"]["vocab_size"] == 128000 and config["reference_total"] == 1.5e9
 
 
-def test_cli_post_norm_drops_the_final_norm(tmp_path):
+def test_cli_post_norm_drops_the_final_norm(tmp_path, monkeypatch):
+    figures_built_not_saved(monkeypatch)  # (params.csv; test_cli_background_numbers draws)
     result, out = _run(tmp_path, "--post-norm", "--d-model", "64")
     assert result.exit_code == 0, result.output
     params = pd.read_csv(out / "params.csv").set_index(["tying", "component"])

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from helpers import figures_built_not_saved
 from typer.testing import CliRunner
 
 from tinit import InitConfig, ModelConfig, RunConfig, run_variance
@@ -50,7 +51,9 @@ def grid_run(tmp_path_factory):
     """`variance` over its default grid (2 schemes x 2 placements), run once for the tests
     of its config.json."""
     out = tmp_path_factory.mktemp("grid") / "run"
-    res = runner.invoke(app, ["variance", *TINY, "--threads", "1", "-o", str(out)])
+    with pytest.MonkeyPatch.context() as mp:
+        figures_built_not_saved(mp)  # (config.json is read; the PNG beside --format is drawn above)
+        res = runner.invoke(app, ["variance", *TINY, "--threads", "1", "-o", str(out)])
     assert res.exit_code == 0, res.output
     return out
 
@@ -68,7 +71,8 @@ def test_config_json_is_result_meta_plus_the_invocation(grid_run):
         assert cfg[key] == meta[key], key
 
 
-def test_grid_is_recorded_as_the_grid(grid_run, tmp_path):
+def test_grid_is_recorded_as_the_grid(grid_run, tmp_path, monkeypatch):
+    figures_built_not_saved(monkeypatch)
     cfg = _config(grid_run)
     grid = [["naive", "pre"], ["scaled", "pre"], ["naive", "post"], ["scaled", "post"]]
     assert cfg["configurations"] == grid
@@ -82,6 +86,7 @@ def test_grid_is_recorded_as_the_grid(grid_run, tmp_path):
 
 
 def test_threads_option_sets_and_records_torch_threads(tmp_path, monkeypatch):
+    figures_built_not_saved(monkeypatch)
     torch.set_num_threads(1)
     res = runner.invoke(app, ["variance", *ONE, "--threads", "2", "-o", str(tmp_path / "two")])
     assert res.exit_code == 0, res.output

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import typer
+from helpers import figures_built_not_saved
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -218,7 +219,8 @@ def test_a_user_toml_scheme_declares_structure():
             parse_scheme({"name": "bad", key: bad})
 
 
-def test_overrides_are_recorded_in_config_json_and_the_header(tmp_path):
+def test_overrides_are_recorded_in_config_json_and_the_header(tmp_path, monkeypatch):
+    figures_built_not_saved(monkeypatch)  # (config.json and the terminal header are read)
     out = tmp_path / "run"
     res = runner.invoke(app, ["variance", *SHAPE, "--init", "nanochat,gemma", "--untie", "--out", str(out)])
     assert res.exit_code == 0, res.output
