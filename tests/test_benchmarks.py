@@ -39,7 +39,7 @@ STEPS = {
 #: Every figure a step makes is built, its file made empty, not rendered (coord-check's
 #: and audit's PNGs were 9 of the 16 s CPU left): the figures are drawn under the
 #: reader's rules by tests/test_reader_rules.py and rendered by their commands' tests
-#: (norms.png: test_norms.py, coord-check's: test_mup_example.py, audit's:
+#: (norms.png: test_norms.py, coord_check.png: test_cli_fuzz_commands.py, audit's:
 #: test_audit_module.py); here the script's steps, exit codes and files are the subject.
 BUILT_NOT_SAVED = f"""
 import sys
