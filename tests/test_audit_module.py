@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 from audit_models import broken_model, good_model, tinit_post_model
-from helpers import assert_one_line_error
+from helpers import assert_one_line_error, figures_built_not_saved
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -36,7 +36,8 @@ def audit(*args):
     return runner.invoke(app, ["audit", *TINY, *args])
 
 
-def test_tinit_model_as_module_gives_tinit_variance_numbers(tmp_path):
+def test_tinit_model_as_module_gives_tinit_variance_numbers(tmp_path, monkeypatch):
+    figures_built_not_saved(monkeypatch)  # (the CSVs are compared; the PNGs: test_cli_exit_codes_and_report)
     shape = ["--layers", "2", "--d-model", "16", "--heads", "2", "--vocab", "32"]
     ref = runner.invoke(
         app, ["variance", *TINY, *shape, "--init", "naive", "--pre-norm", "-q", "-o", str(tmp_path / "v")]
@@ -154,9 +155,12 @@ def test_without_transformers_hf_says_how_to_install(tmp_path, monkeypatch):
         ("broken_model", "layers.0.attn.out.weight", "zero"),
     ],
 )
-def test_every_failing_verdict_fails_the_audit(tmp_path, factory, param, verdict):
+def test_every_failing_verdict_fails_the_audit(tmp_path, monkeypatch, factory, param, verdict):
     """Whatever the fault, the verdict names it on its weight, the report says FAIL and
-    the exit code is 3 (what a CI guard such as `tinit audit ... -q || exit 1` reads)."""
+    the exit code is 3 (what a CI guard such as `tinit audit ... -q || exit 1` reads).
+    The figures are built, not rendered: test_cli_exit_codes_and_report renders a failing
+    (zero weights) and a passing audit's PNGs."""
+    figures_built_not_saved(monkeypatch)
     out = tmp_path / "r"
     res = audit("--module", f"{MODELS}:{factory}", "--no-grads", "-q", "-o", str(out))
     assert res.exit_code == 3, res.output

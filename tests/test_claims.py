@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import assert_one_line_error
+from helpers import assert_one_line_error, figures_built_not_saved, final_result_only
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -142,7 +142,9 @@ TINY = [
 ]
 
 
-def test_train_command_writes_its_run_folder(tmp_path):
+def test_train_command_writes_its_run_folder(tmp_path, monkeypatch):
+    figures_built_not_saved(monkeypatch)  # (the figures are drawn by tests/test_reader_rules.py)
+    final_result_only(monkeypatch)  # (what a finished run leaves: the partial results' tests are elsewhere)
     out = tmp_path / "run"
     res = runner.invoke(
         app,
@@ -186,7 +188,9 @@ def test_train_command_writes_its_run_folder(tmp_path):
     assert not re.search(r"(^|,)nan(,|$)", (out / "train.csv").read_text(), re.M)
 
 
-def test_lr_sweep_and_claims_commands(tmp_path):
+def test_lr_sweep_and_claims_commands(tmp_path, monkeypatch):
+    figures_built_not_saved(monkeypatch)  # (the figures are drawn by tests/test_reader_rules.py)
+    final_result_only(monkeypatch)  # (what a finished run leaves: the partial results' tests are elsewhere)
     out = tmp_path / "sweep"
     res = runner.invoke(
         app,

@@ -15,6 +15,7 @@ and every CSV it writes is held to the rules.
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 from pathlib import Path
@@ -205,14 +206,16 @@ def test_empty_where_not_applicable(outputs):
 # --- figures -------------------------------------------------------------------------
 
 
-def _configs(folder: Path) -> set[tuple[str, str]]:
-    """The (scheme, placement) pairs a run measured, from its CSVs."""
+@functools.cache
+def _configs(folder: Path) -> frozenset[tuple[str, str]]:
+    """The (scheme, placement) pairs a run measured, from its CSVs (read once a run: the
+    run folders are the module fixture's, never written after it)."""
     out = set()
     for csv in folder.glob("*.csv"):
         df = pd.read_csv(csv)
         if {"init", "norm_position"} <= set(df.columns):
             out |= set(zip(df["init"].astype(str), df["norm_position"].astype(str), strict=True))
-    return out
+    return frozenset(out)
 
 
 def _hex(c) -> str | None:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import final_result_only
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -93,6 +94,14 @@ def _no_drawing(monkeypatch):
         return []
 
     monkeypatch.setattr(plots, "save_figure", save_figure)
+
+
+@pytest.fixture(autouse=True)
+def _final_result_only(monkeypatch):
+    """The CSVs compared are the finished run's: the result so far is not re-assembled and
+    re-written after every unit (claims: 18 units), which the final one replaces
+    (helpers.final_result_only; the partial results' tests: tests/test_run_promises.py)."""
+    final_result_only(monkeypatch)
 
 
 #: Run twice by tests/test_sweep_equals_run.py: once here, once as a sweep's points in
