@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 import pytest
-from helpers import ROOT, assert_one_line_error, reference_page
+from helpers import ROOT, assert_one_line_error, figures_built_not_saved, final_result_only, reference_page
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -16,6 +16,16 @@ from tinit.model.catalogue import CATALOGUE
 from tinit.model.formula import Formula, FormulaError
 
 runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _no_png(monkeypatch):
+    """Every run here is asserted on its CSVs, config.json and exit code: its figures are
+    built, not rendered (tests/test_reader_rules.py draws every command's, variance and
+    grad-norms of every scheme and `inits NAME` among them)."""
+    figures_built_not_saved(monkeypatch)
+
+
 TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]
 
 
@@ -53,7 +63,8 @@ def test_bad_scheme_names_are_one_line_errors(tmp_path):
     assert_one_line_error(res, "--norm-position", tmp_path / "e")
 
 
-def test_variance_all_schemes_one_row_each(tmp_path):
+def test_variance_all_schemes_one_row_each(tmp_path, monkeypatch):
+    final_result_only(monkeypatch)  # (30 schemes: the result so far re-assembled 30 times)
     out = tmp_path / "all"
     res = runner.invoke(app, ["variance", *TINY, "--init", "all", "--pre-norm", "--out", str(out)])
     assert res.exit_code == 0, res.output

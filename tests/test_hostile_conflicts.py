@@ -16,7 +16,7 @@ import math
 import pandas as pd
 import pytest
 import torch
-from helpers import assert_one_line_error
+from helpers import assert_one_line_error, figures_built_not_saved
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -35,6 +35,16 @@ from tinit.model.scheme_file import parse_scheme
 from tinit.results.plot_coord_check import MAX_STEP_PANELS, panel_steps, plot_coord_layers, plot_coord_width
 
 runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _no_png(monkeypatch):
+    """Every run here is asserted on its CSVs, config.json, exit code and messages: its
+    figures are built, not rendered (tests/test_reader_rules.py draws every command's;
+    the step panels are drawn by their plot functions here)."""
+    figures_built_not_saved(monkeypatch)
+
+
 M = ["--d-model", "32", "--heads", "2", "--seq-len", "16", "--batch", "2", "--vocab", "64"]
 QUICK = ["--eval-batches", "1", "--probe-points", "0", "--device", "cpu"]
 
