@@ -16,7 +16,7 @@ import math
 import pandas as pd
 import pytest
 import torch
-from helpers import assert_one_line_error, figures_built_not_saved
+from helpers import assert_one_line_error, figures_built_not_saved, final_result_only
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -39,10 +39,13 @@ runner = CliRunner()
 
 @pytest.fixture(autouse=True)
 def _no_png(monkeypatch):
-    """Every run here is asserted on its CSVs, config.json, exit code and messages: its
-    figures are built, not rendered (tests/test_reader_rules.py draws every command's;
-    the step panels are drawn by their plot functions here)."""
+    """Every run here is asserted on a finished run's CSVs, config.json, exit code and
+    messages: its figures are built, not rendered (tests/test_reader_rules.py draws every
+    command's; the step panels are drawn by their plot functions here), and no result so
+    far is re-assembled after each unit (tests/test_run_promises.py and
+    test_hostile_train.py hold the partial results to their rules)."""
     figures_built_not_saved(monkeypatch)
+    final_result_only(monkeypatch)
 
 
 M = ["--d-model", "32", "--heads", "2", "--seq-len", "16", "--batch", "2", "--vocab", "64"]
