@@ -38,13 +38,6 @@ HERE = Path(__file__).resolve().parent
 HAS_HF = importlib.util.find_spec("transformers") is not None
 
 
-def assert_rendered(out: Path, args: dict, argv) -> None:
-    """A call that renders wrote each figure whole (not the empty file of an unrendered one)."""
-    if renders(args):
-        figures = [p for p in out.iterdir() if p.suffix in (".png", ".svg")]
-        assert figures and all(p.stat().st_size > 0 for p in figures), argv
-
-
 def check_outcome(res, out: Path, argv, ok=(0,)) -> dict | None:
     """The documented endings; returns config.json when the run folder exists."""
     assert "Traceback" not in res.output, (argv, res.output)
@@ -80,6 +73,13 @@ def invoke(argv: list[str], args: dict):
         if not renders(args):
             figures_built_not_saved(mp)
         return runner.invoke(app, argv)
+
+
+def assert_rendered(out: Path, args: dict, argv) -> None:
+    """A call that renders wrote each figure whole (not the empty file of an unrendered one)."""
+    if renders(args):
+        figures = [p for p in out.iterdir() if p.suffix in (".png", ".svg")]
+        assert figures and all(p.stat().st_size > 0 for p in figures), argv
 
 
 # --- audit ----------------------------------------------------------------------------
