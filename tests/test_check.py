@@ -49,15 +49,16 @@ def test_covariance_se_is_the_spread_over_weight_draws():
     # h correlated with x (as a real branch input is), so the naive 1/sqrt(N) would be wrong
     h = torch.cat([x, torch.randn(2, 16, 4, generator=gen, dtype=torch.float64)], dim=-1).tanh()
     std, draws = 0.7, 4000
-    covs, ses = [], []
-    for _ in range(draws):
+    # one probe records every draw as an addition of its own (k = draw), as a forward records
+    # each block's; its frame, built once, has a row per draw (a frame per draw: 2 of 3 s)
+    probe = CovarianceProbe(torch.float64, {"attn": std})
+    for k in range(draws):
         w = torch.randn(8, 12, generator=gen, dtype=torch.float64) * std
-        probe = CovarianceProbe(torch.float64, {"attn": std})
         probe.capture(None, (h,))
-        probe(1, 0, "attn", x, h @ w.T, x + h @ w.T)
-        row = probe.frame().iloc[0]
-        covs.append(row["cov"])
-        ses.append(row["cov_se"])
+        probe(k, 0, "attn", x, h @ w.T, x + h @ w.T)
+    frame = probe.frame()
+    assert list(frame["k"]) == list(range(draws))
+    covs, ses = frame["cov"].to_numpy(), frame["cov_se"].to_numpy()
     assert np.ptp(ses) < 1e-12  # the se does not depend on W
     # the sample SD of `draws` Gaussian values has relative SE 1/sqrt(2 (draws - 1)); allow 4 of them
     assert np.std(covs, ddof=1) / ses[0] == pytest.approx(1.0, abs=4 / math.sqrt(2 * (draws - 1)))

@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 import pytest
-from helpers import ROOT, assert_one_line_error, reference_page
+from helpers import ROOT, assert_one_line_error, figures_built_not_saved, final_result_only, reference_page
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -16,6 +16,19 @@ from tinit.model.catalogue import CATALOGUE
 from tinit.model.formula import Formula, FormulaError
 
 runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _no_png(monkeypatch):
+    """Every run here is asserted on its CSVs, config.json and exit code: its figures are
+    built, not rendered (tests/test_reader_rules.py draws every command's, variance and
+    grad-norms of every scheme and `inits NAME` among them), and no result so far is
+    re-assembled after each unit (30 of them for `--init all`; tests/test_run_promises.py
+    and test_hostile_train.py hold the partial results to their rules)."""
+    figures_built_not_saved(monkeypatch)
+    final_result_only(monkeypatch)
+
+
 TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]
 
 

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 import torch
-from helpers import assert_one_line_error, validation_only
+from helpers import assert_one_line_error, figures_built_not_saved, validation_only
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -19,6 +19,13 @@ TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--seq-len", "8", "-
 
 def invoke(*args):
     return runner.invoke(app, ["variance", *TINY, *args])
+
+
+@pytest.fixture
+def no_png(monkeypatch):
+    """For the tests that read a run's CSVs and config.json: its figure built, not rendered
+    (test_writes_csvs_plot_and_config renders variance's PNG and SVG)."""
+    figures_built_not_saved(monkeypatch)
 
 
 def test_writes_csvs_plot_and_config(tmp_path):
@@ -40,7 +47,7 @@ def test_writes_csvs_plot_and_config(tmp_path):
     assert {"tinit_version", "device_name", "git_commit", "sigma_resolved", "seconds"} <= set(cfg)
 
 
-def test_default_run_folder_is_new_each_time(tmp_path, monkeypatch):
+def test_default_run_folder_is_new_each_time(tmp_path, monkeypatch, no_png):
     monkeypatch.chdir(tmp_path)
     with monkeypatch.context() as mp:  # the first run claims its folder and stops there
         validation_only(mp)
@@ -55,7 +62,7 @@ def test_default_run_folder_is_new_each_time(tmp_path, monkeypatch):
     assert (tmp_path / pb / "variance.csv").is_file()
 
 
-def test_out_never_overwrites(tmp_path):
+def test_out_never_overwrites(tmp_path, no_png):
     out = tmp_path / "run"
     assert invoke("--out", str(out)).exit_code == 0
     before = (out / "variance.csv").read_bytes()
@@ -72,7 +79,7 @@ def test_out_never_overwrites(tmp_path):
         (["--post-norm", "--init", "scaled"], None),
     ],
 )
-def test_restricting_flags(tmp_path, args, option):
+def test_restricting_flags(tmp_path, no_png, args, option):
     out = tmp_path / "r"
     res = invoke("--out", str(out), *args)
     assert res.exit_code == 0, res.output
@@ -130,7 +137,7 @@ def test_help_shows_the_default_run_folder_pattern():
     assert "results/COMMAND/TIMESTAMP-ID" in res.stdout and "results//" not in res.stdout
 
 
-def test_out_of_memory_keeps_what_was_measured(tmp_path, monkeypatch):
+def test_out_of_memory_keeps_what_was_measured(tmp_path, monkeypatch, no_png):
     """A failure part-way writes the finished configurations, marks the run
     incomplete, and exits 1 with a clear message."""
     import tinit.experiments.measure.variance as variance

@@ -16,7 +16,7 @@ import math
 import pandas as pd
 import pytest
 import torch
-from helpers import assert_one_line_error
+from helpers import assert_one_line_error, figures_built_not_saved, final_result_only
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -35,6 +35,19 @@ from tinit.model.scheme_file import parse_scheme
 from tinit.results.plot_coord_check import MAX_STEP_PANELS, panel_steps, plot_coord_layers, plot_coord_width
 
 runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _no_png(monkeypatch):
+    """Every run here is asserted on a finished run's CSVs, config.json, exit code and
+    messages: its figures are built, not rendered (tests/test_reader_rules.py draws every
+    command's; the step panels are drawn by their plot functions here), and no result so
+    far is re-assembled after each unit (tests/test_run_promises.py and
+    test_hostile_train.py hold the partial results to their rules)."""
+    figures_built_not_saved(monkeypatch)
+    final_result_only(monkeypatch)
+
+
 M = ["--d-model", "32", "--heads", "2", "--seq-len", "16", "--batch", "2", "--vocab", "64"]
 QUICK = ["--eval-batches", "1", "--probe-points", "0", "--device", "cpu"]
 

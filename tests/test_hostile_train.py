@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import ROOT, assert_one_line_error
+from helpers import ROOT, assert_one_line_error, figures_built_not_saved
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -29,6 +29,14 @@ from tinit.model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 runner = CliRunner()
 M = ["--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]
 QUICK = ["--steps", "3", "--eval-batches", "1", "--probe-points", "0"]
+
+
+@pytest.fixture
+def no_png(monkeypatch):
+    """For the runs asserted on their CSVs and config.json: figures built, not rendered
+    (test_every_run_diverging_still_draws_every_figure renders; test_reader_rules draws
+    every command's figures)."""
+    figures_built_not_saved(monkeypatch)
 
 
 def config(out) -> dict:
@@ -164,7 +172,7 @@ def _text(tmp_path):
     return path
 
 
-def test_vocab_given_with_text_data_is_honoured_or_refused(tmp_path):
+def test_vocab_given_with_text_data_is_honoured_or_refused(tmp_path, no_png):
     """--vocab silently became 256 for text --data."""
     base = [
         "train",
@@ -192,7 +200,7 @@ def test_vocab_given_with_text_data_is_honoured_or_refused(tmp_path):
     assert config(tmp_path / "own")["model"]["vocab_size"] == 256
 
 
-def test_file_data_has_no_entropy_floor_and_flags_nothing(tmp_path):
+def test_file_data_has_no_entropy_floor_and_flags_nothing(tmp_path, no_png):
     """entropy_floor and gap_to_floor were written nan (and counted as non-finite) for
     data whose entropy rate nobody knows: they are not applicable, written empty."""
     out = tmp_path / "run"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import assert_one_line_error, figures_built_not_saved
+from helpers import assert_one_line_error, figures_built_not_saved, final_result_only
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -22,9 +22,12 @@ runner = CliRunner()
 
 @pytest.fixture(autouse=True)
 def _no_png(monkeypatch):
-    """Every test here asserts on a run's CSVs, config.json and exit code: its figures
-    are built, not rendered (tests/test_reader_rules.py draws every command's)."""
+    """Every test here asserts on a finished run's CSVs, config.json and exit code: its
+    figures are built, not rendered (tests/test_reader_rules.py draws every command's),
+    and no result so far is re-assembled after each unit (tests/test_run_promises.py and
+    test_hostile_train.py hold the partial results to their rules)."""
     figures_built_not_saved(monkeypatch)
+    final_result_only(monkeypatch)
 
 
 M = ["--d-model", "32", "--heads", "2", "--seq-len", "16", "--batch", "2", "--vocab", "64"]
