@@ -210,8 +210,8 @@ def test_anchors_at_small_sizes(tmp_path, monkeypatch):
     faster than width^(1/2), and muP (MuAdamW's lr / m) grows less than gpt2 in every
     block quantity at every step. (Whether every muP slope stays within the tolerance at
     every step is what the default run reports; at these sizes two seeds do not settle it.)"""
-    figures_built_not_saved(monkeypatch)  # the anchors are the fit's (test_mup_example renders PNGs)
-    final_result_only(monkeypatch)  # (re-fitting after each of the 12 points: a third of the time)
+    figures_built_not_saved(monkeypatch)  # the anchors are the fit's (test_cli_fuzz_commands renders PNGs)
+    final_result_only(monkeypatch)  # (the anchors read the finished run's fit)
     out = tmp_path / "run"
     args = ["coord-check", "--init", "gpt2,mup", "--d-model", "64,128,256", "--layers", "2", "--steps", "3",
             "--seeds", "2", "--out", str(out), "-q"]  # fmt: skip

@@ -94,8 +94,7 @@ def outputs(tmp_path_factory) -> dict:
         return paths
 
     with pytest.MonkeyPatch.context() as mp:
-        # the rules read what a finished run leaves: no result so far after each unit (its
-        # re-assembly grows with the square of the units: 62 of 75 s of depth_sweep_all_one_depth)
+        # the rules read what a finished run leaves: no result so far while it measures
         final_result_only(mp)
         mp.setattr(cli_runner, "print_tables", print_tables)
         mp.setattr(plots, "save_figure", save_figure)  # (the runner imports it when it draws)
