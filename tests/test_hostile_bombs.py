@@ -29,6 +29,7 @@ M = ["--d-model", "32", "--heads", "2", "--seq-len", "16", "--batch", "2", "--vo
 CAP = 3 * 2**30  # bytes of address space the child may map
 CASE_SECONDS = 30  # each case: a refusal, not a run (the child has imported everything once)
 HUGE = "1000000000"
+AUDIT_MODELS = Path(__file__).resolve().parent / "audit_models.py"
 W = ["--d-model", HUGE, "--heads", "2"]  # d 1e9: a block's storage size overflowed even on the meta device
 
 CHILD = r"""
@@ -136,6 +137,19 @@ def _cases(f: dict[str, str], out: Path) -> list[tuple[str, list[str], str, dict
             None,
         ),  # fmt: skip
         ("steps-lr-sweep", ["lr-sweep", *M, "--steps", "1000000000000"], "--steps", None),
+        # a user's module declares no positions: --seq-len 1e9 reached make_tokens (a traceback)
+        (
+            "seq-len-audit-module",
+            ["audit", "--module", f"{AUDIT_MODELS}:good_model", "--seq-len", HUGE],
+            "--seq-len",
+            None,
+        ),
+        (
+            "batch-audit-module",
+            ["audit", "--module", f"{AUDIT_MODELS}:good_model", "--batch", HUGE],
+            "--batch",
+            None,
+        ),
     ]
     if HAS_HF:
         sets = ("n_embd=32", "n_head=2", "vocab_size=64", "n_positions=32")

@@ -272,6 +272,7 @@ def audit(opts: Options) -> None:
     from ..experiments.audit.audit import Expectation, ModelError, run_audit
     from ..experiments.audit.loaders import (
         check_parameters,
+        check_token_memory,
         infer_vocab,
         load_hf,
         load_module,
@@ -338,6 +339,7 @@ def audit(opts: Options) -> None:
             seq_len = limit  # the default does not fit this model: its own length does
         if seq_len < 2 and grads:
             raise ConfigError("--seq-len", "must be >= 2 to measure gradients (or give --no-grads)")
+        check_token_memory(model, opts.batch, seq_len, device)
         tokens = make_tokens(ModelConfig(vocab_size=v), RunConfig(batch=opts.batch, seq_len=seq_len),
                              opts.seed, device)  # fmt: skip
         try:

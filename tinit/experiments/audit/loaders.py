@@ -410,6 +410,26 @@ def infer_vocab(model: nn.Module) -> int | None:
     return max(tables) if tables else None
 
 
+def check_token_memory(model: nn.Module, batch: int, seq_len: int, device) -> None:
+    """Before the tokens are made: the least an audited forward holds, the token ids and
+    three stream-sized tensors (the embedding's output, a branch, their sum) at the
+    widest embedding's width (ids only when the model has no nn.Embedding), fits in the
+    device's free memory; else a ConfigError naming --seq-len or --batch (whichever is
+    further beyond its default, 128 and 8). A user's module may declare no positions, so
+    nothing else bounds them."""
+    from ..memory import available_memory
+
+    widths = [m.embedding_dim for m in model.modules() if isinstance(m, nn.Embedding)]
+    item = max((p.element_size() for p in model.parameters()), default=4)
+    need = batch * seq_len * (8 + 3 * max(widths, default=0) * item)
+    free = available_memory(torch.device(device))
+    if need > free:
+        option = "--seq-len" if seq_len / 128 >= batch / 8 else "--batch"
+        gib = f"{need / 2**30:.3g} GiB for the ids and the first activations"
+        raise ConfigError(option, f"{batch} x {seq_len} tokens need at least {gib}, more than the "
+                                  f"{free / 2**30:.3g} GiB free")  # fmt: skip
+
+
 def max_positions(model: nn.Module) -> int | None:
     """The longest sequence the model declares (HF max_position_embeddings, tinit max_seq_len)."""
     cfg = getattr(model, "config", None) or getattr(model, "cfg", None)
