@@ -576,3 +576,22 @@ def test_claims_figure_resolves_differences_of_hundredths_of_a_nat():
     assert lo > 0.8 and hi < 0.95  # the floor and the data, not 0..1
     drawn = sorted(float(x) for line in ax.lines for x in line.get_xdata() if line.get_marker() == "s")
     assert drawn == pytest.approx(sorted(v for pair in losses.values() for v in pair))
+
+
+def test_the_rows_quantile_of_coincidences_is_numpys_nanquantile():
+    """coincidences' vectorised 80% quantile over each row's non-NaN distances equals
+    np.nanquantile exactly (rows with NaNs, rows of one value, rows with none)."""
+    import warnings
+
+    from tinit.results.style import _finite_quantile_rows
+
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        d = np.abs(rng.standard_normal((int(rng.integers(1, 6)), int(rng.integers(1, 120)))))
+        d *= 10 ** rng.uniform(-6, 2)
+        d[rng.random(d.shape) < rng.uniform(0, 0.7)] = np.nan
+        d[0, :] = np.nan if rng.random() < 0.2 else d[0, :]  # sometimes a row with no distance
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # (numpy's all-NaN warning)
+            want = np.nanquantile(d, 0.8, axis=-1)
+        assert np.array_equal(_finite_quantile_rows(d, 0.8), want, equal_nan=True)
