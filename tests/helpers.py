@@ -1,5 +1,6 @@
 """Assertions the CLI tests share: the one-line usage error, and the reference pages."""
 
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -112,3 +113,25 @@ def one_fork_server():
             yield
     finally:
         real()
+
+
+def sigterm_when(
+    cmd: list[str], env: dict, ready: Callable[[], bool], timeout: float = 120
+) -> tuple[int, str, str]:
+    """Start ``cmd``, wait (it still running, within ``timeout``) until ``ready()``, send
+    it SIGTERM and return (exit code, stdout, stderr); the process is killed in any case."""
+    import signal
+    import subprocess
+    import time
+
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        proc.kill()
+    return proc.returncode, stdout, stderr

@@ -6,7 +6,7 @@ import json
 
 import pandas as pd
 import pytest
-from helpers import assert_one_line_error, figures_built_not_saved
+from helpers import assert_one_line_error, figures_built_not_saved, sigterm_when
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -153,10 +153,7 @@ def test_sigterm_while_saving_keeps_the_checkpoints_written(tmp_path):
     loads whole with its step; at most the one being written is complete but not yet
     listed; no temporary file left, and weights without their JSON whole and skipped."""
     import os
-    import signal
-    import subprocess
     import sys
-    import time
 
     from safetensors import safe_open
 
@@ -183,17 +180,8 @@ def test_sigterm_while_saving_keeps_the_checkpoints_written(tmp_path):
         str(out),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while len(list(out.glob("checkpoints/*/step-*.json"))) < 4:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.01)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 1, err
+    code, _, err = sigterm_when(cmd, env, lambda: len(list(out.glob("checkpoints/*/step-*.json"))) >= 4)
+    assert code == 1, err
     assert "stopped by SIGTERM" in err and "Traceback" not in err
     config = json.loads((out / "config.json").read_text())
     assert config["complete"] is False and "SIGTERM" in config["error"]

@@ -7,7 +7,6 @@ import errno
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -17,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import typer
-from helpers import ROOT, assert_one_line_error, figures_built_not_saved
+from helpers import ROOT, assert_one_line_error, figures_built_not_saved, sigterm_when
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -259,17 +258,16 @@ def test_sigterm_keeps_the_measured_depth_sweep_points(tmp_path):
     cmd = [sys.executable, "-m", "tinit", "depth-sweep", "--layers", "1:50", "--no-grads", "--seeds", "1",
            "-q", "--out", str(out), *S[2:]]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.time() + 60
-        while not (out / "depth_sweep.csv").exists() and time.time() < deadline:
-            time.sleep(0.05)
-        rows_before = len(pd.read_csv(out / "depth_sweep.csv"))
-        proc.send_signal(signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert proc.returncode == 1, stderr
+    seen = {}
+
+    def ready() -> bool:  # the first rows on disk: counted before the signal
+        if (out / "depth_sweep.csv").exists():
+            seen["rows"] = len(pd.read_csv(out / "depth_sweep.csv"))
+        return "rows" in seen
+
+    code, stdout, stderr = sigterm_when(cmd, env, ready, timeout=60)
+    rows_before = seen["rows"]
+    assert code == 1, stderr
     assert "stopped by SIGTERM" in stderr and "Traceback" not in stderr
     assert stdout.strip() == str(out)
     sweep = pd.read_csv(out / "depth_sweep.csv")
