@@ -135,3 +135,15 @@ def sigterm_when(
     finally:
         proc.kill()
     return proc.returncode, stdout, stderr
+
+
+def skip_module_without(package: str) -> None:
+    """Skip the calling test module when ``package`` (an extra) is not installed, without
+    importing it: ``pytest.importorskip`` would import transformers (~1 s) in every
+    process that merely collects the module."""
+    import importlib.util
+
+    import pytest
+
+    if importlib.util.find_spec(package) is None:
+        pytest.skip(f"{package} is not installed (pip install -e '.[hf]')", allow_module_level=True)

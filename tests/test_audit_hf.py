@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import skip_module_without
 
-pytest.importorskip("transformers")
+skip_module_without("transformers")
 
 from tinit.experiments.audit.audit import Expectation, audit_weights, measure_stream, run_audit  # noqa: E402
 from tinit.experiments.audit.loaders import load_hf  # noqa: E402

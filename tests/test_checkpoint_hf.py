@@ -13,10 +13,9 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from helpers import skip_module_without
 
-pytest.importorskip("transformers")
-
-from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig  # noqa: E402
+skip_module_without("transformers")
 
 from tinit.experiments.audit.sources import find_checkpoints  # noqa: E402
 from tinit.experiments.audit.tensors import CheckpointError  # noqa: E402
@@ -24,12 +23,27 @@ from tinit.experiments.audit.trained import random_tokens, run_checkpoint_audit 
 from tinit.model.config import RunConfig  # noqa: E402
 
 V, L = 100, 4
-CONFIGS = {
-    "llama": (LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=L, num_attention_heads=4,
-                          num_key_value_heads=2, vocab_size=V, max_position_embeddings=64), "model.norm"),
-    "gpt2": (GPT2Config(n_embd=64, n_layer=L, n_head=4, vocab_size=V, n_positions=64, bos_token_id=0,
-                        eos_token_id=0), "transformer.ln_f"),
-}  # fmt: skip
+FAMILIES = ("gpt2", "llama")
+
+
+def configs() -> dict:
+    """family -> (config, its final norm's name); transformers is imported when a test
+    runs, not when the module is collected."""
+    from transformers import GPT2Config, LlamaConfig
+
+    return {
+        "llama": (LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=L,
+                              num_attention_heads=4, num_key_value_heads=2, vocab_size=V,
+                              max_position_embeddings=64), "model.norm"),
+        "gpt2": (GPT2Config(n_embd=64, n_layer=L, n_head=4, vocab_size=V, n_positions=64, bos_token_id=0,
+                            eos_token_id=0), "transformer.ln_f"),
+    }  # fmt: skip
+
+
+def from_config(config):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_config(config)
 
 
 def _variances(model, ids) -> list[float]:
@@ -38,13 +52,13 @@ def _variances(model, ids) -> list[float]:
     return [float(h.double().var(unbiased=False)) for h in hs]
 
 
-@pytest.mark.parametrize("family", sorted(CONFIGS))
+@pytest.mark.parametrize("family", FAMILIES)
 def test_sharded_hf_folder_matches_hidden_states(family, tmp_path):
-    config, final_norm = CONFIGS[family]
+    config, final_norm = configs()[family]
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = AutoModelForCausalLM.from_config(config).eval()
+        model = from_config(config).eval()
         with torch.no_grad():  # a "trained" model: weights away from the init, norm gains not 1
             for p in model.parameters():
                 p.add_(0.05 * torch.randn_like(p))
@@ -71,11 +85,11 @@ def test_sharded_hf_folder_matches_hidden_states(family, tmp_path):
 
 
 def test_single_file_with_hf_config_and_wrong_config(tmp_path):
-    config, _ = CONFIGS["llama"]
+    config, _ = configs()["llama"]
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = AutoModelForCausalLM.from_config(config).eval()
+        model = from_config(config).eval()
         model.save_pretrained(tmp_path / "m")
         config.to_json_file(tmp_path / "config.json")
         wide = copy.deepcopy(config)
@@ -98,7 +112,7 @@ WORDS = ("the stream law holds at init and training moves every weight away from
 def _tokenizer_folder(folder, vocab: int):
     """A tiny Llama saved with a BPE tokenizer trained here on WORDS (no download)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from transformers import LlamaConfig, PreTrainedTokenizerFast
 
     bpe = Tokenizer(models.BPE(unk_token="[UNK]"))
     bpe.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -108,7 +122,7 @@ def _tokenizer_folder(folder, vocab: int):
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = AutoModelForCausalLM.from_config(config).eval()
+        model = from_config(config).eval()
         model.save_pretrained(folder)
         PreTrainedTokenizerFast(tokenizer_object=bpe, unk_token="[UNK]").save_pretrained(folder)
     return model
