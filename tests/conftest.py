@@ -6,12 +6,21 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from tinit.model.config import InitConfig, ModelConfig, RunConfig
+# Python's byte-code cache, on for the suite even where the environment turns it off
+# (PYTHONDONTWRITEBYTECODE=1 on these machines): every `tinit` the tests start would
+# otherwise compile tinit's ~100 modules from source (~0.3 s a process), and pytest would
+# rewrite every test module's asserts afresh in each worker. Test modules collected
+# after this file are cached; child processes inherit the environment.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+from tinit.model.config import InitConfig, ModelConfig, RunConfig  # noqa: E402 (after the byte-code switch)
 
 
 @pytest.fixture(scope="session", autouse=True)
