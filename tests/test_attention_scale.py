@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import assert_one_line_error, reference_page
+from helpers import assert_one_line_error, figures_built_not_saved, reference_page
 from typer.testing import CliRunner
 
 from tinit import theory
@@ -199,10 +199,11 @@ def test_cli_writes_csv_plot_and_config(tmp_path):
     assert '"head_dims": [\n    8,\n    16\n  ]' in (out / "config.json").read_text()
 
 
-def test_cli_odd_head_dims_without_rope(tmp_path):
+def test_cli_odd_head_dims_without_rope(tmp_path, monkeypatch):
     """Odd head dims (refused with RoPE, which rotates pairs) run without it: unit inputs
     at d_h = 3 and 5 against d_h unscaled and 1 scaled, within Z standard errors (a 1/d_h
     scaling, 1/3 and 1/5 against 1, lies more than Z away)."""
+    figures_built_not_saved(monkeypatch)  # (the CSV; test_cli_writes_csv_plot_and_config draws)
     out = tmp_path / "r"
     res = invoke("--out", str(out), "--head-dims", "3,5", "--positions", "none", "-q")
     assert res.exit_code == 0, res.output

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import figures_built_not_saved
 from typer.main import get_command
 from typer.testing import CliRunner
 
@@ -160,6 +161,7 @@ def test_adam_eps_reaches_the_optimizer_and_config_json(tmp_path, monkeypatch, c
     other groups with eps itself; config.json records the value given."""
     import json
 
+    figures_built_not_saved(monkeypatch)  # (the optimizer and config.json; the figures: test_train)
     built = _adamw_groups(monkeypatch)
     eps, out = 3e-6, tmp_path / "run"
     shape = ["--d-model", "32", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "16",

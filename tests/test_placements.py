@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import figures_built_not_saved
 from typer.testing import CliRunner
 
 from tinit import theory
@@ -179,7 +180,8 @@ def test_a_new_entry_is_measured_against_its_own_law(dual):
     assert "Dual norm: variance of each sum" in {ax.get_title() for ax in fig.axes}
 
 
-def test_the_cli_takes_a_new_entry(dual, tmp_path):
+def test_the_cli_takes_a_new_entry(dual, tmp_path, monkeypatch):
+    figures_built_not_saved(monkeypatch)  # (summary.csv; test_cli_variance draws the figure)
     out = tmp_path / "v"
     shape = ["--layers", "2", "--d-model", "16", "--heads", "2", "--vocab", "32", "--seq-len", "8",
              "--batch", "2"]  # fmt: skip

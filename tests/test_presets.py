@@ -9,6 +9,7 @@ import dataclasses
 import json
 
 import pytest
+from helpers import figures_built_not_saved
 from typer.main import get_command
 from typer.testing import CliRunner
 
@@ -98,7 +99,14 @@ def _config(out):
     return json.loads((out / "config.json").read_text())
 
 
-def test_cli_preset_and_explicit_override(tmp_path):
+@pytest.fixture
+def no_png(monkeypatch):
+    """These tests read config.json: the figures are built, not rendered (the params and
+    variance figures are drawn by tests/test_params.py and tests/test_cli_variance.py)."""
+    figures_built_not_saved(monkeypatch)
+
+
+def test_cli_preset_and_explicit_override(tmp_path, no_png):
     out = tmp_path / "p"
     result = runner.invoke(app, ["params", "--preset", "llama2-7b", "--layers", "2", "--out", str(out)])
     assert result.exit_code == 0, result.output
@@ -108,7 +116,7 @@ def test_cli_preset_and_explicit_override(tmp_path):
     assert model["tie_embeddings"] is False
 
 
-def test_cli_preset_on_another_command_keeps_run_sizes(tmp_path):
+def test_cli_preset_on_another_command_keeps_run_sizes(tmp_path, no_png):
     out = tmp_path / "v"
     args = ["variance", "--preset", "gpt2-small", "--layers", "1", "--d-model", "32", "--heads", "2",
             "--d-ff", "64", "--vocab", "64", "--init", "naive", "--pre-norm", "-q"]  # fmt: skip
@@ -129,7 +137,7 @@ def test_cli_preset_on_another_command_keeps_run_sizes(tmp_path):
     assert run["extra"]["preset"] == "gpt2-small"
 
 
-def test_cli_explicit_value_equal_to_the_default_still_overrides(tmp_path):
+def test_cli_explicit_value_equal_to_the_default_still_overrides(tmp_path, no_png):
     # --ffn swiglu is the default value, but given explicitly it beats gpt2-small's gelu
     out = tmp_path / "p"
     result = runner.invoke(app, ["params", "--preset", "gpt2-small", "--ffn", "swiglu", "--out", str(out)])
