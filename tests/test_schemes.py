@@ -257,7 +257,8 @@ SMALL = ModelConfig(d_model=32, n_heads=2, d_ff=64, vocab_size=256, max_seq_len=
 RUN = RunConfig(batch=8, seq_len=32, device="cpu")
 SEEDS = 3
 DEPTHS = (4, 16)
-#: torchscale's pre-norm alpha^(4L) overflows float32 here: its own run at this depth
+#: torchscale's pre-norm alpha^(4L) overflows float32 here: its own run at this depth, of
+#: one seed (an overflow is no matter of spread: the closed form must lie beyond float32)
 OVERFLOW = (48, ("deepnet-torchscale", "deepnet-torchscale-lm"))
 
 
@@ -265,7 +266,7 @@ OVERFLOW = (48, ("deepnet-torchscale", "deepnet-torchscale-lm"))
 def theory_runs():
     """Every scheme once at each depth: in the placement it presumes, else pre-norm
     (post-norm's v_2L is the last sum, which the other tests cover); torchscale's two
-    pre-norm entries once more at the depth where their stream overflows."""
+    pre-norm entries once more, at the depth where their stream overflows."""
     import dataclasses
 
     by_placement: dict[str, list[str]] = {}
@@ -285,8 +286,7 @@ def theory_runs():
                 rows.append(res["summary"])
     depth, schemes = OVERFLOW
     deep = dataclasses.replace(SMALL, n_layers=depth)
-    for seed in range(SEEDS):
-        rows.append(run_variance(deep, InitConfig(seed=seed), RUN, schemes, ["pre"])["summary"])
+    rows.append(run_variance(deep, InitConfig(seed=0), RUN, schemes, ["pre"])["summary"])
     return pd.concat(rows, ignore_index=True)
 
 
