@@ -235,7 +235,12 @@ def test_fit_recovers_gaussian_branch_slope():
 # --- the command -----------------------------------------------------------------
 
 
-def test_cli_writes_documented_files(tmp_path):
+def test_cli_writes_documented_files(tmp_path, monkeypatch):
+    # built, not rendered (the files are created empty): tests/test_reader_rules.py draws
+    # depth-sweep's figure and holds it to the reader's rules; --format png,svg is written
+    # for real by test_cli_variance.py::test_writes_csvs_plot_and_config and
+    # test_attention_scale.py::test_cli_writes_csv_plot_and_config
+    figures_built_not_saved(monkeypatch)
     out = tmp_path / "run"
     res = runner.invoke(app, ["depth-sweep", *TINY, "--layers", "1:4:x2", "--seeds", "2", "--pre-norm",
                               "--out", str(out), "--format", "png,svg"])  # fmt: skip
@@ -258,7 +263,7 @@ def test_cli_writes_documented_files(tmp_path):
 
 
 def test_cli_no_grads(tmp_path, monkeypatch):
-    figures_built_not_saved(monkeypatch)  # (drawn, not rendered: the figure is rendered above)
+    figures_built_not_saved(monkeypatch)  # (built, not rendered, as above)
     out = tmp_path / "run"
     res = runner.invoke(app, ["depth-sweep", *TINY, "--layers", "1,2", "--seeds", "1", "--no-grads",
                               "--init", "scaled", "--post-norm", "--out", str(out)])  # fmt: skip
