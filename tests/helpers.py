@@ -61,17 +61,22 @@ def validation_only(monkeypatch) -> None:
             monkeypatch.setattr(module, "execute", execute)
 
 
-def figures_built_not_saved(monkeypatch) -> None:
+def figures_built_not_saved(monkeypatch, rendered: tuple[str, ...] = ()) -> None:
     """Every figure a command builds is built (its plot function runs to the end), then
     not rendered: the files it would write are created empty. For tests that assert on a
     run's CSVs and exit code, where the 200-dpi PNG is most of the time (about 1 s a
     figure); the same figures are drawn, and held to the reader's rules, by
-    tests/test_reader_rules.py and the plot tests."""
+    tests/test_reader_rules.py and the plot tests. ``rendered``: the stems still saved
+    as usual (a figure whose content only this test draws)."""
     from pathlib import Path
 
     from tinit.results import plots
 
+    real = plots.save_figure
+
     def save_figure(fig, run_dir, stem, formats=("png",)):
+        if stem in rendered:
+            return real(fig, run_dir, stem, formats)
         paths = [Path(run_dir) / f"{stem}.{fmt}" for fmt in formats]
         for path in paths:
             path.touch()

@@ -59,10 +59,12 @@ def test_audit_of_tinits_own_model_passes_for_every_scheme(tmp_path, monkeypatch
 def test_tied_models_pass_too(tmp_path, monkeypatch, scheme):
     """Tied: torchtitan's shared matrix is the output layer's TN; muP's readout is the
     embedding; ReZero's gain is a 'gain' (expected 0), Gemma 3's QK-norms are (1 + w).
-    Their PNGs are rendered (muP's zero q, ReZero's zero gains, Gemma 3's norms), but
-    depth-init's, whose weights are plain finite non-zero draws like most schemes'."""
-    if scheme == "depth-init":
-        figures_built_not_saved(monkeypatch)
+    Their weight figures are rendered (muP's zero q, ReZero's zero gains, Gemma 3's
+    norms), but depth-init's, whose weights are plain finite non-zero draws like most
+    schemes'. Their variance figures are built, not rendered: a stream like any scheme's
+    (tests/test_reader_rules.py draws the audit's variance figure, and every scheme's
+    stream in the variance command's)."""
+    figures_built_not_saved(monkeypatch, rendered=() if scheme == "depth-init" else ("weights",))
     f = tmp_path / "m.py"
     f.write_text(MODULE.format(scheme=scheme, tied=True))
     out = tmp_path / "a"
