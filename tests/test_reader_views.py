@@ -39,15 +39,22 @@ T975 = {1: 12.706204736174707, 2: 4.302652729749464, 3: 3.182446305284263, 4: 2.
 runner = CliRunner()
 
 
-def _capture(monkeypatch) -> dict:
-    """The figures a command saves, by stem (the runner imports save_figure when it draws)."""
+def _capture(monkeypatch, render: bool = True) -> dict:
+    """The figures a command saves, by stem (the runner imports save_figure when it draws);
+    ``render`` False: built, not rendered, their files made empty (as
+    :func:`helpers.figures_built_not_saved`), for tests that read the figure's artists."""
     from tinit.results import plots
 
     figures, real = {}, plots.save_figure
 
     def save(fig, run_dir, stem, formats=("png",)):
         figures[stem] = fig
-        return real(fig, run_dir, stem, formats)
+        if render:
+            return real(fig, run_dir, stem, formats)
+        paths = [Path(run_dir) / f"{stem}.{fmt}" for fmt in formats]
+        for path in paths:
+            path.touch()
+        return paths
 
     monkeypatch.setattr(plots, "save_figure", save)
     return figures
@@ -72,7 +79,8 @@ def _texts(fig) -> str:
 def audited(tmp_path_factory):
     out = tmp_path_factory.mktemp("audit") / "run"
     with pytest.MonkeyPatch.context() as mp:
-        figures = _capture(mp)
+        # the artists are read; audit's PNGs: tests/test_audit_module.py's test_cli_exit_codes_and_report
+        figures = _capture(mp, render=False)
         args = [
             "audit",
             "--module",
@@ -217,7 +225,7 @@ def test_train_one_scheme_or_one_seed(tmp_path, monkeypatch):
 
 
 def test_variance_table_says_when_the_two_errors_are_one(tmp_path, monkeypatch):
-    figures_built_not_saved(monkeypatch)  # (the table is read; variance.png: the audited fixture)
+    figures_built_not_saved(monkeypatch)  # (the table is read; variance.png: test_cli_variance.py)
     out = tmp_path / "v"
     res = runner.invoke(app, ["variance", "--layers", "2", *S, "--out", str(out)], env={"COLUMNS": "80"})
     assert res.exit_code == 0, res.output
@@ -245,7 +253,7 @@ def test_lr_sweep_one_seed_says_why_not_resolved():
 
 
 def test_params_figure_one_colour_one_meaning(monkeypatch, tmp_path):
-    figures = _capture(monkeypatch)
+    figures = _capture(monkeypatch, render=False)  # (params.png: test_params.py renders it)
     res = runner.invoke(app, ["params", "--out", str(tmp_path / "p"), "-q"])
     assert res.exit_code == 0, res.output
     fig = figures["params"]
