@@ -19,6 +19,12 @@ import torch
 # after this file are cached; child processes inherit the environment.
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+# numpy's OpenBLAS on one thread in the xdist workers and every process a test starts
+# (they inherit this environment; this process's numpy is loaded already, by a plugin):
+# with a pool of its own per worker on 2 cores, its small solves (coord-check's Markov
+# chain, the fits) spun against the other worker, ~20% of the coord-check, lr-transfer
+# and depth-sweep tests' CPU. The models' compute is torch's, one thread (below).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from tinit.model.config import InitConfig, ModelConfig, RunConfig  # noqa: E402 (after the byte-code switch)
 
