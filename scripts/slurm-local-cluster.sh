@@ -82,6 +82,9 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/builtin
+# start a submitted job at the controller's next pass (~1 s apart), not after batch_sched_delay's
+# default 3 s: the delay batches submissions on a busy cluster; here it only made every sweep wait
+SchedulerParameters=batch_sched_delay=0
 MpiDefault=none
 ReturnToService=2
 JobAcctGatherType=jobacct_gather/none

@@ -97,27 +97,48 @@ def final_result_only(monkeypatch) -> None:
     monkeypatch.setattr(driver.Run, "partial", lambda self: None)
 
 
+_SERVER_STOPPED_AT_EXIT = False
+
+
 @contextmanager
 def one_fork_server():
     """While inside, every in-process local sweep shares one preloaded fork server (an
     in-process sweep may not fork its workers from a process that has computed, and
     stops its fork server when it ends: each started its own, importing torch and the
     experiments, ~3 s of CPU), which preloads torch's compiler too (the first optimizer
-    imports it: each worker of a training command did). Stopped at the end, as a sweep
-    stops it; that nothing of a sweep outlives `tinit sweep` is tests/test_sweep_pool.py's,
-    on a real process. For a module-scoped fixture."""
+    imports it: each worker of a training command did). For a module-scoped fixture. The
+    server is left running when the module ends, for the next module of this test
+    process that takes it (one start per process, not per module), and stopped when the
+    process exits (a sweep outside this helper stops it as every sweep does); that nothing
+    of a sweep outlives `tinit sweep` is tests/test_sweep_pool.py's, on a real process."""
+    import atexit
+
     import pytest
 
     from tinit.sweep import local
 
-    real = local.stop_helpers
-    try:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(local, "stop_helpers", lambda tracker=True: None)
-            mp.setattr(local, "PRELOAD", [*local.PRELOAD, "torch._dynamo"])
-            yield
-    finally:
-        real()
+    global _SERVER_STOPPED_AT_EXIT
+    if not _SERVER_STOPPED_AT_EXIT:
+        atexit.register(local.stop_helpers)  # the real one: not patched here yet
+        _SERVER_STOPPED_AT_EXIT = True
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(local, "stop_helpers", lambda tracker=True: None)
+        mp.setattr(local, "PRELOAD", [*local.PRELOAD, "torch._dynamo"])
+        yield
+
+
+def start_fork_server() -> int:
+    """Start (inside :func:`one_fork_server`) the fork server and multiprocessing's
+    resource tracker now, if they are not running; returns the server's pid, the parent
+    of every in-process local sweep's workers."""
+    from multiprocessing import forkserver
+
+    from tinit.sweep import local
+
+    local.context()  # (the preload)
+    local.start_tracker()
+    forkserver.ensure_running()
+    return forkserver._forkserver._forkserver_pid
 
 
 def sigterm_when(

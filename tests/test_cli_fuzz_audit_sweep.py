@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import figures_built_not_saved
+from helpers import figures_built_not_saved, one_fork_server, start_fork_server
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -297,27 +297,34 @@ SWEEP_OPTIONS = {
 }
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_fork_server():
+    with one_fork_server():  # (helpers: the sweeps' workers, from one preloaded server)
+        yield
+
+
 def _workers_of(pid: int) -> list[int]:
-    """This process's local sweep workers (spawned children), from /proc."""
+    """The live children of ``pid`` (the fork server: this process's local sweep
+    workers), from /proc."""
     out = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
-            cmd = (stat.parent / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(fields[1]) == pid and fields[0] != "Z" and b"spawn_main" in cmd:
+        if int(fields[1]) == pid and fields[0] != "Z":
             out.append(int(stat.parent.name))
-    return out
+    return sorted(out)
 
 
-def inject(fault: str, out: Path, stop: threading.Event) -> None:
-    """After the first point is written, hurt one worker: SIGKILL it, or cut its address
-    space to what it uses now so its next allocation fails (an out-of-memory worker)."""
+def inject(fault: str, out: Path, stop: threading.Event, server: int, hurt: list[int]) -> None:
+    """After the first point is written, hurt one worker (appended to ``hurt``): SIGKILL
+    it, or cut its address space to what it uses now so its next allocation fails (an
+    out-of-memory worker)."""
     deadline = time.time() + 120
     while not stop.is_set() and time.time() < deadline:
         if list(out.glob("points/*/config.json")):
-            for pid in _workers_of(os.getpid())[:1]:
+            for pid in _workers_of(server)[:1]:
                 try:
                     if fault == "kill":
                         os.kill(pid, signal.SIGKILL)
@@ -333,6 +340,7 @@ def inject(fault: str, out: Path, stop: threading.Event) -> None:
                             * 1024
                         )
                         resource.prlimit(pid, resource.RLIMIT_AS, (size + 2**20, size + 2**20))
+                    hurt.append(pid)
                 except (OSError, StopIteration):
                     pass
             return
@@ -410,15 +418,16 @@ def test_sweep_with_a_fault_in_a_worker(tmp_path, monkeypatch, fault):
         str(out),
         "-q",
     ]
-    stop = threading.Event()
-    hurt = threading.Thread(target=inject, args=(fault, out, stop), daemon=True)
-    hurt.start()
+    stop, hurt, server = threading.Event(), [], start_fork_server()
+    injector = threading.Thread(target=inject, args=(fault, out, stop, server, hurt), daemon=True)
+    injector.start()
     try:
         figures_built_not_saved(monkeypatch)  # (what is tested is the points and their rows)
         res = runner.invoke(app, argv)
     finally:
         stop.set()
-        hurt.join(timeout=10)
+        injector.join(timeout=10)
+    assert hurt, "no worker was hurt while the points ran"
     check_sweep(res, out, argv)
     doc = json.loads((out / "config.json").read_text())
     failed = [p["reason"] for p in doc["sweep"]["points"].values() if p["state"] == "failed"]

@@ -4,7 +4,11 @@ cells written nan, no non_finite in config.json). Case 4: SIGTERM or SIGHUP ende
 sweep silently (143/129), no merged files, config.json "running" with every point
 "queued", workers orphaned; a killed worker failed every pending point. Case 14: a full
 disk while merging left config.json "running"; --resume on an empty record was a
-KeyError. Case 15: a --slurm-arg with a newline added a line to the sbatch script."""
+KeyError. Case 15: a --slurm-arg with a newline added a line to the sbatch script.
+
+The signal is sent to a real `tinit sweep` process; the killed worker and the full disk
+are sweeps run in this process (typer's CliRunner), with a real SIGKILL to one of its
+worker processes and a real file-size limit on this process while it merges."""
 
 import json
 import os
@@ -12,11 +16,12 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, assert_one_line_error
+from helpers import ROOT, assert_one_line_error, figures_built_not_saved, one_fork_server, start_fork_server
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -41,6 +46,12 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 def config(out: Path) -> dict:
     return json.loads((out / "config.json").read_text())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_fork_server():
+    with one_fork_server():  # (helpers: the in-process sweeps' workers, from one server)
+        yield
 
 
 # --- case 2 (the single run's bytes, a user's scheme, not-applicable cells) is
@@ -133,64 +144,65 @@ def test_a_signal_stops_the_sweep_keeps_its_points_and_its_workers_end(tmp_path,
     assert not [w for w in workers if _alive(w)], "worker processes outlived the sweep"
 
 
-def test_a_killed_worker_fails_only_its_own_point(tmp_path):
-    """SIGKILL to one local worker made every pending point fail with BrokenProcessPool."""
+def test_a_killed_worker_fails_only_its_own_point(tmp_path, monkeypatch):
+    """SIGKILL to one local worker made every pending point fail with BrokenProcessPool.
+    The sweep runs in this process: its workers are children of the fork server (as a
+    slot's fresh worker is in `tinit sweep`: a real process forks its first ones itself)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    figures_built_not_saved(monkeypatch)  # (what is tested is the points and the exit code)
+    server = start_fork_server()
     out = tmp_path / "run"
-    proc = _start_sweep(out, layers="2,4,8", seeds="2", extra=("--pre-norm",))  # 12 points
-    try:
-        _wait_for_points(proc, out, 2)
-        victim = min(_children(proc.pid) - {p for p in _children(proc.pid) if _is_tracker(p)})
-        os.kill(victim, signal.SIGKILL)
-        _, stderr = proc.communicate(timeout=240)
-    finally:
-        proc.kill()
+    killed: list[int] = []
+
+    def kill_a_worker() -> None:  # once 2 points are written, while the other 10 run
+        deadline = time.time() + 120
+        while len(list(out.glob("points/*/config.json"))) < 2 and time.time() < deadline:
+            time.sleep(0.01)
+        workers = _children(server)
+        if workers:
+            killed.append(min(workers))
+            os.kill(killed[0], signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_a_worker, daemon=True)
+    killer.start()
+    argv = ["sweep", "depth-sweep", *TINY, "--layers", "2,4,8", "--seeds", "2", "--no-grads", "--pre-norm",
+            "--workers", "2", "-q", "--out", str(out)]  # fmt: skip
+    res = runner.invoke(app, argv)  # 12 points
+    killer.join(timeout=10)
+    assert killed, "no worker to kill"
     doc = config(out)
     failed = {n: p for n, p in doc["sweep"]["points"].items() if p["state"] != "done"}
     assert len(doc["sweep"]["points"]) == 12
     assert len(failed) <= 1, failed  # the victim's point (none if it was between two points)
     for p in failed.values():
         assert "worker process died (killed by SIGKILL)" in p["reason"]
-    assert proc.returncode == (1 if failed else 0), stderr
-
-
-def _is_tracker(pid: int) -> bool:
-    try:
-        return b"resource_tracker" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return True
+    assert res.exit_code == (1 if failed else 0), res.output
+    assert "Traceback" not in res.output
 
 
 # --- case 14: a full disk while merging, an empty record ------------------------------------
 
 
-def test_a_full_disk_while_merging_is_one_line_and_config_says_why(tmp_path):
+def test_a_full_disk_while_merging_is_one_line_and_config_says_why(tmp_path, monkeypatch):
     """RLIMIT_FSIZE makes every write past 100 kB fail (EFBIG), as a full disk does: the
-    point files fit, the merged plot does not. config.json stayed "running"."""
-
-    def limit():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
-
+    point files fit, the merged plot does not. config.json stayed "running". The limit is
+    set on this process for the sweep (SIGXFSZ ignored, as a shell's ulimit -f with the
+    signal ignored), after the fork server and the resource tracker started: none of the
+    processes it starts keeps it."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    start_fork_server()
     out = tmp_path / "run"
-    cmd = [
-        sys.executable,
-        "-m",
-        "tinit",
-        "sweep",
-        "variance",
-        *TINY,
-        "--layers",
-        "2",
-        "--init",
-        "naive",
-        "--workers",
-        "1",
-        "-q",
-        "--out",
-        str(out),
-    ]
-    res = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=240, preexec_fn=limit)
-    assert res.returncode == 1, res.stderr
+    argv = ["sweep", "variance", *TINY, "--layers", "2", "--init", "naive", "--workers", "1", "-q",
+            "--out", str(out)]  # fmt: skip
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, hard))
+    try:
+        res = runner.invoke(app, argv)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
+    assert res.exit_code == 1, res.output
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot write" in lines[0] and "variance.png" in lines[0], res.stderr
     doc = config(out)

@@ -152,8 +152,10 @@ def test_slurm_array_cancel_one_task_then_resume(tmp_path, reference, slurm_clus
     """Two array tasks of 6 points; task 1 is scancel'ed as soon as it runs. Task 0's
     points are kept (their rows equal the single-process run's), task 1's unfinished
     ones are failed as cancelled, and --resume runs only those and gives the
-    single-process CSVs byte for byte."""
+    single-process CSVs byte for byte. (The merged figures are built, not rendered: the
+    local sweep above renders a sweep's.)"""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the tasks' threads, as the reference's
+    figures_built_not_saved(monkeypatch)
     out = tmp_path / "run"
     args = ["sweep", *ACCEPT, "--executor", "slurm", "--points-per-job", "6", "--time", "5"]
     args += ["--out", str(out)]

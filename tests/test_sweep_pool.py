@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import one_fork_server, start_fork_server
 
 from tinit.sweep import local
 
@@ -69,12 +70,14 @@ def test_a_worker_takes_the_environment_of_the_parent_not_of_the_server(monkeypa
     the sweep hands it the parent's as it is now, as a spawned worker would have it."""
     from concurrent.futures import ProcessPoolExecutor
 
-    ctx = local.context()
-    monkeypatch.setenv("TINIT_TEST_MARK", "after-the-server-started")
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    with ProcessPoolExecutor(1, mp_context=ctx, initializer=local._init_worker,
-                             initargs=(None, None, dict(os.environ))) as pool:  # fmt: skip
-        mark, threads = pool.submit(_worker_view).result(timeout=120)
+    with one_fork_server():  # (helpers: the server the sweep modules share, if it runs)
+        ctx = local.context()
+        start_fork_server()  # before the variable is set
+        monkeypatch.setenv("TINIT_TEST_MARK", "after-the-server-started")
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        with ProcessPoolExecutor(1, mp_context=ctx, initializer=local._init_worker,
+                                 initargs=(None, None, dict(os.environ))) as pool:  # fmt: skip
+            mark, threads = pool.submit(_worker_view).result(timeout=120)
     assert mark == "after-the-server-started" and threads == 1
 
 

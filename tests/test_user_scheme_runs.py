@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import assert_one_line_error, figures_built_not_saved, final_result_only
+from helpers import assert_one_line_error, figures_built_not_saved, final_result_only, one_fork_server
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -28,6 +28,12 @@ def _no_png(monkeypatch):
     test_hostile_train.py hold the partial results to their rules)."""
     figures_built_not_saved(monkeypatch)
     final_result_only(monkeypatch)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_fork_server():
+    with one_fork_server():  # (helpers: the workers of `sweep lr-sweep`, from a preloaded server)
+        yield
 
 
 M = ["--d-model", "32", "--heads", "2", "--seq-len", "16", "--batch", "2", "--vocab", "64"]
