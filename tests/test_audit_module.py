@@ -12,8 +12,7 @@ import pandas as pd
 import pytest
 import torch
 from audit_models import broken_model, good_model, tinit_post_model
-from helpers import assert_one_line_error, figures_built_not_saved
-from typer.testing import CliRunner
+from helpers import assert_one_line_error, cli_runner, figures_built_not_saved
 
 from tinit.cli import app
 from tinit.experiments.audit.audit import Expectation, audit_weights, measure_stream, run_audit
@@ -23,7 +22,7 @@ from tinit.experiments.device import make_tokens
 from tinit.experiments.measure.variance import add_theory, run_variance
 from tinit.model.config import InitConfig, RunConfig
 
-runner = CliRunner()
+runner = cli_runner()
 NEEDS_HF = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
 HERE = Path(__file__).resolve().parent
 MODELS = str(HERE / "audit_models.py")

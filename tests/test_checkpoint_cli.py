@@ -6,12 +6,11 @@ import json
 
 import pandas as pd
 import pytest
-from helpers import assert_one_line_error, figures_built_not_saved, sigterm_when
-from typer.testing import CliRunner
+from helpers import assert_one_line_error, cli_runner, figures_built_not_saved, sigterm_when
 
 from tinit.cli import app
 
-runner = CliRunner()
+runner = cli_runner()
 TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "16",
         "--eval-batches", "1", "--init", "naive", "--pre-norm"]  # fmt: skip
 

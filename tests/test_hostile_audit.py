@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import assert_one_line_error, figures_built_not_saved, reference_page
-from typer.testing import CliRunner
+from helpers import assert_one_line_error, cli_runner, figures_built_not_saved, reference_page
 
 from tinit.cli import app
 from tinit.model.catalogue import names as scheme_names
 
-runner = CliRunner()
+runner = cli_runner()
 
 
 @pytest.fixture(autouse=True)

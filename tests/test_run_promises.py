@@ -16,8 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import typer
-from helpers import ROOT, assert_one_line_error, figures_built_not_saved, sigterm_when
-from typer.testing import CliRunner
+from helpers import ROOT, assert_one_line_error, cli_runner, figures_built_not_saved, sigterm_when
 
 from tinit.cli import app
 from tinit.cli.configs import Options
@@ -32,7 +31,7 @@ from tinit.results import rundir
 from tinit.results.rundir import FolderTaken, claim_run_dir, format_frame, non_finite_counts
 from tinit.results.tables import fmt
 
-runner = CliRunner()
+runner = cli_runner()
 S = ["--layers", "2", "--d-model", "32", "--heads", "2", "--seq-len", "8", "--batch", "1", "--vocab", "16"]
 TINY_MODEL = ModelConfig(n_layers=2, d_model=32, n_heads=2, vocab_size=16)
 

@@ -23,13 +23,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import final_result_only
-from typer.testing import CliRunner
+from helpers import cli_runner, final_result_only
 
 from tinit.cli import app
 from tinit.cli.registry import COMMANDS, SWEEPABLE
 
-runner = CliRunner()
+runner = cli_runner()
 HERE = Path(__file__).resolve().parent
 MODELS = str(HERE / "audit_models.py")
 NEEDS_HF = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
