@@ -23,7 +23,7 @@ from tinit.experiments.device import make_tokens
 from tinit.experiments.measure.variance import add_theory, run_variance
 from tinit.model.config import InitConfig, RunConfig
 
-runner = CliRunner()
+runner = CliRunner()  # (its click command built once: conftest)
 NEEDS_HF = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
 HERE = Path(__file__).resolve().parent
 MODELS = str(HERE / "audit_models.py")

@@ -6,12 +6,12 @@ import json
 
 import pandas as pd
 import pytest
-from helpers import assert_one_line_error, figures_built_not_saved, sigterm_when
+from helpers import assert_one_line_error, figures_built_not_saved
 from typer.testing import CliRunner
 
 from tinit.cli import app
 
-runner = CliRunner()
+runner = CliRunner()  # (its click command built once: conftest)
 TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "16",
         "--eval-batches", "1", "--init", "naive", "--pre-norm"]  # fmt: skip
 
@@ -146,14 +146,19 @@ def test_claims_runs_get_folders_of_their_own(monkeypatch):
 
 
 def test_sigterm_while_saving_keeps_the_checkpoints_written(tmp_path):
-    """A real `tinit train` saving at every step, sent SIGTERM once four checkpoints exist
+    """A `tinit train` saving at every step, sent SIGTERM once four checkpoints exist
     (writing one is a large part of each step here: the signal lands inside a write or
     between two, where the test does not choose): exit 1, config.json incomplete and naming
     the signal; every checkpoint it lists and every one complete on disk (its JSON present)
     loads whole with its step; at most the one being written is complete but not yet
-    listed; no temporary file left, and weights without their JSON whole and skipped."""
+    listed; no temporary file left, and weights without their JSON whole and skipped.
+    In process: the signal is sent by another thread, as another process would send it
+    (the handler runs in the main thread wherever the run is); a real process stopped by
+    a signal is tests/test_run_promises.py's (SIGTERM) and test_hostile_bombs.py's (SIGHUP)."""
     import os
-    import sys
+    import signal
+    import threading
+    import time
 
     from safetensors import safe_open
 
@@ -161,26 +166,25 @@ def test_sigterm_while_saving_keeps_the_checkpoints_written(tmp_path):
 
     out = tmp_path / "run"
     steps = 3000
-    cmd = [
-        sys.executable,
-        "-m",
-        "tinit",
-        "train",
-        *TINY,
-        "--steps",
-        str(steps),
-        "--eval-every",
-        str(steps),
-        "--save-steps",
-        ",".join(map(str, range(steps + 1))),
-        "--threads",
-        "1",
-        "--quiet",
-        "--out",
-        str(out),
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    code, _, err = sigterm_when(cmd, env, lambda: len(list(out.glob("checkpoints/*/step-*.json"))) >= 4)
+    args = ["train", *TINY, "--steps", str(steps), "--eval-every", str(steps), "--save-steps",
+            ",".join(map(str, range(steps + 1))), "--threads", "1", "--quiet", "--out", str(out)]  # fmt: skip
+    finished = threading.Event()
+
+    def sigterm_at_four():
+        while not finished.is_set():
+            if len(list(out.glob("checkpoints/*/step-*.json"))) >= 4:
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.01)
+
+    sender = threading.Thread(target=sigterm_at_four)
+    sender.start()
+    try:
+        res = runner.invoke(app, args)
+    finally:
+        finished.set()
+        sender.join()
+    code, err = res.exit_code, res.stderr
     assert code == 1, err
     assert "stopped by SIGTERM" in err and "Traceback" not in err
     config = json.loads((out / "config.json").read_text())

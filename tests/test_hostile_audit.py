@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from tinit.cli import app
 from tinit.model.catalogue import names as scheme_names
 
-runner = CliRunner()
+runner = CliRunner()  # (its click command built once: conftest)
 
 
 @pytest.fixture(autouse=True)

@@ -1,19 +1,23 @@
 """Memory flat in configurations, points and depth: nothing of a configuration
 outlives it. Several configurations and depths run in one process; after each, the
 live tensors (every torch tensor the garbage collector can reach) must be what they
-were before the first, and the resident memory must not grow with the number run.
+were before the first (none made since still alive), and the resident memory must not
+grow with the number run.
 
 The sizes make a leak visible: before the fix, every gradient configuration left its
 streams, their gradients and through the graph its weights behind (~25 MB per
 configuration here, against a tolerance of a few MB)."""
 
 import dataclasses
+import functools
 import gc
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import torch
 
+from tinit.experiments import memory
 from tinit.experiments.measure.depth_sweep import run_depth_sweep
 from tinit.experiments.measure.grad_norms import run_grad_norms
 from tinit.experiments.memory import (
@@ -30,14 +34,25 @@ MODEL = ModelConfig(n_layers=8, d_model=128, n_heads=2, vocab_size=256, max_seq_
 RUN = RunConfig(batch=4, seq_len=64, device="cpu")
 
 
-def live_tensors() -> int:
+@contextmanager
+def made_from_now_on():
+    """While inside, the collector sees only the objects made since it was entered: those
+    alive then are frozen (gc.freeze: kept, and never scanned again), so that a count of
+    live tensors is a count of those made since that still live, and a collection and a
+    count cost milliseconds instead of 0.3 s each (the objects of torch's compiler and
+    sympy, imported by the meta-device counts, are most of the 300,000)."""
     gc.collect()
-    return sum(1 for o in gc.get_objects() if isinstance(o, torch.Tensor))
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
-def settled_rss() -> float:
+def settled() -> tuple[int, float]:
+    """After a full collection: (live tensors the collector can reach, resident MiB)."""
     gc.collect()
-    return rss_mib()
+    return sum(1 for o in gc.get_objects() if isinstance(o, torch.Tensor)), rss_mib()
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["built", "layer-wise"])
@@ -46,13 +61,15 @@ def test_grad_norms_leaves_nothing_behind(stream):
     # both placements (their backward paths differ); one scheme: another scheme's
     # configuration runs the same code with other stds
     grid = {"inits": ("naive",), "norm_positions": ("pre", "post")}
-    before = live_tensors()
-    run_grad_norms(MODEL, InitConfig(), run, **grid)  # warm: allocator pools, first-call caches
     rss, tensors = [], []
-    for _ in range(2):  # 2 configurations each: a leak shows from one run to the next
-        run_grad_norms(MODEL, InitConfig(), run, batches=2, **grid)
-        tensors.append(live_tensors())
-        rss.append(settled_rss())
+    with made_from_now_on():
+        before, _ = settled()
+        run_grad_norms(MODEL, InitConfig(), run, **grid)  # warm: allocator pools, first-call caches
+        for _ in range(2):  # 2 configurations each: a leak shows from one run to the next
+            run_grad_norms(MODEL, InitConfig(), run, batches=2, **grid)
+            t, r = settled()
+            tensors.append(t)
+            rss.append(r)
     assert tensors == [before] * 2
     # one configuration's backward holds this much; a leak of it per run would show
     held = gradient_pass_bytes(MODEL, InitConfig(), RUN.batch, RUN.seq_len, torch.float32) / 2**20
@@ -67,15 +84,16 @@ def test_depth_sweep_memory_flat_in_points_and_depth():
     (One seed and one scheme, both placements (their backward paths differ): a second seed
     re-ran the same shapes, 37 s in all; a point of another seed or scheme is the same code
     as another point, with other draws.)"""
-    before = live_tensors()
     after: list[tuple[int, float]] = []
 
     def on_partial(so_far):  # after each point (nothing built: the writer's decision)
-        after.append((live_tensors(), settled_rss()))
+        after.append(settled())
 
     model = dataclasses.replace(MODEL, n_layers=16)
-    res = run_depth_sweep(model, InitConfig(), RUN, layers=(2, 16), seeds=1, inits=("naive",), grads=True,
-                          on_partial=on_partial)  # fmt: skip
+    with made_from_now_on():
+        before, _ = settled()
+        res = run_depth_sweep(model, InitConfig(), RUN, layers=(2, 16), seeds=1, inits=("naive",),
+                              grads=True, on_partial=on_partial)  # fmt: skip
     assert res.complete and len(after) == 4  # a point per (L, placement)
     assert [t for t, _ in after] == [before] * 4
     rss = [r for _, r in after]
@@ -89,6 +107,7 @@ def test_depth_sweep_memory_flat_in_points_and_depth():
 
 PEAK_SCRIPT = """
 import json, sys, torch
+from tinit.experiments import memory
 from tinit.experiments.measure.grad_norms import run_grad_norms
 from tinit.experiments.memory import peak_rss_own_mib, rss_mib
 from tinit.model.config import InitConfig, ModelConfig, RunConfig
@@ -158,16 +177,19 @@ CASES = [
 
 @pytest.mark.parametrize("kw", CASES, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "default")
 @pytest.mark.parametrize("scheme", ["naive", "rezero", "nanochat", "gemma2", "gemma3", "magneto"])
-def test_the_bound_that_decides_holds_the_count_closely(kw, scheme):
+def test_the_bound_that_decides_holds_the_count_closely(kw, scheme, monkeypatch):
     """The decision's figure, from shapes alone (counting imports torch's compiler: a
     second and 70 MB of a process), is never below the bytes a block's forward saves as
     counted on the meta device, and at most a quarter above, in every placement, FFN,
     position kind, norm, QK-norm, GQA, gain and x0 mix, and the architectures the schemes
     bring (relu^2 and GeGLU FFNs, soft-capped attention, (1 + w) norms, sub-LN); the whole backward's bounds
     hold the whole count between them, in float32, bfloat16 and float64."""
+    # (a count is a function of its arguments: float32's, made here, is not made again by
+    # gradient_pass_bytes; each count is a meta-device forward, most of this test's time)
+    monkeypatch.setattr(memory, "block_bytes", functools.cache(memory.block_bytes))
     cfg = dataclasses.replace(MODEL, **kw)
     ini = InitConfig(scheme=scheme)
-    _, saved = block_bytes(cfg, ini, 4, 64, torch.float32)
+    _, saved = memory.block_bytes(cfg, ini, 4, 64, torch.float32)
     upper = 4 * 64 * _per_token_upper(cfg, ini, 64) * 4
     assert saved <= upper <= 1.25 * saved, (saved, upper)
     for dtype in (torch.bfloat16, torch.float64, torch.float32):

@@ -32,7 +32,7 @@ from tinit.results import rundir
 from tinit.results.rundir import FolderTaken, claim_run_dir, format_frame, non_finite_counts
 from tinit.results.tables import fmt
 
-runner = CliRunner()
+runner = CliRunner()  # (its click command built once: conftest)
 S = ["--layers", "2", "--d-model", "32", "--heads", "2", "--seq-len", "8", "--batch", "1", "--vocab", "16"]
 TINY_MODEL = ModelConfig(n_layers=2, d_model=32, n_heads=2, vocab_size=16)
 
