@@ -141,6 +141,47 @@ def start_fork_server() -> int:
     return forkserver._forkserver._forkserver_pid
 
 
+def children_of(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid`` (from /proc), in pid order: a real
+    `tinit sweep`'s workers, or the fork server's (an in-process sweep's)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return sorted(out)
+
+
+@contextmanager
+def act_when(ready: Callable[[], bool], act: Callable[[], None], timeout: float = 120):
+    """While inside, another thread polls ``ready()`` (every 10 ms, for ``timeout`` s) and
+    calls ``act()`` once when it holds: a signal to this process or a kill of a worker,
+    from outside an in-process run, as another process would send it."""
+    import threading
+    import time
+
+    done = threading.Event()
+
+    def poll() -> None:
+        deadline = time.monotonic() + timeout
+        while not done.is_set() and time.monotonic() < deadline:
+            if ready():
+                act()
+                return
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=10)
+
+
 def sigterm_when(
     cmd: list[str], env: dict, ready: Callable[[], bool], timeout: float = 120
 ) -> tuple[int, str, str]:

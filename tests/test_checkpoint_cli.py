@@ -6,7 +6,7 @@ import json
 
 import pandas as pd
 import pytest
-from helpers import assert_one_line_error, figures_built_not_saved
+from helpers import act_when, assert_one_line_error, figures_built_not_saved
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -157,8 +157,6 @@ def test_sigterm_while_saving_keeps_the_checkpoints_written(tmp_path):
     a signal is tests/test_run_promises.py's (SIGTERM) and test_hostile_bombs.py's (SIGHUP)."""
     import os
     import signal
-    import threading
-    import time
 
     from safetensors import safe_open
 
@@ -168,22 +166,9 @@ def test_sigterm_while_saving_keeps_the_checkpoints_written(tmp_path):
     steps = 3000
     args = ["train", *TINY, "--steps", str(steps), "--eval-every", str(steps), "--save-steps",
             ",".join(map(str, range(steps + 1))), "--threads", "1", "--quiet", "--out", str(out)]  # fmt: skip
-    finished = threading.Event()
-
-    def sigterm_at_four():
-        while not finished.is_set():
-            if len(list(out.glob("checkpoints/*/step-*.json"))) >= 4:
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
-            time.sleep(0.01)
-
-    sender = threading.Thread(target=sigterm_at_four)
-    sender.start()
-    try:
+    with act_when(lambda: len(list(out.glob("checkpoints/*/step-*.json"))) >= 4,
+                  lambda: os.kill(os.getpid(), signal.SIGTERM)):  # fmt: skip
         res = runner.invoke(app, args)
-    finally:
-        finished.set()
-        sender.join()
     code, err = res.exit_code, res.stderr
     assert code == 1, err
     assert "stopped by SIGTERM" in err and "Traceback" not in err

@@ -19,12 +19,10 @@ import json
 import os
 import resource
 import signal
-import threading
-import time
 from pathlib import Path
 
 import pytest
-from helpers import figures_built_not_saved, one_fork_server, start_fork_server
+from helpers import act_when, children_of, figures_built_not_saved, one_fork_server, start_fork_server
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -303,48 +301,21 @@ def _one_fork_server():
         yield
 
 
-def _workers_of(pid: int) -> list[int]:
-    """The live children of ``pid`` (the fork server: this process's local sweep
-    workers), from /proc."""
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+def hurt_a_worker(fault: str, server: int, hurt: list[int]) -> None:
+    """Hurt one of the fork server's workers (appended to ``hurt``): SIGKILL it, or cut its
+    address space to what it uses now so its next allocation fails (an out-of-memory
+    worker)."""
+    for pid in children_of(server)[:1]:
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            out.append(int(stat.parent.name))
-    return sorted(out)
-
-
-def inject(fault: str, out: Path, stop: threading.Event, server: int, hurt: list[int]) -> None:
-    """After the first point is written, hurt one worker (appended to ``hurt``): SIGKILL
-    it, or cut its address space to what it uses now so its next allocation fails (an
-    out-of-memory worker)."""
-    deadline = time.time() + 120
-    while not stop.is_set() and time.time() < deadline:
-        if list(out.glob("points/*/config.json")):
-            for pid in _workers_of(server)[:1]:
-                try:
-                    if fault == "kill":
-                        os.kill(pid, signal.SIGKILL)
-                    else:
-                        size = (
-                            int(
-                                next(
-                                    line.split()[1]
-                                    for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                                    if line.startswith("VmSize:")
-                                )
-                            )
-                            * 1024
-                        )
-                        resource.prlimit(pid, resource.RLIMIT_AS, (size + 2**20, size + 2**20))
-                    hurt.append(pid)
-                except (OSError, StopIteration):
-                    pass
-            return
-        time.sleep(0.02)
+            if fault == "kill":
+                os.kill(pid, signal.SIGKILL)
+            else:
+                status = Path(f"/proc/{pid}/status").read_text().splitlines()
+                size = int(next(line.split()[1] for line in status if line.startswith("VmSize:"))) * 1024
+                resource.prlimit(pid, resource.RLIMIT_AS, (size + 2**20, size + 2**20))
+            hurt.append(pid)
+        except (OSError, StopIteration):
+            pass
 
 
 def check_sweep(res, out: Path, argv) -> None:
@@ -418,15 +389,11 @@ def test_sweep_with_a_fault_in_a_worker(tmp_path, monkeypatch, fault):
         str(out),
         "-q",
     ]
-    stop, hurt, server = threading.Event(), [], start_fork_server()
-    injector = threading.Thread(target=inject, args=(fault, out, stop, server, hurt), daemon=True)
-    injector.start()
-    try:
-        figures_built_not_saved(monkeypatch)  # (what is tested is the points and their rows)
+    hurt, server = [], start_fork_server()
+    figures_built_not_saved(monkeypatch)  # (what is tested is the points and their rows)
+    first_point = lambda: bool(list(out.glob("points/*/config.json")))  # noqa: E731
+    with act_when(first_point, lambda: hurt_a_worker(fault, server, hurt)):
         res = runner.invoke(app, argv)
-    finally:
-        stop.set()
-        injector.join(timeout=10)
     assert hurt, "no worker was hurt while the points ran"
     check_sweep(res, out, argv)
     doc = json.loads((out / "config.json").read_text())

@@ -16,12 +16,19 @@ import resource
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, assert_one_line_error, figures_built_not_saved, one_fork_server, start_fork_server
+from helpers import (
+    ROOT,
+    act_when,
+    assert_one_line_error,
+    children_of,
+    figures_built_not_saved,
+    one_fork_server,
+    start_fork_server,
+)
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -59,19 +66,6 @@ def _one_fork_server():
 
 
 # --- case 4: signals and a killed worker -------------------------------------------------
-
-
-def _children(pid: int) -> set[int]:
-    """The live processes whose parent is ``pid`` (from /proc)."""
-    out = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            out.add(int(stat.parent.name))
-    return out
 
 
 def _alive(pid: int) -> bool:
@@ -122,7 +116,7 @@ def test_a_signal_stops_the_sweep_keeps_its_points_and_its_workers_end(tmp_path,
     proc = _start_sweep(out)
     try:
         _wait_for_points(proc, out, 3)
-        workers = _children(proc.pid)
+        workers = children_of(proc.pid)
         assert workers, "the sweep has no worker processes"
         proc.send_signal(sig)
         stdout, stderr = proc.communicate(timeout=120)
@@ -155,20 +149,15 @@ def test_a_killed_worker_fails_only_its_own_point(tmp_path, monkeypatch):
     killed: list[int] = []
 
     def kill_a_worker() -> None:  # once 2 points are written, while the other 10 run
-        deadline = time.time() + 120
-        while len(list(out.glob("points/*/config.json"))) < 2 and time.time() < deadline:
-            time.sleep(0.01)
-        workers = _children(server)
+        workers = children_of(server)
         if workers:
-            killed.append(min(workers))
-            os.kill(killed[0], signal.SIGKILL)
+            killed.append(workers[0])
+            os.kill(workers[0], signal.SIGKILL)
 
-    killer = threading.Thread(target=kill_a_worker, daemon=True)
-    killer.start()
     argv = ["sweep", "depth-sweep", *TINY, "--layers", "2,4,8", "--seeds", "2", "--no-grads", "--pre-norm",
             "--workers", "2", "-q", "--out", str(out)]  # fmt: skip
-    res = runner.invoke(app, argv)  # 12 points
-    killer.join(timeout=10)
+    with act_when(lambda: len(list(out.glob("points/*/config.json"))) >= 2, kill_a_worker):
+        res = runner.invoke(app, argv)  # 12 points
     assert killed, "no worker to kill"
     doc = config(out)
     failed = {n: p for n, p in doc["sweep"]["points"].items() if p["state"] != "done"}
