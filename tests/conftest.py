@@ -39,22 +39,13 @@ def _one_thread_for_every_fixture():
 
 @pytest.fixture(scope="session", autouse=True)
 def _click_command_built_once():
-    # typer's CliRunner.invoke builds the app's click command tree at every call
-    # (typer.main.get_command: ~60 ms for tinit's commands, more than a call that stops at
-    # its first step spends on its own); a `tinit` process builds it once, so the tests
-    # build it once per app and reuse it (its callbacks look the command's module up at
-    # each call: a monkeypatched `execute` or experiment is still what runs)
+    # typer's CliRunner.invoke builds the app's click command at every call; every test's
+    # runner takes the one built once (helpers.click_command)
     import typer.testing
-
-    real, built = typer.testing._get_command, {}
-
-    def get_command(app):
-        if id(app) not in built:
-            built[id(app)] = (app, real(app))  # (the app kept: its id is never reused)
-        return built[id(app)][1]
+    from helpers import click_command
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(typer.testing, "_get_command", get_command)
+        mp.setattr(typer.testing, "_get_command", click_command)
         yield
 
 

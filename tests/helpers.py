@@ -1,5 +1,6 @@
 """Assertions the CLI tests share: the one-line usage error, and the reference pages."""
 
+import functools
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -59,6 +60,18 @@ def validation_only(monkeypatch) -> None:
     for name, module in list(sys.modules.items()):
         if name.startswith("tinit.cli.") and getattr(module, "execute", None) is real:
             monkeypatch.setattr(module, "execute", execute)
+
+
+@functools.cache
+def click_command(app):
+    """``app``'s click command, built once per process: typer builds the whole tree of
+    commands and options at every call (~60-120 ms for tinit's), where a `tinit` process
+    builds it once. conftest hands it to every CliRunner; its callbacks look the
+    command's module up at each call, so a monkeypatched ``execute`` or experiment is
+    still what runs."""
+    import typer.main
+
+    return typer.main.get_command(app)
 
 
 def figures_built_not_saved(monkeypatch, rendered: tuple[str, ...] = ()) -> None:

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import click
 import pytest
-import typer
-from helpers import figures_built_not_saved
+from helpers import click_command, figures_built_not_saved
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -20,8 +19,7 @@ DOCS = ROOT / "docs"
 #: The pages this part of the project writes (docs/design.md is the maintainer's own).
 PAGES = [ROOT / "README.md", *sorted(p for p in DOCS.rglob("*.md") if p.name != "design.md")]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
-#: The app's click command, built once (typer builds the whole tree at every call, ~60 ms)
-GROUP = typer.main.get_command(app)
+GROUP = click_command(app)
 
 
 def _commands() -> list[str]:

@@ -17,14 +17,13 @@ and ``calls_per_sample`` (how many calls fill one timed sample: calibrated again
 clock). `tinit norms` measures timings: its other columns (the behaviour checks, the
 saved bytes, the parameter counts) are compared."""
 
-import functools
 import importlib.util
 import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import final_result_only
+from helpers import click_command, final_result_only
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -124,18 +123,9 @@ def frames(folder: Path) -> dict[str, pd.DataFrame]:
     return out
 
 
-@functools.cache
-def seeded_commands() -> frozenset[str]:
-    """The commands with --seed (params and inits draw nothing)."""
-    import typer
-
-    commands = typer.main.get_command(app).commands  # (built once: 0.08 s each time)
-    return frozenset(name for name, cmd in commands.items() if any("--seed" in p.opts for p in cmd.params))
-
-
 def takes_seed(command: str) -> bool:
     """Whether the command has --seed (params and inits draw nothing)."""
-    return command in seeded_commands()
+    return any("--seed" in p.opts for p in click_command(app).commands[command].params)
 
 
 def run_twice(tmp_path: Path, argv: list[str]) -> tuple[dict, dict]:

@@ -10,8 +10,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
-import typer
-from helpers import figures_built_not_saved
+from helpers import click_command, figures_built_not_saved
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -30,8 +29,7 @@ runner = CliRunner()
 SHAPE = ["--layers", "2", "--d-model", "64", "--heads", "2", "--vocab", "96", "--seq-len", "16",
          "--batch", "2"]  # fmt: skip
 LIB_SHAPE = {"n_layers": 2, "d_model": 64, "n_heads": 2, "vocab_size": 96, "max_seq_len": 16}
-#: `tinit variance`'s click command, built once (typer builds every command's at each call)
-VARIANCE = typer.main.get_command(app).commands["variance"]
+VARIANCE = click_command(app).commands["variance"]
 
 
 def cli_models(name: str, *flags: str) -> list[tuple[ModelConfig, InitConfig]]:
