@@ -49,6 +49,17 @@ def _click_command_built_once():
         yield
 
 
+@pytest.fixture(scope="module")
+def shared_fork_server():
+    """For a module whose sweeps run in process (``pytestmark =
+    pytest.mark.usefixtures("shared_fork_server")``): their workers come from one
+    preloaded fork server (helpers.one_fork_server)."""
+    from helpers import one_fork_server
+
+    with one_fork_server():
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _deterministic_threads():
     # small models are faster single-threaded and results do not depend on the thread count

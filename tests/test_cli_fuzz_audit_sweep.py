@@ -22,7 +22,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from helpers import act_when, children_of, figures_built_not_saved, one_fork_server, start_fork_server
+from helpers import act_when, children_of, figures_built_not_saved, start_fork_server
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -295,10 +295,8 @@ SWEEP_OPTIONS = {
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_fork_server():
-    with one_fork_server():  # (helpers: the sweeps' workers, from one preloaded server)
-        yield
+#: the in-process sweeps' workers come from one preloaded fork server (conftest)
+pytestmark = pytest.mark.usefixtures("shared_fork_server")
 
 
 def hurt_a_worker(fault: str, server: int, hurt: list[int]) -> None:

@@ -26,7 +26,6 @@ from helpers import (
     assert_one_line_error,
     children_of,
     figures_built_not_saved,
-    one_fork_server,
     start_fork_server,
 )
 from typer.testing import CliRunner
@@ -55,10 +54,8 @@ def config(out: Path) -> dict:
     return json.loads((out / "config.json").read_text())
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_fork_server():
-    with one_fork_server():  # (helpers: the in-process sweeps' workers, from one server)
-        yield
+#: the in-process sweeps' workers come from one preloaded fork server (conftest)
+pytestmark = pytest.mark.usefixtures("shared_fork_server")
 
 
 # --- case 2 (the single run's bytes, a user's scheme, not-applicable cells) is

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import assert_one_line_error, figures_built_not_saved, one_fork_server
+from helpers import assert_one_line_error, figures_built_not_saved
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -41,10 +41,8 @@ ACCEPT = [
 STEMS = ("depth_sweep", "depth_sweep_summary", "depth_sweep_fit")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_fork_server():
-    with one_fork_server():  # (helpers: one for the local sweep and its --resume)
-        yield
+#: the in-process sweeps' workers come from one preloaded fork server (conftest)
+pytestmark = pytest.mark.usefixtures("shared_fork_server")
 
 
 @pytest.fixture(scope="module")

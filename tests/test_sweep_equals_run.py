@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, one_fork_server
+from helpers import ROOT
 from typer.testing import CliRunner
 
 import tinit.cli.runner
@@ -124,10 +124,8 @@ def no_figures(monkeypatch):
     monkeypatch.setattr(tinit.cli.runner, "write_result", write_result)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_fork_server():
-    with one_fork_server():  # (helpers: one for the module's five local sweeps)
-        yield
+#: the in-process sweeps' workers come from one preloaded fork server (conftest)
+pytestmark = pytest.mark.usefixtures("shared_fork_server")
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import assert_one_line_error, figures_built_not_saved, final_result_only, one_fork_server
+from helpers import assert_one_line_error, figures_built_not_saved, final_result_only
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -30,10 +30,8 @@ def _no_png(monkeypatch):
     final_result_only(monkeypatch)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_fork_server():
-    with one_fork_server():  # (helpers: the workers of `sweep lr-sweep`, from a preloaded server)
-        yield
+#: the in-process sweeps' workers come from one preloaded fork server (conftest)
+pytestmark = pytest.mark.usefixtures("shared_fork_server")
 
 
 M = ["--d-model", "32", "--heads", "2", "--seq-len", "16", "--batch", "2", "--vocab", "64"]
