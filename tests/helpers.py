@@ -74,6 +74,24 @@ def click_command(app):
     return typer.main.get_command(app)
 
 
+def command_context(name: str, args: list[str]):
+    """The click context of ``tinit NAME ARGS``, parsed as the CLI parses it (nothing
+    runs), under the group's context as ``tinit`` makes it. Made without that parent, a
+    context would give the command click's default help names (``--help`` alone), and click
+    keeps the first help option it builds on the command: a later ``tinit NAME -h`` in
+    the same process would then fail. Use as a context manager to run its close
+    callbacks."""
+    import click
+
+    from tinit.cli import app
+
+    group = click_command(app)
+    parent = click.Context(group, info_name="tinit", **group.context_settings)
+    command = group.get_command(parent, name)
+    assert command is not None, name
+    return command.make_context(name, list(args), parent=parent)
+
+
 def figures_built_not_saved(monkeypatch, rendered: tuple[str, ...] = ()) -> None:
     """Every figure a command builds is built (its plot function runs to the end), then
     not rendered: the files it would write are created empty. For tests that assert on a

@@ -7,9 +7,8 @@ import re
 import shlex
 from pathlib import Path
 
-import click
 import pytest
-from helpers import click_command, figures_built_not_saved
+from helpers import click_command, command_context, figures_built_not_saved
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -111,9 +110,7 @@ EXAMPLES = [(page, args, comment) for page in PAGES for args, comment in _exampl
 def test_every_example_is_a_command_line_the_app_accepts(page, args, comment):
     """Parsed as the app parses them (nothing runs): an option renamed or removed fails
     here rather than in a reader's terminal."""
-    command = GROUP.get_command(click.Context(GROUP, info_name="tinit"), args[0])
-    assert command is not None, args[0]
-    command.make_context(args[0], list(args[1:]), parent=click.Context(GROUP, info_name="tinit"))
+    command_context(args[0], args[1:])
 
 
 def test_readme_params_example_prints_what_its_comment_says(tmp_path, monkeypatch):

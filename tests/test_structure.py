@@ -10,7 +10,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import click_command, figures_built_not_saved
+from helpers import command_context, figures_built_not_saved
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -29,14 +29,13 @@ runner = CliRunner()
 SHAPE = ["--layers", "2", "--d-model", "64", "--heads", "2", "--vocab", "96", "--seq-len", "16",
          "--batch", "2"]  # fmt: skip
 LIB_SHAPE = {"n_layers": 2, "d_model": 64, "n_heads": 2, "vocab_size": 96, "max_seq_len": 16}
-VARIANCE = click_command(app).commands["variance"]
 
 
 def cli_models(name: str, *flags: str) -> list[tuple[ModelConfig, InitConfig]]:
     """The (model, init) of each configuration ``tinit variance --init NAME FLAGS`` runs,
     through the CLI's own option parsing (a click context of the command, so an option
     given on the command line counts as given), Options and configure."""
-    with VARIANCE.make_context("variance", [*SHAPE, "--init", name, *flags]) as ctx:
+    with command_context("variance", [*SHAPE, "--init", name, *flags]) as ctx:
         opts = Options(ctx.params, options_of("variance"))
         model, init, run = opts.model_config(), opts.init_config(), opts.run_config()
         configs = list(grid(opts.inits, opts.placements, init.schemes))
