@@ -217,6 +217,32 @@ def test_cli_failing_claims_exit_1_after_writing(tmp_path, monkeypatch):
     assert (out / "check.md").exists() and "FAIL" in (out / "check.md").read_text()
 
 
+def test_an_overflowing_model_run_fails_the_exact_case_without_running_it(tmp_path, monkeypatch):
+    """Found by the run fuzz: at --sigma 1e30 with LayerNorm the model run's mean s^2 is
+    NaN, and the Gaussian control was then configured with it, which ended the check in
+    a one-line error about --branch-var, an option `check` does not take. The control
+    cannot run; its claim is written, not passed, and says why; everything else is kept."""
+    figures_built_not_saved(monkeypatch)
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["check", *TINY, "--norm", "layernorm", "--sigma", "1e30", "--out", str(out)])
+    assert result.exit_code == 1, result.output  # claims fail; not a usage error (2)
+    assert "--branch-var" not in result.output
+    check = pd.read_csv(out / "check.csv")
+    exact = check[check["claim"].str.startswith("Gaussian branches")]
+    assert len(exact) == 1 and not exact["passed"].iloc[0]
+    assert math.isnan(exact["measured"].iloc[0]) and "not run" in exact["detail"].iloc[0]
+    variance = pd.read_csv(out / "variance.csv")
+    assert "gaussian" not in set(variance["branch"])  # (only the runs that were made)
+    assert set(variance["n_layers"]) == {2, 4}
+    # its figure's panels are empty: the notes under it say why
+    from tinit.results.report_check import plot_check_variance
+
+    fig = plot_check_variance(variance, 0.01)
+    notes = "".join(t.get_text() for t in fig.texts if t.get_gid() == "footnote")
+    assert "Gaussian branches (the law's exact case): not run" in notes
+    assert "naive init, L=4: no finite v_k / v0" in notes and "no finite z" in notes
+
+
 @pytest.mark.parametrize(
     ("args", "option"),
     [

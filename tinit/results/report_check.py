@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -99,6 +100,9 @@ def plot_check_variance(variance: pd.DataFrame, alpha: float, title: str = "") -
             notes.append(f"{init} init, L={L}: the measured v_2L is {pct(err)} off the law (measured / law"
                          f" - 1, the table's err); (a) at L={L} tests this gap against the covariances'"
                          " standard error, which is wide this deep (its row in check.md)")  # fmt: skip
+        if not np.isfinite(df["stream_var"] / v0).any():
+            notes.append(f"{init} init, L={L}: no finite v_k / v0 (an overflow, flagged in variance.csv): "
+                         "nothing to draw")  # fmt: skip
         a = df[df["k"] > 0]
         bx.plot(a["k"], a["cov_z"], color=c, lw=0, marker=st["marker"], mfc="none" if deep else c,
                 ms=2.5 if deep else 3.5, alpha=0.85, label=f"{init} init, L={L}")  # fmt: skip
@@ -108,7 +112,10 @@ def plot_check_variance(variance: pd.DataFrame, alpha: float, title: str = "") -
             f"markers) lie on the first {2 * depths[0]} additions of the L={depths[-1]} lines."
         )
     gauss = variance[variance["branch"] == "gaussian"]
-    if len(gauss):
+    if not len(gauss):
+        notes.append("Gaussian branches (the law's exact case): not run, the naive model run's mean s^2 "
+                     "not being finite (check.md says so)")  # fmt: skip
+    else:
         v0 = float(gauss["stream_var"].iloc[0])
         ax.plot(gauss["k"], gauss["stream_var"] / v0, color="0.45", lw=1.4, marker="D", ms=2.5,
                 label="Gaussian branches (the law's exact case)")  # fmt: skip
@@ -131,7 +138,10 @@ def plot_check_variance(variance: pd.DataFrame, alpha: float, title: str = "") -
     bx.set_xlabel("residual addition k")
     bx.set_ylabel("z = Cov(stream, branch) / its s.e.")
     bx.set_title("(a): independence of stream and branch")
-    zmax = max(4.5, float(model["cov_z"].abs().max()) * 1.1)
+    z_drawn = model["cov_z"].abs()[np.isfinite(model["cov_z"])]
+    if not len(z_drawn):
+        notes.append("(a) independence: no finite z (the covariances overflowed): nothing to draw")
+    zmax = max(4.5, float(z_drawn.max()) * 1.1 if len(z_drawn) else 0.0)
     bx.set_ylim(-zmax, zmax)
     bx.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1)
     suptitle(fig, title)

@@ -106,7 +106,7 @@ def law_row(df: pd.DataFrame, alpha: float) -> dict:
 
 def law_rows(
     df: pd.DataFrame,
-    gauss: pd.DataFrame,
+    gauss: pd.DataFrame | None,
     s2: float,
     n_el: int,
     alpha: float,
@@ -115,7 +115,7 @@ def law_rows(
     """(a): the law with model branches at each depth the check runs (``df`` and the
     naive ``deep`` run: the claim speaks of every L), the independence assumption, and
     the exact model (``gauss``: Gaussian branches of variance ``s2``, ``n_el`` elements
-    per tensor)."""
+    per tensor; None when it could not run, ``s2`` not being finite)."""
     adds = df[df["k"] > 0]
     L2 = len(adds)
     zc = z_quantile(alpha)
@@ -133,6 +133,13 @@ def law_rows(
         )
     )  # fmt: skip
     # the exact model: v_2L = v0 + 2L S2 with S2 given, not measured
+    claim = "Gaussian branches (the law's exact case): v_2L = v0 + 2L S2"
+    if gauss is None:  # not run: the model run's S2 is not a number to draw branches from
+        rows.append(_row("a", claim, math.nan, math.nan, False,
+                         f"not run: the model run's mean s^2 is {s2:.4g}, not finite (an overflow), so "
+                         "there is no branch variance to draw Gaussian branches from",
+                         criterion=f"|z| ≤ {zc:.2f}"))  # fmt: skip
+        return rows
     g_adds = gauss[gauss["k"] > 0]
     g_v0, g_final = _f(gauss["stream_var"].iloc[0]), _f(gauss["stream_var"].iloc[-1])
     pred = g_v0 + L2 * s2
@@ -141,7 +148,7 @@ def law_rows(
     g_z = (g_final - pred) / g_se
     rows.append(
         _row(
-            "a", "Gaussian branches (the law's exact case): v_2L = v0 + 2L S2", g_final / g_v0, pred / g_v0,
+            "a", claim, g_final / g_v0, pred / g_v0,
             abs(g_z) <= zc,
             f"S2 = {s2:.4g} (the model run's mean s^2); error {100 * (g_final / pred - 1):+.3f}% = "
             f"{g_z:+.2f} SE (SE {100 * g_se / pred:.3f}%; pass |z| <= {zc:.2f})",
