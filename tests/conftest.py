@@ -28,6 +28,26 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from tinit.model.config import InitConfig, ModelConfig, RunConfig  # noqa: E402 (after the byte-code switch)
 
+#: Seconds each heavy test file took in a recent run (scripts/test_file_seconds.py writes it).
+FILE_SECONDS = Path(__file__).with_name("file-seconds.json")
+
+
+def pytest_configure(config):
+    # xdist orders the files by their number of tests, which put one-test files of 10 s
+    # at the end, on one worker while the other had finished; they go by weight instead
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items):
+    """The heaviest files first, by FILE_SECONDS (longest first: under ``--dist loadfile``
+    a worker takes the next file when it is free, so the short ones fill the end). A
+    stable sort: each file's tests keep their order, files of no record theirs."""
+    import json
+
+    seconds = json.loads(FILE_SECONDS.read_text()) if FILE_SECONDS.exists() else {}
+    items.sort(key=lambda item: -seconds.get(item.path.name, 0.0))
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _one_thread_for_every_fixture():
