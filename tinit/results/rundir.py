@@ -222,28 +222,42 @@ def _rows(df: pd.DataFrame, rule: Any) -> np.ndarray:
     return np.asarray(rule(df), dtype=bool)
 
 
-def not_applicable_mask(df: pd.DataFrame, rules: Mapping[str, Any] | None) -> pd.DataFrame:
-    """Boolean frame: True where a cell is not applicable (by ``rules``) and NaN."""
-    mask = pd.DataFrame(False, index=df.index, columns=df.columns)
-    for col, rule in (rules or {}).items():
-        if col in df.columns and len(df):
-            mask[col] = _rows(df, rule) & df[col].isna().to_numpy()
+def _not_applicable(df: pd.DataFrame, rules: Mapping[str, Any] | None) -> np.ndarray:
+    """:func:`not_applicable_mask` as a (rows, columns) boolean array. Built in numpy, not
+    by assigning the frame's columns one by one (pandas' per-column assignment was most
+    of the ~50 ms a run's CSVs and config.json took to write); a rule that several columns
+    share is evaluated once."""
+    mask = np.zeros(df.shape, dtype=bool)
+    if not rules or not len(df):
+        return mask
+    rows: dict[int, np.ndarray] = {}
+    for col, rule in rules.items():
+        if col in df.columns:
+            if id(rule) not in rows:
+                rows[id(rule)] = _rows(df, rule)
+            mask[:, df.columns.get_loc(col)] = rows[id(rule)] & df[col].isna().to_numpy()
     return mask
 
 
+def not_applicable_mask(df: pd.DataFrame, rules: Mapping[str, Any] | None) -> pd.DataFrame:
+    """Boolean frame: True where a cell is not applicable (by ``rules``) and NaN."""
+    return pd.DataFrame(_not_applicable(df, rules), index=df.index, columns=df.columns)
+
+
 def _float_columns(df: pd.DataFrame) -> list[str]:
-    return [c for c in df.columns if pd.api.types.is_float_dtype(df[c])]
+    return [c for c, dtype in df.dtypes.items() if pd.api.types.is_float_dtype(dtype)]
 
 
 def non_finite_cells(df: pd.DataFrame, rules: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """Boolean frame: True at every measured number that is NaN or infinite (a NaN
     where its column is not applicable does not count)."""
-    bad = pd.DataFrame(False, index=df.index, columns=df.columns)
+    bad = np.zeros(df.shape, dtype=bool)
     cols = _float_columns(df)
-    if not cols or not len(df):
-        return bad
-    bad[cols] = ~np.isfinite(df[cols].to_numpy(dtype=np.float64))
-    return bad & ~not_applicable_mask(df, rules)
+    if cols and len(df):
+        at = [df.columns.get_loc(c) for c in cols]
+        bad[:, at] = ~np.isfinite(df[cols].to_numpy(dtype=np.float64))
+        bad &= ~_not_applicable(df, rules)
+    return pd.DataFrame(bad, index=df.index, columns=df.columns)
 
 
 #: The columns that name a configuration, in the order they are joined ("naive/pre").
@@ -275,13 +289,18 @@ def format_frame(df: pd.DataFrame, rules: Mapping[str, Any] | None = None) -> pd
     """The frame as it goes into a CSV: floats at full precision (``%.9g``); a NaN
     where its column is not applicable stays empty; every other NaN is ``nan`` and
     an infinity ``inf`` / ``-inf``."""
-    out = df.copy()
-    na = not_applicable_mask(df, rules)
-    for col in _float_columns(df):
-        values = df[col].to_numpy(dtype=np.float64)
-        blank = na[col].to_numpy()
-        out[col] = ["" if b else f"{v:.9g}" for v, b in zip(values, blank, strict=True)]
-    return out
+    na = _not_applicable(df, rules)
+    floats = set(_float_columns(df))
+    columns: dict[Any, Any] = {}
+    for i, col in enumerate(df.columns):
+        if col in floats:
+            values = df[col].to_numpy(dtype=np.float64)
+            columns[col] = ["" if b else f"{v:.9g}" for v, b in zip(values, na[:, i], strict=True)]
+        else:
+            columns[col] = df[col]
+    # (one frame made from its columns: assigning each formatted column to a copy cost
+    # pandas a block split per column)
+    return pd.DataFrame(columns, index=df.index, columns=df.columns)
 
 
 def write_csvs(
