@@ -107,29 +107,66 @@ def tiny_init() -> InitConfig:
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory):
-    """scripts/slurm-local-cluster.sh start ... stop, with SLURM_CONF set meanwhile."""
+def slurm_missing() -> str | None:
+    """Why the one-node SLURM cluster cannot run here (a skip reason), or None."""
+    import importlib.util
+
     missing = [b for b in ("slurmctld", "slurmd", "munged", "sbatch") if shutil.which(b) is None]
     if missing:
-        pytest.skip(f"SLURM not installed ({', '.join(missing)} missing): apt-get install -y slurm-wlm munge")
+        return f"SLURM not installed ({', '.join(missing)} missing): apt-get install -y slurm-wlm munge"
     if os.geteuid() != 0:
-        pytest.skip("the one-node SLURM cluster needs root (slurmd runs jobs as their user)")
-    pytest.importorskip("submitit")
+        return "the one-node SLURM cluster needs root (slurmd runs jobs as their user)"
+    if importlib.util.find_spec("submitit") is None:
+        return "could not import 'submitit': pip install -e '.[slurm]'"
+    return None
+
+
+@pytest.fixture(scope="session")
+def _slurm_starting():
+    """scripts/slurm-local-cluster.sh start, begun (not waited for): the folder and the
+    script's process. Stopped at the session's end without waiting: the daemons take
+    ~1.5 s to exit, and their folder is removed after them, in the background."""
     folder = Path(f"/tmp/tinit-slurm-test-{os.getpid()}")  # short: munge's socket path has a limit
-    script = [str(ROOT / "scripts" / "slurm-local-cluster.sh")]
+    script = str(ROOT / "scripts" / "slurm-local-cluster.sh")
     env = {**os.environ, "TINIT_SLURM_PORT": str(free_port_pair())}
-    res = subprocess.run([*script, "start", str(folder)], capture_output=True, text=True, timeout=60, env=env)
-    assert res.returncode == 0, res.stdout + res.stderr
+    start = subprocess.Popen([script, "start", str(folder)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, env=env)  # fmt: skip
+    yield folder, start
+    try:
+        start.wait(timeout=60)  # (its output: one line)
+    finally:
+        stop = '{ "$0" stop "$1"; rm -rf "$1"; } </dev/null >/dev/null 2>&1 &'
+        subprocess.run(["bash", "-c", stop, script, str(folder)], timeout=60)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _slurm_starts_with_its_module(request):
+    """A module with a selected test that takes slurm_cluster begins starting it with the
+    module's first test, not its own: slurmctld schedules no job in its first ~3 s, which
+    the module's other tests then cover."""
+    mine = [i for i in request.session.items if getattr(i, "module", None) is request.module]
+    if any("slurm_cluster" in getattr(i, "fixturenames", ()) for i in mine):
+        if slurm_missing() is None:
+            request.getfixturevalue("_slurm_starting")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(request):
+    """The one-node cluster of scripts/slurm-local-cluster.sh, started (once per test
+    process, by _slurm_starting), with SLURM_CONF set meanwhile."""
+    reason = slurm_missing()
+    if reason is not None:
+        pytest.skip(reason)
+    folder, start = request.getfixturevalue("_slurm_starting")
+    output, _ = start.communicate(timeout=60)
+    assert start.returncode == 0, output
     before = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = str(folder / "slurm.conf")
     yield folder
-    subprocess.run([*script, "stop", str(folder)], capture_output=True, timeout=60)
     if before is None:
         os.environ.pop("SLURM_CONF", None)
     else:
         os.environ["SLURM_CONF"] = before
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def free_port_pair() -> int:

@@ -411,7 +411,7 @@ def test_sighup_to_a_sweeps_process_group_prints_no_traceback(tmp_path):
         while len(list(out.glob("points/*/config.json"))) < 2:
             assert proc.poll() is None, proc.communicate()
             assert time.time() < deadline, "no points finished in time"
-            time.sleep(0.1)
+            time.sleep(0.01)  # (the signal as soon as the second point is on disk)
         os.killpg(proc.pid, signal.SIGHUP)
         stdout, stderr = proc.communicate(timeout=120)
     finally:
@@ -430,5 +430,5 @@ def test_sighup_to_a_sweeps_process_group_prints_no_traceback(tmp_path):
     assert (out / "depth_sweep.png").is_file()
     deadline = time.time() + 10
     while _group(proc.pid) and time.time() < deadline:
-        time.sleep(0.1)
+        time.sleep(0.01)
     assert not _group(proc.pid), "processes of the sweep's group outlived it"

@@ -248,6 +248,18 @@ def _figure():
     return fig
 
 
+#: `python -m tinit ARGS` in a real process, its figures built, not rendered (the PNG was
+#: a second of the stopped run's writing; a stopped sweep's figure is rendered by
+#: test_hostile_bombs.py's SIGHUP test, through the same writer)
+TINIT_FIGURES_BUILT_NOT_SAVED = f"""
+import runpy, sys, types
+sys.path.insert(0, {str(ROOT / "tests")!r})
+from helpers import figures_built_not_saved
+figures_built_not_saved(types.SimpleNamespace(setattr=setattr))
+runpy.run_module("tinit", run_name="__main__", alter_sys=True)
+"""
+
+
 def test_sigterm_keeps_the_measured_depth_sweep_points(tmp_path):
     """Issue case 2 with the real command: a SIGTERM mid-sweep keeps every finished
     point, says why and where, exits 1."""
@@ -255,8 +267,8 @@ def test_sigterm_keeps_the_measured_depth_sweep_points(tmp_path):
     # 200 points (4 configurations x depths 1..50), seconds of work after the first: the
     # signal comes while they run. (1:400 spent ~5 s before the first point: the scheme
     # rules are checked on a block built for every configuration and depth.)
-    cmd = [sys.executable, "-m", "tinit", "depth-sweep", "--layers", "1:50", "--no-grads", "--seeds", "1",
-           "-q", "--out", str(out), *S[2:]]  # fmt: skip
+    args = ["depth-sweep", "--layers", "1:50", "--no-grads", "--seeds", "1", "-q", "--out", str(out), *S[2:]]
+    cmd = [sys.executable, "-c", TINIT_FIGURES_BUILT_NOT_SAVED, *args]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     seen = {}
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import assert_one_line_error, figures_built_not_saved
+from helpers import assert_one_line_error, figures_built_not_saved, slurm_polls_every
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -154,6 +154,7 @@ def test_slurm_array_cancel_one_task_then_resume(tmp_path, reference, slurm_clus
     local sweep above renders a sweep's.)"""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the tasks' threads, as the reference's
     figures_built_not_saved(monkeypatch)
+    slurm_polls_every(monkeypatch, 0.1)
     out = tmp_path / "run"
     args = ["sweep", *ACCEPT, "--executor", "slurm", "--points-per-job", "6", "--time", "5"]
     args += ["--out", str(out)]

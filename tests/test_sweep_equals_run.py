@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, slurm_polls_every
 from typer.testing import CliRunner
 
 import tinit.cli.runner
@@ -166,6 +166,7 @@ SLURM_CASES = ["variance"]
 @pytest.mark.parametrize("command", SLURM_CASES)
 def test_a_slurm_sweep_writes_the_single_runs_csvs(tmp_path, single, slurm_cluster, monkeypatch, command):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    slurm_polls_every(monkeypatch, 0.1)
     n = CASES[command][1]
     args = ["sweep", *_args(command, tmp_path), "--executor", "slurm", "--points-per-job", str(n)]
     args += ["--time", "5"]
