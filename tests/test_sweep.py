@@ -120,6 +120,19 @@ def test_dry_run_prints_the_sbatch_script_and_writes_nothing(tmp_path):
     assert not out.exists()
 
 
+def test_a_sweep_leaves_the_swept_commands_help_names(tmp_path):
+    """Parsing the swept command's line once made a context without the root's help names,
+    and click keeps the first help option it makes: in the same process (the tests; a
+    program calling the CLI), `tinit COMMAND -h` then failed with "No such option: -h"."""
+    pytest.importorskip("submitit")
+    res = runner.invoke(
+        app, ["sweep", *ACCEPT, "--executor", "slurm", "--dry-run", "--out", str(tmp_path / "r")]
+    )
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, [ACCEPT[0], "-h"])
+    assert res.exit_code == 0 and "Usage" in res.stdout, res.output
+
+
 @pytest.mark.parametrize(
     ("args", "option"),
     [

@@ -48,7 +48,11 @@ def capture_plan(ctx: typer.Context, command: str, args: list[str]):
     got: dict = {}
     token = SWEEP_CAPTURE.set(lambda c, o, p, out: got.update(opts=o, plan=p, outputs=out))
     try:
-        sub.main(args=list(args), prog_name=f"tinit sweep {command}", standalone_mode=False)
+        # the root's help names (-h, --help): click keeps the first help option it makes
+        # for a command, so a context without them would take -h from it for the rest of
+        # the process (a program calling the CLI more than once, as the tests do)
+        sub.main(args=list(args), prog_name=f"tinit sweep {command}", standalone_mode=False,
+                 help_option_names=root.help_option_names)  # fmt: skip
     finally:
         SWEEP_CAPTURE.reset(token)
     if not got:  # --help was printed
