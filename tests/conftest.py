@@ -69,6 +69,26 @@ def _click_command_built_once():
         yield
 
 
+@pytest.fixture(autouse=True)
+def _help_names_kept():
+    """Every command keeps -h and --help after each test. The click command is shared by
+    the whole process (above), and click keeps the first help option it makes for a
+    command: a context made without the group's settings gave it --help alone, and a
+    later test of `tinit COMMAND -h` failed, on whichever worker drew that order. Checked
+    after every test, so the test that did it fails, on every machine."""
+    yield
+    from helpers import click_command
+
+    from tinit.cli import app
+
+    for name, command in click_command(app).commands.items():
+        made = getattr(command, "_help_option", None)  # (click 8.2+: the cached help option)
+        if made is not None and set(made.opts) != {"-h", "--help"}:
+            command._help_option = None  # (the next test starts clean)
+            pytest.fail(f"this test left `tinit {name}` with help names {made.opts}: make contexts "
+                        "under the group's (helpers.command_context)")  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def shared_fork_server():
     """For a module whose sweeps run in process (``pytestmark =
