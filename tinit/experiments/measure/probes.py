@@ -17,7 +17,9 @@ STAT_COLUMNS = ("stream_var", "branch_var", "cross_corr", "stream_in_var", "stre
                 "res_ratio")  # fmt: skip
 
 
-def token_similarity(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def token_similarity(
+    x: torch.Tensor, dtype: torch.dtype, norms: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Rank-collapse metrics of a stream x (batch, tokens, d), averaged over sequences:
 
     - the mean pairwise cosine similarity of a sequence's token vectors (Noci et al.
@@ -29,11 +31,15 @@ def token_similarity(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor,
     Both are 1 (cosine) and 0 (ratio) for a collapsed sequence whose tokens are all
     the same vector. Sequences of one token give NaN.
 
+    ``norms``: the rows' Euclidean norms, when the caller has them (:func:`row_norms`).
     Two temporaries the size of x (|x| and the centred sequence, made absolute in
-    place): sum_i u_i is a matrix-vector product of x with the rows' inverse norms."""
+    place): sum_i u_i is a matrix-vector product of x with the rows' inverse norms.
+    (A 1-norm reduction would skip writing |x| out, but on the CPU it is 5-10x slower
+    than the two passes.)"""
     x = x.to(dtype)
     T = x.shape[-2]
-    inv = 1.0 / torch.linalg.vector_norm(x, dim=-1).clamp_min(torch.finfo(dtype).tiny)
+    norms = row_norms(x) if norms is None else norms
+    inv = 1.0 / norms.clamp_min(torch.finfo(dtype).tiny)
     s = torch.matmul(inv.unsqueeze(-2), x).squeeze(-2)  # sum over tokens of x_i / |x_i|
     cos = ((torch.linalg.vecdot(s, s) - T) / (T * (T - 1))).mean() if T > 1 else x.new_full((), math.nan)
 
@@ -45,21 +51,32 @@ def token_similarity(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor,
     return cos, ratio
 
 
+def row_norms(t: torch.Tensor) -> torch.Tensor:
+    """The Euclidean norm of every row (over the last dim) of t: one pass, no temporary."""
+    return torch.linalg.vector_norm(t, dim=-1)
+
+
 def pooled_var_mean(t: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Pooled (population) variance and mean over every element of t, in ``dtype``.
 
-    E[t^2] - E[t]^2, with E[t^2] as row dot products (over the last dim) summed:
-    accurate to ~1e-7 relative in float32 at 16M elements, and on the CPU about 10x
-    faster than ``torch.var_mean`` (whose full reduction is single-pass Welford).
+    E[t^2] - E[t]^2, with E[t^2] as the rows' squared norms summed: accurate to ~1e-7
+    relative in float32 at 16M elements, and on the CPU about 10x faster than
+    ``torch.var_mean`` (whose full reduction is single-pass Welford).
     """
     total, squares, n = _sums(t, dtype)
     return _var_mean(total, squares, n)
 
 
-def _sums(t: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """The two reductions of :func:`pooled_var_mean`: sum(t), sum(t^2) and the count."""
+def _sums(
+    t: torch.Tensor, dtype: torch.dtype, norms: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The two reductions of :func:`pooled_var_mean`: sum(t), sum(t^2) and the count.
+    sum(t^2) is the sum of the rows' squared norms (``norms``, when the caller has
+    them): a norm squares inside its reduction, where a dot product of t with itself
+    (``linalg.vecdot``, on the CPU) writes the elementwise product out first."""
     t = t.to(dtype)
-    return t.sum(), torch.linalg.vecdot(t, t).sum(), t.numel()
+    norms = row_norms(t) if norms is None else norms
+    return t.sum(), norms.square().sum(), t.numel()
 
 
 def _var_mean(total: torch.Tensor, squares: torch.Tensor, n) -> tuple[torch.Tensor, torch.Tensor]:
@@ -87,20 +104,28 @@ class VarianceProbe:
     At k = 0 only the embedding's variance.
 
     Three variance reductions per addition: the stream entering addition k is the
-    tensor that left addition k-1, so its sums are reused rather than recomputed, and
-    the covariance is one pass of row dot products (no elementwise temporary). The
-    rank-collapse pair (:func:`token_similarity`) adds one pass over the stream that
-    leaves the addition. Everything stays on the device until :meth:`frame`, and only
-    the reductions happen per addition: the variances, the correlation and its checks
-    are derived there, once, over every addition (the same elementwise arithmetic on a
+    tensor that left addition k-1, so its sums are reused rather than recomputed; the
+    sums of squares are squared row norms, whose reduction squares as it goes (on the
+    CPU ``linalg.vecdot`` writes the elementwise product out first, so only the
+    covariance, which needs the product, pays that pass). The rank-collapse pair
+    (:func:`token_similarity`) reuses the row norms of the stream that leaves the
+    addition. Everything stays on the device until :meth:`frame`, and only the
+    reductions happen per addition: the variances, the correlation and its checks are
+    derived there, once, over every addition (the same elementwise arithmetic on a
     column instead of one value at a time, so the same numbers, without ~25 scalar
     operations, each a dispatch, per addition).
+
+    Each addition's reductions are written into one table that grows by doubling,
+    not kept as a small tensor of their own: ~640 small blocks alive among the
+    forward's megabyte temporaries split the heap's free space, so that the forward
+    kept taking fresh pages from the system (~56,000 page faults over a default
+    `tinit variance`, and its matmuls ~15% slower, against ~8,000 this way).
     """
 
     def __init__(self, stat_dtype: torch.dtype = torch.float32):
         self.dtype = stat_dtype
         self.keys: list[tuple[int, int, str]] = []
-        self._stats: list[torch.Tensor] = []
+        self._table: torch.Tensor | None = None  # row i: addition i's reductions (_RAW)
         self._counts: list[int] = []  # elements of each addition's tensors (the divisor of the means)
         # (tensor, its sum, its sum of squares): the stream the next addition takes in
         self._last: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
@@ -116,13 +141,12 @@ class VarianceProbe:
         nan = self._nan
         if nan is None or nan.device != stream_out.device:
             nan = self._nan = torch.full((), math.nan, dtype=dt, device=stream_out.device)
-        out_sum, out_sq, n = _sums(stream_out, dt)
-        # the stream that continues along the path: post-norm's normed output
-        cos, ratio = (
-            token_similarity(stream_out if normed is None else normed, dt)
-            if stream_out.dim() == 3
-            else (nan, nan)
-        )
+        # the stream that continues along the path (post-norm's normed output): its row
+        # norms serve both its sum of squares and its tokens' cosine similarity
+        ahead = stream_out if normed is None else normed
+        ahead_norms = row_norms(ahead.to(dt))
+        out_sum, out_sq, n = _sums(stream_out, dt, ahead_norms if normed is None else None)
+        cos, ratio = token_similarity(ahead, dt, ahead_norms) if stream_out.dim() == 3 else (nan, nan)
         if stream_in is None:
             row = (out_sum, out_sq, nan, nan, nan, nan, nan, nan, nan, cos, ratio)
         else:
@@ -131,12 +155,22 @@ class VarianceProbe:
             prod = torch.linalg.vecdot(stream_in.to(dt), branch.to(dt)).sum()
             n_sum = n_sq = nan
             if normed is not None:
-                n_sum, n_sq, _ = _sums(normed, dt)
+                n_sum, n_sq, _ = _sums(normed, dt, ahead_norms)
             row = (out_sum, out_sq, in_sum, in_sq, f_sum, f_sq, prod, n_sum, n_sq, cos, ratio)
         self._last = (stream_out, out_sum, out_sq) if normed is None else (normed, n_sum, n_sq)
+        self._record(row)
         self.keys.append((k, layer, sublayer))
         self._counts.append(n)
-        self._stats.append(torch.stack(row))
+
+    def _record(self, row: tuple[torch.Tensor, ...]) -> None:
+        i, table = len(self.keys), self._table
+        if table is None or i == len(table):
+            grown = row[0].new_empty((max(64, 2 * i), len(_RAW)))
+            if table is not None:
+                grown[:i] = table
+            table = self._table = grown
+        with torch.no_grad():  # (measurements: no graph, and out= takes none)
+            torch.stack(row, out=table[i])
 
     @staticmethod
     def _derive(raw: torch.Tensor, n: int) -> torch.Tensor:
@@ -165,9 +199,9 @@ class VarianceProbe:
 
     def frame(self) -> pd.DataFrame:
         """One row per recorded addition; one device-to-host transfer."""
-        if not self._stats:
+        if not self.keys:
             return pd.DataFrame(columns=["k", "layer", "sublayer", *STAT_COLUMNS])
-        raw = torch.stack(self._stats)
+        raw = self._table[: len(self.keys)]
         counts = sorted(set(self._counts))
         if len(counts) == 1:  # (always, in a model whose additions keep the stream's shape)
             stats = self._derive(raw, counts[0])
