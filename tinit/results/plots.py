@@ -45,6 +45,11 @@ __all__ = ["FORMATS", "plot_variance", "save_figure"]
 from .formats import FORMATS  # noqa: F401  (re-exported)
 
 
+#: savefig's arguments by format: PNG at zlib level 3 (Pillow's default is 6): the same
+#: pixels, a file ~1% larger, written in two thirds of the time.
+SAVE_KW = {"png": {"pil_kwargs": {"compress_level": 3}}}
+
+
 def save_figure(fig: Figure, run_dir: Path, stem: str, formats: Iterable[str] = ("png",)) -> list[Path]:
     mathtext_cache.install()  # parse each math label once per process, not per renderer
     paths = []
@@ -53,7 +58,7 @@ def save_figure(fig: Figure, run_dir: Path, stem: str, formats: Iterable[str] = 
         dpi = 200 if fmt == "png" else None
 
         def write(tmp: Path, fmt: str = fmt, dpi: int | None = dpi) -> None:
-            fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight")
+            fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight", **SAVE_KW.get(fmt, {}))
 
         paths.append(atomic_write(path, write))
     return paths

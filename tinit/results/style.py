@@ -164,6 +164,8 @@ def value_axis(
         set_scale("log")
         f = (hi / lo) ** pad
         lim = (lo / f, hi * f)
+        if hi / lo > 10:  # matplotlib labels no minor tick past a decade: skip their empty labels
+            (ax.yaxis if axis == "y" else ax.xaxis).set_tick_params(which="minor", label1On=False)
     else:
         mid, half = (lo + hi) / 2, (hi - lo) / 2
         half = max(half, min_rel_span * max(abs(lo), abs(hi)) / 2, 1e-30)
