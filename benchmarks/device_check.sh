@@ -34,6 +34,7 @@ OUT="${OUT:-benchmarks/out/device}"
 mkdir -p "$OUT"
 PY="${PYTHON:-python3}"
 WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT  # (the runs' folders: what is kept was copied to $OUT)
 exec > >(tee "$OUT/device_check.log") 2>&1
 
 step() { printf '\n=== %s (%s)\n' "$1" "$(date +%T)"; }
