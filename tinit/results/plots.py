@@ -44,7 +44,6 @@ __all__ = ["FORMATS", "plot_variance", "save_figure"]
 
 from .formats import FORMATS  # noqa: F401  (re-exported)
 
-
 #: savefig's arguments by format: PNG at zlib level 3 (Pillow's default is 6): the same
 #: pixels, a file ~1% larger, written in two thirds of the time.
 SAVE_KW = {"png": {"pil_kwargs": {"compress_level": 3}}}

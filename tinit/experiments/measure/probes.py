@@ -143,9 +143,10 @@ class VarianceProbe:
             nan = self._nan = torch.full((), math.nan, dtype=dt, device=stream_out.device)
         # the stream that continues along the path (post-norm's normed output): its row
         # norms serve both its sum of squares and its tokens' cosine similarity
-        ahead = stream_out if normed is None else normed
-        ahead_norms = row_norms(ahead.to(dt))
-        out_sum, out_sq, n = _sums(stream_out, dt, ahead_norms if normed is None else None)
+        # (converted to the statistics' dtype once: a bfloat16 stream is copied once, not thrice)
+        ahead = (stream_out if normed is None else normed).to(dt)
+        ahead_norms = row_norms(ahead)
+        out_sum, out_sq, n = _sums(ahead, dt, ahead_norms) if normed is None else _sums(stream_out, dt)
         cos, ratio = token_similarity(ahead, dt, ahead_norms) if stream_out.dim() == 3 else (nan, nan)
         if stream_in is None:
             row = (out_sum, out_sq, nan, nan, nan, nan, nan, nan, nan, cos, ratio)
@@ -155,7 +156,7 @@ class VarianceProbe:
             prod = torch.linalg.vecdot(stream_in.to(dt), branch.to(dt)).sum()
             n_sum = n_sq = nan
             if normed is not None:
-                n_sum, n_sq, _ = _sums(normed, dt, ahead_norms)
+                n_sum, n_sq, _ = _sums(ahead, dt, ahead_norms)
             row = (out_sum, out_sq, in_sum, in_sq, f_sum, f_sq, prod, n_sum, n_sq, cos, ratio)
         self._last = (stream_out, out_sum, out_sq) if normed is None else (normed, n_sum, n_sq)
         self._record(row)
