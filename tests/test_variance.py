@@ -77,6 +77,42 @@ def test_probe_over_many_additions_matches_numpy():
     close(lost["stream_in_var"], a(n2).var())
 
 
+
+def test_a_probe_past_its_first_table_rows_keeps_every_row():
+    """The probe writes each addition's reductions into a table that grows by doubling
+    (64 rows first): 150 additions, the stream going on through them (its sums reused)
+    or, every seventh, a stream from elsewhere, every row against numpy in float64,
+    and the rank-collapse pair against the brute force of tests/test_signal.py."""
+    from test_signal import _brute
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 6, 16, generator=g)
+    probe = VarianceProbe(torch.float32)
+    probe(0, -1, "embed", None, None, x)
+    rows = {}
+    for k in range(1, 151):
+        if k % 7 == 0:
+            x = torch.randn(2, 6, 16, generator=g) * (1 + k / 50)
+        f = 0.2 * x + torch.randn(2, 6, 16, generator=g) * (k % 5 + 1)
+        probe(k, (k - 1) // 2, "attn" if k % 2 else "ffn", x, f, x + f)
+        rows[k] = (x, f, x + f)
+        x = x + f
+    df = probe.frame()
+    assert list(df["k"]) == list(range(151))
+
+    def a(t):
+        return t.double().numpy().ravel()
+
+    for k, (x_in, f, s) in rows.items():
+        row = df.loc[k]
+        assert row["stream_var"] == pytest.approx(a(s).var(), rel=1e-5)
+        assert row["branch_var"] == pytest.approx(a(f).var(), rel=1e-5)
+        assert row["stream_in_var"] == pytest.approx(a(x_in).var(), rel=1e-5)
+        assert row["cross_corr"] == pytest.approx(np.corrcoef(a(x_in), a(f))[0, 1], rel=1e-4, abs=1e-6)
+        cos, ratio = _brute(s.double())
+        assert row["cos_sim"] == pytest.approx(cos, rel=1e-4, abs=1e-6)
+        assert row["res_ratio"] == pytest.approx(ratio, rel=1e-4)
+
 def test_columns(tiny_model, tiny_run):
     res = run_variance(tiny_model, run=tiny_run)
     assert list(res["variance"].columns) == VARIANCE_COLUMNS
