@@ -77,7 +77,6 @@ def test_probe_over_many_additions_matches_numpy():
     close(lost["stream_in_var"], a(n2).var())
 
 
-
 def test_a_probe_past_its_first_table_rows_keeps_every_row():
     """The probe writes each addition's reductions into a table that grows by doubling
     (64 rows first): 150 additions, the stream going on through them (its sums reused)
@@ -112,6 +111,7 @@ def test_a_probe_past_its_first_table_rows_keeps_every_row():
         cos, ratio = _brute(s.double())
         assert row["cos_sim"] == pytest.approx(cos, rel=1e-4, abs=1e-6)
         assert row["res_ratio"] == pytest.approx(ratio, rel=1e-4)
+
 
 def test_columns(tiny_model, tiny_run):
     res = run_variance(tiny_model, run=tiny_run)
