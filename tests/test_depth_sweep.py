@@ -213,6 +213,28 @@ def test_transfer_check_and_theory_columns(tiny_model, tiny_run):
     assert one["within_spread"].iloc[0] is None and math.isnan(one["slope_se_seeds"].iloc[0])
 
 
+def test_a_result_so_far_takes_a_transfer_reference_some_configurations_have_not_passed(tiny_model, tiny_run):
+    """Points run in (L, seed, configuration) order, so the result written so far after
+    naive/pre's deepest point holds scaled/pre only up to the reference depth: that
+    configuration's transfer check takes the default rule on its own depths (the
+    shallowest here), where building it raised the --transfer-from usage error and ended
+    `tinit depth-sweep` at its defaults (reference 12, depths to 80) after 58 s, exit 2."""
+    partial_fits = []
+
+    def on_partial(build):
+        partial_fits.append(build().frames["depth_sweep_fit"].set_index("init"))
+
+    res = run_depth_sweep(tiny_model, None, tiny_run, layers="1,2,3", seeds=1, inits=("naive", "scaled"),
+                          norm_positions=("pre",), grads=False, on_partial=on_partial,
+                          transfer_from=2)  # fmt: skip
+    assert len(partial_fits) == 6  # one result so far after each point
+    part = partial_fits[4]  # naive at L 1, 2, 3; scaled at L 1, 2
+    assert part.loc["naive", "transfer_from"] == 2 and part.loc["naive", "transfer_to"] == 3
+    assert part.loc["scaled", "transfer_from"] == 1 and part.loc["scaled", "transfer_to"] == 2
+    final = res["depth_sweep_fit"].set_index("init")
+    assert (final["transfer_from"] == 2).all() and (final["transfer_to"] == 3).all()
+
+
 def test_fit_recovers_gaussian_branch_slope():
     """Gaussian branches (the seed's exact law): E[v_2L] = v0 + 2L*S2, so the fitted
     slope must be 2*S2 within its standard error. The standard error is the spread of

@@ -224,8 +224,9 @@ def fit_configs(
     """Per configuration: the least-squares fit of v_final against L over every
     (L, seed) row, the theory's slope and intercept over the same depths, the
     statistical comparison of the shallowest and the deepest depth, the practical
-    transfer check from ``transfer_from`` (:func:`transfer_reference`) to the deepest,
-    and the per-depth law's largest error."""
+    transfer check from ``transfer_from`` (:func:`transfer_reference`; a configuration
+    whose points do not reach past it takes the default rule) to the deepest, and the
+    per-depth law's largest error."""
     rows = []
     for (scheme, pos), d in sweep.groupby(["init", "norm_position"], sort=False):
         line = theory_lines[(scheme, pos)]
@@ -247,7 +248,10 @@ def fit_configs(
         ratio = b / a
         ratio_se = abs(ratio) * math.sqrt((a_se / a) ** 2 + (b_se / b) ** 2)
         diff, diff_se = b - a, math.sqrt(a_se**2 + b_se**2)
-        ref = transfer_reference(depths, transfer_from)
+        # a reference this configuration has not reached below its deepest (a run stopped,
+        # or written so far, part-way through its depths): the default rule on its depths
+        reached = transfer_from in depths and transfer_from < depths[-1]
+        ref = transfer_reference(depths, transfer_from if reached else None)
         t_a, t_a_se = s.loc[ref, "v_final_mean"], s.loc[ref, "v_final_se"]
         t_ratio = b / t_a
         t_ratio_se = abs(t_ratio) * math.sqrt((t_a_se / t_a) ** 2 + (b_se / b) ** 2)

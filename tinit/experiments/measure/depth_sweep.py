@@ -361,7 +361,7 @@ def assemble(
         theory_lines[(scheme, pos)] = theory_line(d, scheme, pos, model, init)
     with np.errstate(all="ignore"):  # a vanished v0 gives inf / nan (flagged), not a warning
         summary = summarize_points(sweep, theory_lines)
-        fit = fit_configs(sweep, summary, theory_lines, _swept_reference(sweep, transfer_from))
+        fit = fit_configs(sweep, summary, theory_lines, transfer_from)
         theory_curves = theory_frame(sweep, theory_lines)
     return {
         "depth_sweep": sweep,
@@ -369,10 +369,3 @@ def assemble(
         "depth_sweep_fit": fit,
         "depth_sweep_theory": theory_curves,
     }
-
-
-def _swept_reference(sweep: pd.DataFrame, transfer_from: int | None) -> int | None:
-    """The reference depth when it is among the finished points (an interrupted sweep
-    may not have reached it): else the default rule on what was measured."""
-    done = sorted(sweep["n_layers"].unique())
-    return transfer_from if transfer_from in done and transfer_from < done[-1] else None
