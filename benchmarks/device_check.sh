@@ -22,11 +22,15 @@
 #   6. `tinit train` with bf16 autocast and --compile: tokens/s and MFU
 #   7. `tinit audit --hf llama` at transformers' default (7B) shape in bf16
 #   8. `tinit coord-check` at GPU widths (where the command exists)
+#   9. a Llama-3-8B-shaped checkpoint (15 GiB of bf16, written shard by shard by
+#      benchmarks/make_checkpoint.py, drawn on the GPU), `tinit audit --checkpoint --device
+#      cuda` on it (each block read on the CPU while the GPU measures the one before), and
+#      the float32 whole-load peer (benchmarks/_checkpoint_peer.py) moved to the GPU
 # and benchmarks/device_table.py gathers the figures of every step into one table.
 #
 # What comes back under $OUT (at most 8 files): device_check.log, device_table.csv,
 # gpu_tests.txt, bench_gpu.csv, norms.png, train_runs.csv, audit_config.json,
-# coord_check.png. Anywhere else it writes to a temporary folder.
+# ckpt_audit_config.json. Anywhere else it writes to a temporary folder.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 MPLBACKEND=Agg
@@ -73,6 +77,9 @@ TRAIN_SIZE=(--layers 12 --d-model 1024 --heads 16 --vocab 4096 --seq-len 512 --b
 # audit: transformers' default llama config is the 7B shape (32 x 4096, 11008, 32000)
 AUDIT_SIZE=(--hf llama --dtype bfloat16 --seq-len 512 --batch 2)
 COORD_SIZE=(--d-model 256,512,1024,2048 --layers 4 --steps 4)
+# the checkpoint: Llama-3-8B's shape (32 x 4096, d_ff 14336, vocab 128256, untied), four shards
+CKPT_SHAPE=(--shape llama-8b --shard-mib 4800)
+DEV=cuda
 if [ "$(cat "$WORK/device" 2>/dev/null)" != cuda ]; then
     echo "NO CUDA: tiny sizes, checking the script only; these are not GPU figures"
     SMALL=(--small)
@@ -86,6 +93,8 @@ if [ "$(cat "$WORK/device" 2>/dev/null)" != cuda ]; then
                 --set num_attention_heads=4 --set num_key_value_heads=4 --set vocab_size=256
                 --seq-len 16 --batch 2)
     COORD_SIZE=(--d-model 32,64 --layers 2 --steps 2 --seeds 2 --seq-len 16 --batch 2 --vocab 64)
+    CKPT_SHAPE=(--shape llama-1b --layers 2 --d-model 64 --d-ff 128 --vocab 256)
+    DEV=cpu
 fi
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm \
     --format=csv,noheader
@@ -122,10 +131,23 @@ step "tinit coord-check ${COORD_SIZE[*]}"
 if [ -f tinit/cli/coord_check.py ]; then  # (not `tinit coord-check --help`: an interpreter start)
     check coord-check 75 "$PY" -m tinit coord-check "${COORD_SIZE[@]}" --init gpt2,mup -q \
         --out "$WORK/coord"
-    cp "$WORK/coord/coord_check.png" "$OUT/" 2>/dev/null
 else
     echo "this tinit has no coord-check command: skipped"
     echo "coord-check,skipped,0" >> "$WORK/steps.csv"
+fi
+
+step "checkpoint ${CKPT_SHAPE[*]}: written, then tinit audit --checkpoint --device $DEV, then the peer"
+if [ "$(cat "$WORK/hf" 2>/dev/null)" = yes ]; then
+    check ckpt-write 150 "$PY" benchmarks/make_checkpoint.py "${CKPT_SHAPE[@]}" --out "$WORK/ckpt" --device "$DEV"
+    check ckpt-audit 150 "$PY" -m tinit audit --checkpoint "$WORK/ckpt" --seq-len 128 --batch 1 --device "$DEV" \
+        -q --out "$WORK/ckpt-audit"
+    cp "$WORK/ckpt-audit/config.json" "$OUT/ckpt_audit_config.json" 2>/dev/null
+    check ckpt-peer 150 "$PY" benchmarks/_checkpoint_peer.py "$WORK/ckpt" "$WORK/peer.csv" --device "$DEV" \
+        --threads "$(nproc)"
+    rm -rf "$WORK/ckpt"
+else
+    echo "transformers is not installed here: the checkpoint audit skipped"
+    echo "ckpt-audit,skipped,0" >> "$WORK/steps.csv"
 fi
 
 step "the table"

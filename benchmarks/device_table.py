@@ -72,6 +72,16 @@ def rows(work: Path, bench_csv: Path) -> list[dict]:
         peak = _peak_gib(_read_json(work / stem / "config.json"))
         if math.isfinite(peak):
             add(step, f"{step}: peak memory", peak, "GiB")
+    ckpt = _read_json(work / "ckpt-audit" / "config.json")
+    if ckpt:
+        add("ckpt-audit", "8B checkpoint audit: measured (read, blocks, figures excluded)",
+            sum(_float(v) for v in (ckpt.get("seconds") or {}).values()), "s")  # fmt: skip
+        add("ckpt-audit", "8B checkpoint audit: host peak RSS", _float(ckpt.get("peak_rss_mib")) / 1024, "GiB",
+            "<= 2.5 GiB")  # fmt: skip
+        gpu = [_float(v) for v in (ckpt.get("peak_gpu_memory_gib") or {}).values()]
+        if gpu:
+            add("ckpt-audit", "8B checkpoint audit: GPU peak memory", max(gpu), "GiB")
+        add("ckpt-audit", "8B checkpoint audit: GiB read", _float(ckpt.get("bytes_read")) / 2**30, "GiB")
     for r in _read_csv(work / "norms" / "norms_ratio.csv"):
         add("norms", f"LayerNorm / RMSNorm time, {r['impl']} {r['pass']} ({r['rows']} x {r['d_model']})",
             _float(r.get("time_ratio")), "x")  # fmt: skip

@@ -117,6 +117,21 @@ OPTIONS = (
         None,
     ),
     Param(
+        "spectral",
+        Annotated[
+            str,
+            typer.Option(
+                "--spectral",
+                help="With --checkpoint: how each matrix's spectral norm (largest singular value) is found: "
+                "fast (Lanczos, stopped at 1% relative; an SVD for a side <= 256), exact (svdvals: minutes "
+                "for an 8B model), or off (drift.csv's spectral_norm left empty).",
+                rich_help_panel=AUDIT,
+                metavar="fast|exact|off",
+            ),
+        ],
+        "fast",
+    ),
+    Param(
         "set_",
         Annotated[
             list[str] | None,
@@ -266,6 +281,8 @@ def audit(opts: Options) -> None:
         return audit_checkpoint(opts.ctx, opts, opts.checkpoint, opts.hf, opts.data, opts.expect)
     if opts.data is not None:
         raise typer.BadParameter("only applies with --checkpoint", param_hint="'--data'")
+    if opts.given("spectral"):
+        raise typer.BadParameter("only applies with --checkpoint", param_hint="'--spectral'")
     hf, set_, module, sites = opts.hf, opts.set_, opts.module, opts.sites
     expect, reinit, sigma, vocab, z_max = opts.expect, opts.reinit, opts.sigma, opts.vocab, opts.z_max
     rtol, grads, seq_len = opts.rtol, opts.grads, opts.seq_len

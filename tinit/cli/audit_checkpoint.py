@@ -34,6 +34,10 @@ def audit_checkpoint(ctx: typer.Context, opts: Options, checkpoint: str, hf: str
             if name in opts.values and given(ctx, name):
                 flag = "--" + name.rstrip("_").replace("_", "-").replace("reinit", "init")
                 raise ConfigError(flag, "measures a freshly built model; it does not apply with --checkpoint")
+        from ..experiments.audit.spectral import METHODS
+
+        if opts.spectral not in METHODS:
+            raise ConfigError("--spectral", f"{opts.spectral!r} is not one of {', '.join(METHODS)}")
         found = find_checkpoints(checkpoint, hf)
         device, dtype = resolve_device(opts.device), resolve_dtype(opts.dtype)
         expectation = None
@@ -54,7 +58,7 @@ def audit_checkpoint(ctx: typer.Context, opts: Options, checkpoint: str, hf: str
 
     def experiment(progress, on_partial=None):
         return run_checkpoint_audit(found, run, device, dtype, tokens, None if data else opts.seed,
-                                    expectation, progress, on_partial, meta)  # fmt: skip
+                                    expectation, progress, on_partial, meta, opts.spectral)  # fmt: skip
 
     execute(
         "audit",
@@ -64,15 +68,33 @@ def audit_checkpoint(ctx: typer.Context, opts: Options, checkpoint: str, hf: str
             figures=lambda r: {
                 "stream_over_steps": plot_stream_over_steps(r["variance"], title),
                 "drift": plot_drift(r["drift"], title),
-                "spectral_norm": plot_spectral(r["drift"], title),
+                # (--spectral off: no spectral norms, no figure of them)
+                **({"spectral_norm": plot_spectral(r["drift"], title)} if opts.spectral != "off" else {}),
             },
             tables=lambda r: (
                 [checkpoint_table(r["checkpoints"], f"Checkpoints of {checkpoint}")]
                 + [Text(f"Skipped (weights without their JSON): {s}") for s in found.skipped]
                 + ([Text(source.line())] if source else [])
+                + [Text(memory_line(r.meta))]
             ),
         ),
     )
+
+
+def memory_line(meta: dict) -> str:
+    """What streaming held and read: the measured peak beside the plan's parts."""
+    mem, peak = meta.get("memory") or {}, meta.get("peak_rss_mib")
+    secs = sum((meta.get("seconds") or {}).values())
+    read = meta.get("bytes_read", 0) / 2**30
+    parts = ", ".join(f"{label} {mem[k]:.2f} GiB" for k, label in (
+        ("process_gib", "the process before"), ("arena_gib", "one block converted"),
+        ("staging_gib", "the next block as stored"), ("twins_gib", "step-0 twins"),
+        ("activations_gib", "activations")) if mem.get(k))  # fmt: skip
+    peak_s = f"peak {peak / 1024:.2f} GiB resident" if peak else "peak not known here"
+    if mem.get("predicted_gib"):
+        parts += f"; planned {mem['predicted_gib']:.2f} GiB"
+    rate = f" ({read / secs:.2f} GiB/s)" if secs > 0 else ""
+    return f"Memory: {peak_s} ({parts}); read {read:.2f} GiB, measured in {secs:.1f} s{rate}"
 
 
 def _tokens(found, data: str | None, seed: int):

@@ -70,20 +70,25 @@ class Outputs:
 
 @contextmanager
 def progress_bar(quiet: bool, description: str):
-    """Yields a progress callback (done, total); a rich bar on stderr, with the time
-    spent and an estimate of the time left (from the rate of the steps so far)."""
+    """Yields a progress callback (done, total[, detail]); a rich bar on stderr, with the
+    time spent, an estimate of the time left (from the rate of the steps so far) and the
+    experiment's own detail (audit --checkpoint: the block, the bytes read, the rate)."""
     if quiet:
         yield None
         return
     console = Console(stderr=True)
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("left"), TimeRemainingColumn(), console=console, transient=True,
+        TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.fields[detail]}"), console=console,
+        transient=True,
     ) as bar:  # fmt: skip
-        task = bar.add_task(description, total=None)
+        task = bar.add_task(description, total=None, detail="")
 
-        def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+        def update(done: int, total: int, detail: str | None = None) -> None:
+            if detail is None:
+                bar.update(task, completed=done, total=total)
+            else:
+                bar.update(task, completed=done, total=total, detail=detail)
 
         yield update
 

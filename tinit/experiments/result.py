@@ -69,6 +69,12 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return type(exc) is RuntimeError and any(m in str(exc) for m in CPU_OOM_MESSAGES)
 
 
+class InputChanged(RuntimeError):
+    """An input file changed under the run (rewritten, truncated: a download or a save
+    still in progress) while it was being read: the run stops there, keeping what was
+    measured from the file as it was, and says which file."""
+
+
 #: What ends a run part-way and is turned into an IncompleteRun holding what was
 #: measured. RuntimeError is here for the CPU allocator's failures: catch these, then
 #: call :func:`failure_reason`, which raises any other RuntimeError again.
@@ -77,8 +83,9 @@ RUN_FAILURES = (torch.OutOfMemoryError, MemoryError, KeyboardInterrupt, RuntimeE
 
 def is_run_failure(exc: BaseException) -> bool:
     """Whether ``exc`` stops a run part-way (keeping what was measured) rather than
-    being a bug: out of memory, Ctrl-C, or a stopping signal."""
-    return isinstance(exc, KeyboardInterrupt) or is_out_of_memory(exc)
+    being a bug: out of memory, Ctrl-C, a stopping signal, or an input file that changed
+    while it was read."""
+    return isinstance(exc, KeyboardInterrupt | InputChanged) or is_out_of_memory(exc)
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -90,4 +97,6 @@ def failure_reason(exc: BaseException) -> str:
         return "interrupted"
     if is_out_of_memory(exc):
         return "out of memory"
+    if isinstance(exc, InputChanged):
+        return str(exc)
     raise exc

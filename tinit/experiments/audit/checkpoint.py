@@ -1,25 +1,36 @@
 """Models whose weights come from a checkpoint, one block resident at a time.
 
-- :class:`CheckpointTransformer`: tinit's own :class:`~tinit.model.transformer.Transformer`,
-  streamed: :meth:`~CheckpointTransformer.iter_blocks` builds each block on the meta
-  device, gives it storage and copies its tensors out of the checkpoint just before it
-  runs (the streamed forward of ``tinit variance``, with read weights where it draws
-  them), so the stream is measured by the very code ``tinit variance`` runs.
-- :class:`LazyBlocks`: a Hugging Face model built with its parameters on the meta device
-  (buffers such as RoPE's frequencies real); the embedding, final norm and head are read
-  up front, and a forward pre-hook on each block reads that block's tensors just before
-  it runs, a forward hook puts them back on the meta device after. The audit's stream
-  hooks (:mod:`.stream`) then see a plain forward.
+:class:`BlockReader` reads the blocks in order: a background thread reads each block's
+stored bytes (``pread``, :mod:`.tensors`) into one reused staging buffer; the main thread
+converts them into one reused arena in the audit's dtype on the audit's device, hands
+the buffer back, and measures the block while the thread reads the next one into it.
+Memory: one block as stored plus one block converted, whatever the depth (pinned
+staging on CUDA, so the copy to the device is a DMA).
 
-Either way each block's weights are handed to ``on_block(layer, {name: tensor})`` while
-resident: :func:`weight_rows` measures them there (std, spectral norm, the change from
-the init where the init is known), so the weights are read once.
+- :class:`CheckpointTransformer`: tinit's own :class:`~tinit.model.transformer.Transformer`,
+  streamed: each block is built on the meta device and given the arena's views (the
+  streamed forward of ``tinit variance``, with read weights where it draws them), so the
+  stream is measured by the very code ``tinit variance`` runs.
+- :class:`LazyBlocks`: a Hugging Face model built with its parameters on the meta device
+  (buffers such as RoPE's frequencies real); a forward pre-hook on each block gives it
+  the arena's views just before it runs, a forward hook puts them back on the meta
+  device after. The audit's stream hooks (:mod:`.stream`) then see a plain forward of
+  the base model (no head).
+
+Either way the embedding is read by the rows the batch's tokens use (:func:`compact_rows`:
+a 128k-row table is never held), the head is not needed by the stream, and each block's
+weights are handed to ``on_block(layer, {name: tensor})`` while resident: the audit
+measures them there (std, spectral norm, the change from the init where the init is
+known), so each block is read once. The tensors outside the blocks are measured from
+the file in row chunks (:func:`table_row`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import queue
+import threading
 from collections.abc import Callable, Iterator
 
 import torch
@@ -27,14 +38,20 @@ from torch import nn
 
 from ...model.config import ConfigError, InitConfig, ModelConfig
 from ...model.init import role_of, role_rule
-from ...model.transformer import Block, Transformer, build_block, to_empty
+from ...model.transformer import Block, Transformer, build_block
+from .spectral import (
+    FAST_RTOL,
+    NONE,
+    NOT_FINITE,
+    Estimate,
+    largest_singular_value,
+    largest_singular_value_chunked,
+)
 from .tensors import CheckpointError, TensorFiles, tied_groups
 
-#: Above this many elements a matrix's spectral norm is computed in float32 (an SVD of a
-#: 4096 x 14336 matrix in float64 takes a minute on a CPU); below, in float64.
-SPECTRAL_F64_MAX = 4_000_000
-
 OnBlock = Callable[[int, dict[str, torch.Tensor]], None]
+#: Elements per chunk of the float64 statistics of a resident tensor (8 MiB).
+STAT_CHUNK = 1 << 20
 
 
 def _user_schemes(entries, scheme: str, where: str) -> tuple:
@@ -111,34 +128,160 @@ def _final_norm(cfg: ModelConfig, init: InitConfig, dtype: torch.dtype) -> dict:
         return make_norm(cfg, dtype=dtype, offset=init.definition.norm_offset).state_dict()
 
 
+def _aligned(n: int, to: int = 64) -> int:
+    return -(-n // to) * to
+
+
+class BlockReader:
+    """The blocks of ``files`` in order (``blocks``: each block's stored keys), each as
+    ``{key: view of the arena}`` in ``dtype`` on ``device``; the next block read on a
+    background thread while this one is measured when ``ahead`` (see the module
+    docstring). A view is valid until the next
+    block is taken. Errors of the reading thread (a file changed or truncated) are
+    raised in the caller's thread when it takes that block."""
+
+    def __init__(self, files: TensorFiles, blocks: list[list[str]], dtype: torch.dtype, device,
+                 ahead: bool = True):  # fmt: skip
+        self.files, self.blocks, self.dtype = files, blocks, dtype
+        self.device = torch.device(device)
+        self.ahead = ahead and len(blocks) > 1
+        self.staged = max((files.staged_bytes(b) for b in blocks), default=0)
+        self.layout: list[dict[str, int]] = []
+        size = 0
+        for keys in blocks:
+            at, offsets = 0, {}
+            for k in keys:
+                offsets[k] = at
+                at += _aligned(math.prod(files.shapes[k]))
+            self.layout.append(offsets)
+            size = max(size, at)
+        self.arena_elements = size
+        self.itemsize = torch.empty((), dtype=dtype).element_size()
+
+    @property
+    def bytes_held(self) -> int:
+        """The buffers this reader holds: the arena and the staging."""
+        return self.arena_elements * self.itemsize + self.staged
+
+    def _views(self, arena: torch.Tensor, i: int) -> dict[str, torch.Tensor]:
+        f = self.files
+        return {k: arena[o : o + math.prod(f.shapes[k])].view(f.shapes[k]) for k, o in self.layout[i].items()}
+
+    def blank(self) -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
+        """Every block as zeros, nothing read (a forward that only traces the structure)."""
+        arena = torch.zeros(self.arena_elements, dtype=self.dtype, device=self.device)
+        for i in range(len(self.blocks)):
+            yield i, self._views(arena, i)
+
+    def __iter__(self) -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
+        arena = torch.empty(self.arena_elements, dtype=self.dtype, device=self.device)
+        pinned = self.device.type == "cuda"
+        buffers = [torch.empty(self.staged, dtype=torch.uint8, pin_memory=pinned)]
+        if not self.ahead:
+            for i, keys in enumerate(self.blocks):
+                yield i, self._convert(arena, i, self.files.read_into(keys, buffers[0]))
+            return
+        free: queue.Queue = queue.Queue()
+        ready: queue.Queue = queue.Queue()
+        for b in buffers:
+            free.put(b)
+        stop = threading.Event()
+
+        def read() -> None:
+            try:
+                for keys in self.blocks:
+                    buf = free.get()
+                    if stop.is_set() or buf is None:
+                        return
+                    ready.put((buf, self.files.read_into(keys, buf), None))
+            except BaseException as exc:  # handed to the caller's thread, raised there
+                ready.put((None, None, exc))
+
+        worker = threading.Thread(target=read, name="tinit-checkpoint-reader", daemon=True)
+        worker.start()
+        try:
+            for i in range(len(self.blocks)):
+                while True:  # (a timeout, so that a signal reaches the main thread promptly)
+                    try:
+                        buf, stored, exc = ready.get(timeout=0.2)
+                        break
+                    except queue.Empty:
+                        if not worker.is_alive() and ready.empty():
+                            raise RuntimeError("the checkpoint reader stopped without a word") from None
+                if exc is not None:
+                    raise exc
+                views = self._convert(arena, i, stored)
+                free.put(buf)
+                yield i, views
+        finally:
+            stop.set()
+            free.put(None)
+            worker.join(timeout=60)
+
+    def _convert(
+        self, arena: torch.Tensor, i: int, stored: dict[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
+        views = self._views(arena, i)
+        cuda = self.device.type == "cuda"
+        for k, v in views.items():
+            v.copy_(stored[k], non_blocking=cuda)
+        if cuda:  # the staging buffer is handed back for the next read once its copy is done
+            torch.cuda.current_stream(self.device).synchronize()
+        return views
+
+
+def adopt(module: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+    """Give ``module``'s parameters and buffers (state-dict names) the tensors given
+    (views of a reader's arena): no copy, no allocation."""
+    for name, t in tensors.items():
+        _set(module, name, t)
+
+
+def compact_rows(files: TensorFiles, key: str, ids: torch.Tensor, dtype: torch.dtype,
+                 device) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """The rows of the table ``key`` that ``ids`` use (sorted, distinct: only their bytes
+    are read) in ``dtype`` on ``device``, and ``ids`` renumbered into them."""
+    rows = torch.unique(ids.detach().cpu())
+    table = files.read_rows(key, rows).to(device=device, dtype=dtype)
+    return table, torch.searchsorted(rows, ids.detach().cpu().contiguous()).to(ids.device)
+
+
 class CheckpointTransformer(Transformer):
     """tinit's Transformer, streamed, with each block's weights read from ``files``
-    (``keys``: model name -> stored key, from :meth:`TensorFiles.check`). ``on_block``
-    gets each block's tensors (and, as layer -1, the non-block ones) while resident."""
+    (``keys``: model name -> stored key, from :meth:`TensorFiles.check`) by ``reader``.
+    The embedding's rows are read for the batch's tokens; the learned positions and the
+    final norm (small) are read whole; the head is not read (the stream does not use
+    it). ``on_block`` gets each block's tensors while resident."""
 
     def __init__(self, cfg: ModelConfig, init: InitConfig, files: TensorFiles, keys: dict[str, str],
-                 device="cpu", dtype: torch.dtype = torch.float32,
+                 reader: BlockReader, device="cpu", dtype: torch.dtype = torch.float32,
                  on_block: OnBlock | None = None):  # fmt: skip
-        super().__init__(cfg, init, device, dtype, stream=True, overlap=False, drawn=False)
-        self.files, self.keys, self.on_block = files, keys, on_block
-        top = self.state_dict()  # embed, positions, final norm, head: allocated, not drawn; filled here
-        read = files.read([keys[n] for n in top], dtype, self._device)
-        with torch.no_grad():
-            for name, t in top.items():
-                t.copy_(read[keys[name]])
-        if on_block is not None:
-            on_block(-1, dict(top))
+        super().__init__(cfg, init, "meta", dtype, stream=True, overlap=False, drawn=False)
+        self._device = torch.device(device)
+        self.files, self.keys, self.reader, self.on_block = files, keys, reader, on_block
+        small = [n for n in self.state_dict() if n.startswith(("pos.", "final_norm."))]
+        read = files.read([keys[n] for n in small], dtype, self._device)
+        adopt(self, {n: read[keys[n]] for n in small})
+        if cfg.positions == "rope":  # (the cache was built on the meta device with the rest)
+            from ...model.layers import rope_cache
+
+            cos, sin = rope_cache(cfg.max_seq_len, cfg.head_dim, cfg.rope_base, self._device, dtype)
+            self.rope_cos, self.rope_sin = cos, sin
+
+    def embed_tokens(self, tokens: torch.Tensor, probe=None) -> torch.Tensor:
+        table, local = compact_rows(self.files, self.keys["embed.weight"], tokens, self._dtype, self._device)
+        self.embed = nn.Embedding(table.shape[0], table.shape[1], _weight=table)
+        try:
+            return super().embed_tokens(local, probe)
+        finally:
+            self.embed = None
 
     def iter_blocks(self) -> Iterator[Block]:
-        for layer in range(self.cfg.n_layers):
-            block = to_empty(_meta_block(self.cfg, self.init, layer, self._dtype), self._device)
-            state = block.state_dict()
-            names = {n: f"blocks.{layer}.{n}" for n in state}
-            read = self.files.read([self.keys[m] for m in names.values()], self._dtype, self._device)
-            with torch.no_grad():
-                for n, t in state.items():
-                    t.copy_(read[self.keys[names[n]]])
-            del read
+        for layer, stored in self.reader:
+            block = _meta_block(self.cfg, self.init, layer, self._dtype)
+            names = {n: f"blocks.{layer}.{n}" for n in block.state_dict()}
+            state = {n: stored[self.keys[full]] for n, full in names.items()}
+            adopt(block, state)
             if self.on_block is not None:
                 self.on_block(layer, {names[n]: t for n, t in state.items()})
             yield block
@@ -156,30 +299,169 @@ def init_block_state(
     return dict(Transformer(cfg, init, device, dtype, stream=True).state_dict())
 
 
-def spectral_norm(w: torch.Tensor) -> float:
-    """The largest singular value of a matrix (float64 up to :data:`SPECTRAL_F64_MAX`
-    elements); NaN for a tensor that is not 2-D or not finite."""
-    if w.dim() != 2 or not bool(torch.isfinite(w).all()):
+def init_top_tensor(cfg: ModelConfig, init: InitConfig, name: str, device, dtype) -> torch.Tensor:
+    """One tensor outside the blocks at step 0 (``embed.weight``, ``head.weight``, ...),
+    rebuilt from the run's seed alone: the embedding and the head one at a time, each
+    whole (the draw of a table is one generator's stream), never the two together."""
+    from ...model.build import materialize, meta_embedding
+    from ...model.layers import make_norm
+
+    part, _, leaf = name.partition(".")
+    d, V, L = cfg.d_model, cfg.vocab_size, cfg.n_layers
+    with torch.device("meta"):
+        if part == "embed":
+            mod, layer = meta_embedding(V, d, dtype), -1
+        elif part == "pos":
+            mod, layer = meta_embedding(cfg.max_seq_len, d, dtype), -1
+        elif part == "final_norm":
+            mod, layer = make_norm(cfg, dtype=dtype, offset=init.definition.norm_offset), L
+        else:
+            mod, layer = nn.Linear(d, V, bias=cfg.bias, dtype=dtype), L
+    mod = materialize(mod, cfg, init, layer, device, prefix=part)
+    return mod.state_dict()[leaf]
+
+
+def _chunks(t: torch.Tensor, n: int = STAT_CHUNK) -> Iterator[torch.Tensor]:
+    flat = t.detach().reshape(-1)
+    for i in range(0, flat.numel(), n):
+        yield flat[i : i + n]
+
+
+class Moments:
+    """Count, mean and sum of squared deviations of a tensor given in chunks, and whether
+    every element was finite. Each chunk is copied into one reused float64 buffer
+    (shifted by the first chunk's mean, so a tensor far from zero loses nothing to
+    cancellation) and reduced there: a float64 sum and dot product, ~1 ns an element on
+    a CPU core (``torch.var_mean`` of float32, which also accumulates in float64, takes
+    8). A non-finite element makes the sums non-finite: that is the finiteness check."""
+
+    def __init__(self) -> None:
+        self.n, self.s1, self.s2, self.shift, self.finite = 0, 0.0, 0.0, None, True
+        self._buf: torch.Tensor | None = None
+
+    def _f64(self, chunk: torch.Tensor) -> torch.Tensor:
+        x = chunk.detach().reshape(-1)
+        if self._buf is None or self._buf.device != x.device or self._buf.numel() < x.numel():
+            self._buf = torch.empty(max(x.numel(), 1), dtype=torch.float64, device=x.device)
+        b = self._buf[: x.numel()]
+        b.copy_(x)
+        return b
+
+    def add(self, chunk: torch.Tensor) -> None:
+        for part in _chunks(chunk):  # (the float64 buffer is one STAT_CHUNK, whatever the chunk)
+            self._add(part)
+
+    def _add(self, chunk: torch.Tensor) -> None:
+        if chunk.numel() == 0:
+            return
+        b = self._f64(chunk)
+        if self.shift is None:
+            self.shift = float(b.mean())
+            if not math.isfinite(self.shift):
+                self.finite, self.shift = False, 0.0
+        if self.shift:
+            b.sub_(self.shift)
+        s1, s2 = float(b.sum()), float(torch.dot(b, b))
+        if not (math.isfinite(s1) and math.isfinite(s2)):
+            self.finite = False
+        self.n += b.numel()
+        self.s1 += s1
+        self.s2 += s2
+
+    @property
+    def std(self) -> float:
+        if self.n <= 1 or not self.finite:
+            return math.nan
+        mean = self.s1 / self.n
+        return math.sqrt(max(self.s2 / self.n - mean * mean, 0.0))
+
+
+def rel_change(w: torch.Tensor, w0: torch.Tensor | None) -> float:
+    """||W - W0|| / ||W0|| in float64, chunk by chunk in one reused buffer (NaN: W0
+    unknown or zero)."""
+    if w0 is None:
         return math.nan
-    dt = torch.float64 if w.numel() <= SPECTRAL_F64_MAX else torch.float32
-    return float(torch.linalg.svdvals(w.to(dt))[0])
+    num = den = 0.0
+    buf = Moments()
+    for a, b in zip(_chunks(w), _chunks(w0), strict=True):
+        x = buf._f64(b)
+        den += float(torch.dot(x, x))
+        x.sub_(a.to(x.device)).neg_()  # (float32 - float64: promoted per element, no copy of a)
+        num += float(torch.dot(x, x))
+    return math.sqrt(num) / math.sqrt(den) if den > 0 else math.nan
 
 
-def weight_row(name: str, w: torch.Tensor, w0: torch.Tensor | None, expected: float) -> dict:
-    """std, spectral norm and ||W - W0|| / ||W0|| of one tensor (NaN where W0 is unknown
-    or zero: a zero-initialised matrix has no relative change)."""
-    x = w.detach().to(torch.float64)
-    rel = math.nan
-    if w0 is not None:
-        x0 = w0.detach().to(torch.float64)
-        base = float(torch.linalg.vector_norm(x0))
-        if base > 0:
-            rel = float(torch.linalg.vector_norm(x - x0)) / base
+def _row(name: str, shape, numel: int, std: float, expected: float, spectral: Estimate, rel: float) -> dict:
     return {
-        "param": name, "shape": "x".join(map(str, w.shape)) or "scalar", "numel": w.numel(),
-        "std": float(x.std(unbiased=False)) if x.numel() > 1 else math.nan,
-        "expected_std": expected, "spectral_norm": spectral_norm(x), "rel_change": rel,
+        "param": name, "shape": "x".join(map(str, shape)) or "scalar", "numel": numel, "std": std,
+        "expected_std": expected, "spectral_norm": spectral.value, "spectral_method": spectral.method,
+        "rel_change": rel,
     }  # fmt: skip
+
+
+def weight_row(name: str, w: torch.Tensor, w0: torch.Tensor | None, expected: float,
+               spectral: str = "fast", stats: dict | None = None) -> dict:  # fmt: skip
+    """std, spectral norm (by ``spectral``, :mod:`.spectral`) and ||W - W0|| / ||W0|| of
+    one resident tensor (NaN where W0 is unknown or zero: a zero-initialised matrix has
+    no relative change). ``stats``: counts of the spectral methods used, updated."""
+    m = Moments()
+    for c in _chunks(w):
+        m.add(c)
+    est = largest_singular_value(w, spectral, finite=True) if m.finite else NOT_FINITE
+    _count(stats, est)
+    return _row(
+        name, w.shape, w.numel(), m.std if w.numel() > 1 else math.nan, expected, est, rel_change(w, w0)
+    )
+
+
+def table_row(files: TensorFiles, key: str, name: str, expected: float, spectral: str = "fast",
+              w0: torch.Tensor | None = None, device="cpu", stats: dict | None = None,
+              same: bool = False) -> dict:  # fmt: skip
+    """:func:`weight_row` of a stored tensor read in row chunks, never whole: the
+    moments and the change from ``w0`` in one pass, the spectral norm in one pass per
+    Lanczos step (``exact``: one pass forming the Gram matrix). ``same``: the tensor is
+    its own step 0 (its change is 0, or none when it is zero)."""
+    shape = files.shapes[key]
+    m, diff = Moments(), Moments()  # (diff: only its reused float64 buffer)
+    num = den = 0.0
+    r0 = 0
+    for c in files.row_chunks(key, torch.float32, device):
+        m.add(c)
+        if same:
+            for part in _chunks(c):
+                x = diff._f64(part)
+                den += float(torch.dot(x, x))
+        elif w0 is not None:
+            b = w0.reshape(shape)[r0 : r0 + c.shape[0]] if shape else w0
+            for pa, pb in zip(_chunks(c), _chunks(b), strict=True):
+                x = diff._f64(pb)
+                den += float(torch.dot(x, x))
+                x.sub_(pa.to(x.device)).neg_()
+                num += float(torch.dot(x, x))
+        r0 += c.shape[0] if shape else 1
+    rel = math.sqrt(num) / math.sqrt(den) if (w0 is not None or same) and den > 0 else math.nan
+    est = NONE if m.finite or len(shape) != 2 else NOT_FINITE
+    if len(shape) == 2 and m.finite:
+        dt = torch.float64 if spectral == "exact" else torch.float32
+        est = largest_singular_value_chunked(
+            lambda: files.row_chunks(key, dt, device, count=False), shape, spectral, FAST_RTOL
+        )
+    elif spectral == "off" and len(shape) == 2:
+        est = Estimate(math.nan, "off")
+    _count(stats, est)
+    numel = math.prod(shape)
+    return _row(name, shape, numel, m.std if numel > 1 else math.nan, expected, est, rel)
+
+
+def _count(stats: dict | None, est: Estimate) -> None:
+    """Tally how the spectral norms were found (config.json's ``spectral``)."""
+    if stats is None or not est.method:
+        return
+    stats[est.method] = stats.get(est.method, 0) + 1
+    if est.method == "lanczos":
+        stats["lanczos_steps_max"] = max(stats.get("lanczos_steps_max", 0), est.steps)
+        if not est.converged:
+            stats["not_converged"] = stats.get("not_converged", 0) + 1
 
 
 def tinit_expected(cfg: ModelConfig, init: InitConfig, name: str, layer: int, shape) -> tuple[str, float]:
@@ -224,50 +506,59 @@ def _set(model: nn.Module, name: str, value: torch.Tensor | None) -> None:
 
 
 class LazyBlocks:
-    """Reads a meta-built model's tensors from ``files`` block by block (see the module
-    docstring). ``blocks``: the module paths of the blocks, in order."""
+    """Gives a meta-built model's blocks their tensors block by block (see the module
+    docstring). ``blocks``: the module paths of the blocks, in order; ``keys``: model
+    name -> stored key. Inside ``with lazy.reading(reader):`` each block's forward takes
+    the reader's next block; inside ``with lazy.reading(reader, blank=True):`` zeros
+    (nothing read: a trace of the structure)."""
 
-    def __init__(self, model: nn.Module, blocks: list[str], files: TensorFiles, keys: dict[str, str],
-                 device, dtype: torch.dtype, on_block: OnBlock | None = None):  # fmt: skip
-        self.model, self.blocks, self.files, self.keys = model, blocks, files, keys
-        self.device, self.dtype, self.on_block = device, dtype, on_block
-        self.measuring = False  # on_block only in the measured pass (not the sites' trace)
+    def __init__(self, model: nn.Module, blocks: list[str], keys: dict[str, str],
+                 on_block: OnBlock | None = None):  # fmt: skip
+        self.model, self.blocks, self.keys, self.on_block = model, blocks, keys, on_block
         groups = tied_groups(model)
         inside = tuple(b + "." for b in blocks)
         self.top = [names for names, _ in groups if not names[0].startswith(inside)]
         self.per_block = [[names for names, _ in groups if names[0].startswith(b + ".")] for b in blocks]
-        self._handles = []
+        self._handles: list = []
+        self._source: Iterator | None = None
+        self._measure = False
 
-    def load_top(self) -> dict[str, torch.Tensor]:
-        """Read the tensors outside the blocks (embedding, final norm, head), held throughout."""
-        return self._load(self.top)
+    def block_keys(self) -> list[list[str]]:
+        """Each block's stored keys (one per tensor: tied names share one)."""
+        return [[self.keys[names[0]] for names in b] for b in self.per_block]
 
-    def _load(self, groups: list[list[str]]) -> dict[str, torch.Tensor]:
-        read = self.files.read([self.keys[names[0]] for names in groups], self.dtype, self.device)
-        out = {}
-        for names in groups:
-            t = read[self.keys[names[0]]]
-            for n in names:  # one tensor under each of its names (tied weights stay tied)
-                _set(self.model, n, t)
-            out[names[0]] = t
-        return out
-
-    def __enter__(self):
+    @contextlib.contextmanager
+    def reading(self, reader: BlockReader, blank: bool = False) -> Iterator[None]:
+        self._source = iter(reader.blank() if blank else reader)
+        self._measure = not blank
         for i, b in enumerate(self.blocks):
             mod = self.model.get_submodule(b)
             self._handles.append(mod.register_forward_pre_hook(self._pre(i)))
             self._handles.append(mod.register_forward_hook(self._post(i)))
-        return self
-
-    def __exit__(self, *exc):
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
+        try:
+            yield
+        finally:
+            for h in self._handles:
+                h.remove()
+            self._handles.clear()
+            close = getattr(self._source, "close", None)
+            self._source = None
+            if close is not None:
+                close()
 
     def _pre(self, i: int):
         def fn(_m, _args):
-            state = self._load(self.per_block[i])
-            if self.on_block is not None and self.measuring:
+            layer, stored = next(self._source)
+            if layer != i:  # (a model that runs its blocks out of order: not a stack)
+                raise CheckpointError(f"block {i} ran where block {layer} was expected: the blocks of "
+                                      f"{self.blocks[0].rpartition('.')[0]} do not run in order")  # fmt: skip
+            state = {}
+            for names in self.per_block[i]:
+                t = stored[self.keys[names[0]]]
+                for n in names:  # one tensor under each of its names (tied weights stay tied)
+                    _set(self.model, n, t)
+                state[names[0]] = t
+            if self.on_block is not None and self._measure:
                 self.on_block(i, state)
 
         return fn
@@ -279,3 +570,37 @@ class LazyBlocks:
                     _set(self.model, n, None)
 
         return fn
+
+
+@contextlib.contextmanager
+def embedding_rows(
+    model: nn.Module, files: TensorFiles, key: str, dtype: torch.dtype, device
+) -> Iterator[None]:
+    """While inside, the model's input embedding module reads only the rows of the ids it
+    is called with: a forward pre-hook reads those rows and renumbers the ids into them,
+    the module's own forward (a scaled embedding's scale included) runs on that small
+    table, and a forward hook puts the meta weight back."""
+    emb = model.get_input_embeddings()
+    saved = {}
+
+    def pre(mod, args):
+        ids = args[0]
+        table, local = compact_rows(files, key, ids, dtype, device)
+        saved["weight"], saved["padding_idx"] = mod._parameters["weight"], getattr(mod, "padding_idx", None)
+        mod._parameters["weight"] = nn.Parameter(table, requires_grad=False)
+        mod.padding_idx = None  # (it only shapes gradients; the small table need not hold its row)
+        return (local, *args[1:])
+
+    def post(mod, _args, _out):
+        mod._parameters["weight"] = saved.pop("weight")
+        mod.padding_idx = saved.pop("padding_idx")
+
+    handles = [emb.register_forward_pre_hook(pre), emb.register_forward_hook(post)]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+        if "weight" in saved:  # (the forward failed between the two hooks)
+            emb._parameters["weight"] = saved.pop("weight")
+            emb.padding_idx = saved.pop("padding_idx")

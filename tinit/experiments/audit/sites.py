@@ -195,9 +195,10 @@ class Trace:
     outputs: dict[str, torch.Tensor | None]
 
 
-def trace(model: nn.Module, tokens: torch.Tensor, roots: list[str]) -> Trace:
-    """Run ``model(tokens)`` without gradients, recording every module under ``roots``
-    (module paths; "" for the whole model)."""
+def trace(model: nn.Module, tokens: torch.Tensor, roots: list[str], forward=None) -> Trace:
+    """Run ``model(tokens)`` (or ``forward(tokens)``: a part of it, such as a causal LM's
+    base model) without gradients, recording every module under ``roots`` (module paths;
+    "" for the whole model)."""
     order: list[str] = []
     inputs: dict = {}
     outputs: dict = {}
@@ -222,7 +223,7 @@ def trace(model: nn.Module, tokens: torch.Tensor, roots: list[str]) -> Trace:
                 handles.append(m.register_forward_hook(hook(path), with_kwargs=True))
     try:
         with torch.no_grad():
-            model(tokens)
+            (forward or model)(tokens)
     finally:
         for h in handles:
             h.remove()
@@ -300,8 +301,10 @@ def _generic_branches(model: nn.Module, tr: Trace, block: str) -> tuple[str, str
     return with_linear[0], with_linear[1]
 
 
-def find_sites(model: nn.Module, tokens: torch.Tensor, spec: str | None = None) -> tuple[Sites, Trace]:
-    """The model's additions, and the trace of one small forward pass that found them."""
+def find_sites(model: nn.Module, tokens: torch.Tensor, spec: str | None = None,
+               forward=None) -> tuple[Sites, Trace]:  # fmt: skip
+    """The model's additions, and the trace of one small forward pass that found them
+    (``forward``: what runs the tokens, default the model itself)."""
     from ...model.transformer import Transformer
 
     layout: dict = {}
@@ -328,7 +331,7 @@ def find_sites(model: nn.Module, tokens: torch.Tensor, spec: str | None = None) 
             family, layout = model_type, dict(FAMILIES[model_type])
     blocks_path = layout.get("blocks") or largest_block_list(model)
     paths = _blocks_list(model, blocks_path)
-    tr = trace(model, tokens, paths)
+    tr = trace(model, tokens, paths, forward)
     if "attn" in layout:
         attn = _match_child(model, paths[0], layout["attn"], "attention")
         ffn = _match_child(model, paths[0], layout["ffn"], "MLP")

@@ -23,6 +23,9 @@ from pathlib import Path
 from .tensors import CheckpointError, TensorFiles, read_json
 
 STEP_FILE = re.compile(r"^step-(\d+)\.safetensors$")
+#: Suffixes of files still being written (huggingface_hub's downloads, browsers, rsync
+#: leaves ``.name.XXXXXX``; safetensors' own save writes ``.tmpXXXXXX`` first).
+IN_PROGRESS = (".incomplete", ".part", ".partial", ".crdownload", ".download")
 #: The most checkpoints one audit measures (runs x steps).
 MAX_CHECKPOINTS = 10_000
 
@@ -128,4 +131,7 @@ def _hf_folder(path: Path) -> Checkpoint:
         return Checkpoint("hf", path.resolve().name, None, single, config=config)
     pickled = [n for n in ("pytorch_model.bin", "pytorch_model.bin.index.json") if (path / n).exists()]
     why = f" ({pickled[0]} is a pickle, which tinit never loads)" if pickled else ""
+    writing = sorted(p.name for p in path.iterdir() if p.name.startswith(".tmp") or p.suffix in IN_PROGRESS)
+    if writing and not why:
+        why = f" ({writing[0]} looks like a file still being written: audit the folder once it is complete)"
     raise CheckpointError(f"{path}: no model.safetensors or model.safetensors.index.json{why}")

@@ -198,13 +198,20 @@ def stats_dtype(model: nn.Module) -> torch.dtype:
     return torch.float64 if p is not None and p.dtype == torch.float64 else torch.float32
 
 
-def measure_stream(model: nn.Module, sites: Sites, tokens: torch.Tensor) -> tuple[pd.DataFrame, list[float]]:
+def measure_stream(model: nn.Module, sites: Sites, tokens: torch.Tensor, forward=None,
+                   stats: torch.dtype | None = None) -> tuple[pd.DataFrame, list[float]]:  # fmt: skip
     """The probe's rows for one forward pass (no gradients), and the stream check.
     The logits are not used: a model that can (transformers' ``logits_to_keep``)
     computes them for the last position only (the head of a 32000-token vocabulary was
-    a third of this pass)."""
-    probe = VarianceProbe(stats_dtype(model))
+    a third of this pass). ``forward``: run the tokens through this instead (a causal
+    LM's base model: no head at all); ``stats``: the probe's dtype (default: from the
+    model's parameters)."""
+    probe = VarianceProbe(stats or stats_dtype(model))
     with StreamHooks(model, sites, probe) as hooks, torch.no_grad():
+        if forward is not None:
+            _user_code(f"the model's forward at batch {tokens.shape[0]} x seq {tokens.shape[1]}",
+                       lambda: forward(tokens))  # fmt: skip
+            return probe.frame(), hooks.max_rel_err
         keep = _last_logits_only(model)
         out = _user_code(f"the model's forward at batch {tokens.shape[0]} x seq {tokens.shape[1]}",
                          lambda: model(tokens, **keep))  # fmt: skip

@@ -2,22 +2,35 @@
 
 :class:`TensorFiles` is one checkpoint: a single ``.safetensors`` file or the shards a
 Hugging Face ``model.safetensors.index.json`` names. Opening it reads only the headers
-(names, shapes, dtypes); :meth:`TensorFiles.check` holds them against what the model
-expects (every parameter present once, no extra key, each shape and a dtype the model
-can take) before anything is measured; :meth:`TensorFiles.read` reads the named tensors
-and nothing else. Each read opens the file, copies the tensors out of the memory map and
-closes it again, so the mapped pages of blocks already measured do not stay resident:
-memory holds one block's tensors at a time, whatever the checkpoint's size.
+(names, shapes, dtypes, byte ranges: ``safetensors.safe_open`` validates each header and
+the file's length against it, so a truncated file, a partial download and a header
+bomb are refused before anything is read); :meth:`TensorFiles.check` holds them against
+what the model expects (every parameter present once, no extra key, each shape and a
+dtype the model can take) before anything is measured.
 
-Every problem is a :class:`CheckpointError` (a ConfigError naming ``--checkpoint``:
-exit 2) of one line naming the file and what is wrong.
+Tensors are then read with ``pread`` at the byte ranges the validated header gives, into
+buffers the caller may reuse (:meth:`TensorFiles.read_into`), by rows (the embedding
+rows a batch's tokens need, :meth:`TensorFiles.read_rows`) or in row chunks (a
+128k-row embedding or head, :meth:`TensorFiles.row_chunks`). Nothing is memory-mapped:
+no page of a block already measured stays in the process, and a file truncated while
+it is read is a short read, not a SIGBUS. Before each read the file's size,
+modification time and inode are held against those its header was read with: a shard
+being written (a download, a save in progress) is never mixed into a measurement.
+
+Every problem found before reading is a :class:`CheckpointError` (a ConfigError naming
+``--checkpoint``: exit 2) of one line naming the file and what is wrong; a file that
+changes while it is read is an :class:`~tinit.experiments.result.InputChanged`, a run
+failure (what was measured is kept, the run marked incomplete with the reason, exit 1).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+import os
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -25,12 +38,20 @@ from safetensors import SafetensorError, safe_open
 
 from ...model.config import ConfigError
 from ...userfile import UserFileError, load_json
+from ..result import InputChanged
 
 #: safetensors dtypes a float model can take (cast to the audit's dtype when read).
 FLOAT_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+#: Bytes per element of each float dtype.
+ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
 #: The most tensors a checkpoint may name (a 1,000-layer model with a dozen tensors per
 #: block is 12,000): bounds the header bookkeeping before anything is read.
 MAX_TENSORS = 200_000
+#: safetensors' own bound on a header's length (its Rust MAX_HEADER_SIZE).
+MAX_HEADER = 100_000_000
+#: A row chunk of :meth:`TensorFiles.row_chunks` holds about this many bytes as stored
+#: (twice that converted to float32): a 128256 x 4096 table in 64 passes-worth of reads.
+CHUNK_BYTES = 16 << 20
 
 
 class CheckpointError(ConfigError):
@@ -40,11 +61,61 @@ class CheckpointError(ConfigError):
         super().__init__(option, message)
 
 
+@dataclass(frozen=True)
+class Stamp:
+    """What a file was when its header was read: a change means it is being written."""
+
+    size: int
+    mtime_ns: int
+    inode: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> Stamp:
+        return cls(st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def _raw_header(path: Path) -> tuple[dict, int]:
+    """The header JSON of a safetensors file and the offset its data starts at (the
+    file is one safe_open has accepted, or one being diagnosed: bounded either way)."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise ValueError("shorter than the 8-byte header length")
+        (n,) = struct.unpack("<Q", head)
+        if n > MAX_HEADER:
+            raise ValueError(f"a header of {n:,} bytes")
+        doc = json.loads(f.read(n))
+    if not isinstance(doc, dict):
+        raise ValueError("a header that is not a JSON object")
+    return doc, 8 + n
+
+
+def _short_or_long(path: Path) -> str | None:
+    """For a file safetensors calls incomplete: how its length differs from what its
+    header describes (a partial download is shorter), or None when that cannot be said."""
+    try:
+        doc, start = _raw_header(path)
+        ends = [v["data_offsets"][1] for k, v in doc.items() if k != "__metadata__"]
+        want, have = start + max(ends, default=0), path.stat().st_size
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+    if have < want:
+        return (f"{have:,} bytes where its header describes {want:,}: {want - have:,} missing (a partial "
+                "download, or a file still being written)")  # fmt: skip
+    if have > want:
+        return f"{have - want:,} bytes past the last tensor its header describes"
+    return None
+
+
 def _open(path: Path):
     try:
         return safe_open(str(path), framework="pt", device="cpu")
     except SafetensorError as exc:
         why = " ".join(str(exc).split())
+        short = _short_or_long(path) if "not fully covered" in why else None
+        if short:
+            raise CheckpointError(f"{path}: not a readable safetensors file (truncated or corrupt: "
+                                  f"{short})") from None  # fmt: skip
         raise CheckpointError(
             f"{path}: not a readable safetensors file (truncated or corrupt: {why})"
         ) from None
@@ -52,8 +123,20 @@ def _open(path: Path):
         raise CheckpointError(f"{path}: cannot open it ({exc.strerror or exc})") from None
 
 
+def _pread(fd: int, buf: torch.Tensor, offset: int, path: Path) -> None:
+    """Fill the uint8 tensor ``buf`` from ``fd`` at ``offset`` (a short read: an error)."""
+    view = memoryview(buf.numpy()).cast("B")
+    got = 0
+    while got < len(view):
+        n = os.preadv(fd, [view[got:]], offset + got)
+        if n <= 0:
+            raise InputChanged(f"{path} ended {len(view) - got:,} bytes early while being read (truncated "
+                               "while the audit ran)")  # fmt: skip
+        got += n
+
+
 class TensorFiles:
-    """The tensors of one checkpoint: name -> (file, shape, safetensors dtype)."""
+    """The tensors of one checkpoint: name -> (file, shape, safetensors dtype, bytes)."""
 
     def __init__(self, files: dict[str, Path], where: str, metadata: dict[str, str] | None = None):
         self.files = files  # tensor name -> the file holding it
@@ -61,6 +144,9 @@ class TensorFiles:
         self.metadata = metadata or {}
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.dtypes: dict[str, str] = {}
+        self.offsets: dict[str, tuple[int, int]] = {}  # absolute [begin, end) in the file
+        self.stamps: dict[Path, Stamp] = {}
+        self.bytes_read = 0  # every read adds its bytes (the progress bar's count)
 
     @classmethod
     def single(cls, path: Path | str) -> TensorFiles:
@@ -96,7 +182,8 @@ class TensorFiles:
             if Path(shard).name != shard:
                 raise CheckpointError(f"{index}: shard {shard!r} is not a file beside the index")
             if not p.is_file():
-                raise CheckpointError(f"{index}: names shard {shard}, which does not exist")
+                raise CheckpointError(f"{index}: names shard {shard}, which does not exist (a download still "
+                                      "in progress?)")  # fmt: skip
             shards[shard] = p
         out = cls({k: shards[v] for k, v in wmap.items()}, str(index))
         for shard, p in shards.items():
@@ -109,15 +196,30 @@ class TensorFiles:
         return out
 
     def _headers(self, path: Path, handle, keys: Iterable[str]) -> None:
+        stamp = Stamp.of(path.stat())
+        try:
+            raw, start = _raw_header(path)
+        except (OSError, ValueError) as exc:  # (safe_open accepted it: changed since, or unreadable)
+            raise CheckpointError(f"{path}: its header cannot be read again ({exc})") from None
         for k in keys:
             sl = handle.get_slice(k)
             self.shapes[k] = tuple(int(x) for x in sl.get_shape())
             self.dtypes[k] = str(sl.get_dtype())
+            try:
+                b, e = (int(x) for x in raw[k]["data_offsets"])
+            except (KeyError, TypeError, ValueError):
+                raise CheckpointError(f"{path}: {k} changed between two reads of its header") from None
+            self.offsets[k] = (start + b, start + e)
+        self.stamps[path] = stamp
 
     @property
     def n_bytes(self) -> int:
-        size = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
-        return sum(math.prod(s) * size.get(self.dtypes[k], 4) for k, s in self.shapes.items())
+        return sum(math.prod(s) * ITEMSIZE.get(self.dtypes[k], 4) for k, s in self.shapes.items())
+
+    def nbytes(self, key: str) -> int:
+        """The bytes ``key`` is stored in."""
+        b, e = self.offsets[key]
+        return e - b
 
     def check(self, groups: list[tuple[list[str], tuple[int, ...]]], what: str) -> dict[str, str]:
         """Hold the checkpoint against the model ``what`` expects: ``groups`` lists each
@@ -148,23 +250,103 @@ class TensorFiles:
             raise CheckpointError(f"{self.where}: has {extra[0]}{more}, which the {what} does not")
         return out
 
-    def read(self, keys: Iterable[str], dtype: torch.dtype, device) -> dict[str, torch.Tensor]:
-        """The tensors ``keys``, in ``dtype`` on ``device``; each file opened and closed
-        again here (its mapped pages released)."""
+    # ---- reading ------------------------------------------------------------------------
+
+    def _fd(self, path: Path) -> int:
+        """An open descriptor of ``path``, refused when the file is not the one whose
+        header was read (its size, modification time or inode changed)."""
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as exc:
+            raise CheckpointError(f"{path}: cannot open it ({exc.strerror or exc})") from None
+        if Stamp.of(os.fstat(fd)) != self.stamps[path]:
+            os.close(fd)
+            raise InputChanged(f"{path} changed while the audit read it (a download or a save in progress?); "
+                               "audit it once it is complete")  # fmt: skip
+        return fd
+
+    def typed(self, key: str, raw: torch.Tensor) -> torch.Tensor:
+        """The bytes ``raw`` of ``key`` as its stored dtype and shape (no copy)."""
+        return raw.view(FLOAT_DTYPES[self.dtypes[key]]).view(self.shapes[key])
+
+    def read_into(self, keys: Iterable[str], raw: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Read ``keys`` one after another into the uint8 buffer ``raw`` (at least their
+        bytes; reused by the caller); each as its stored dtype and shape, views of it."""
+        out, at = {}, 0
         by_file: dict[Path, list[str]] = {}
         for k in keys:
             by_file.setdefault(self.files[k], []).append(k)
-        out = {}
         for path, names in by_file.items():
-            handle = _open(path)
+            fd = self._fd(path)
             try:
                 for k in names:
-                    out[k] = handle.get_tensor(k).to(device=device, dtype=dtype)
-            except SafetensorError as exc:
-                raise CheckpointError(f"{path}: {k} cannot be read: {' '.join(str(exc).split())}") from None
+                    b, e = self.offsets[k]
+                    # (each tensor at an 8-byte aligned place, so a float64 view is allowed)
+                    at = -(-at // 8) * 8
+                    buf = raw[at : at + (e - b)]
+                    _pread(fd, buf, b, path)
+                    out[k] = self.typed(k, buf)
+                    at += e - b
+                    self.bytes_read += e - b
             finally:
-                del handle
+                os.close(fd)
         return out
+
+    def staged_bytes(self, keys: Iterable[str]) -> int:
+        """The buffer :meth:`read_into` needs for ``keys`` (each 8-byte aligned)."""
+        return sum(-(-self.nbytes(k) // 8) * 8 for k in keys)
+
+    def read(self, keys: Iterable[str], dtype: torch.dtype, device) -> dict[str, torch.Tensor]:
+        """The tensors ``keys``, each read then converted to ``dtype`` on ``device``."""
+        out = {}
+        for k in keys:
+            raw = torch.empty(self.staged_bytes([k]), dtype=torch.uint8)
+            out[k] = self.read_into([k], raw)[k].to(device=device, dtype=dtype)
+        return out
+
+    def read_rows(self, key: str, rows: torch.Tensor) -> torch.Tensor:
+        """Rows ``rows`` (sorted, distinct row indices) of the matrix ``key``, in its
+        stored dtype: only their bytes are read (a batch's embedding rows, not the table)."""
+        shape, path = self.shapes[key], self.files[key]
+        row_bytes = math.prod(shape[1:]) * ITEMSIZE[self.dtypes[key]]
+        raw = torch.empty(len(rows) * row_bytes, dtype=torch.uint8)
+        b = self.offsets[key][0]
+        fd = self._fd(path)
+        try:
+            for i, r in enumerate(rows.tolist()):
+                _pread(fd, raw[i * row_bytes : (i + 1) * row_bytes], b + r * row_bytes, path)
+        finally:
+            os.close(fd)
+        self.bytes_read += len(rows) * row_bytes
+        return raw.view(FLOAT_DTYPES[self.dtypes[key]]).view(len(rows), *shape[1:])
+
+    def row_chunks(self, key: str, dtype: torch.dtype, device, chunk_bytes: int = CHUNK_BYTES,
+                   count: bool = True) -> Iterator[torch.Tensor]:  # fmt: skip
+        """The matrix ``key`` in consecutive row chunks of about ``chunk_bytes`` as
+        stored, each converted to ``dtype`` on ``device``. The chunks are views of two
+        buffers reused from chunk to chunk: use each before taking the next. ``count``:
+        add the bytes to :attr:`bytes_read` (False for a second pass over the same rows)."""
+        shape, path = self.shapes[key], self.files[key]
+        rows = shape[0] if shape else 1
+        row_bytes = max(math.prod(shape[1:]), 1) * ITEMSIZE[self.dtypes[key]]
+        step = max(1, min(rows, chunk_bytes // max(row_bytes, 1)))
+        raw = torch.empty(step * row_bytes, dtype=torch.uint8)
+        conv = torch.empty((step, *shape[1:]), dtype=dtype, device=device)
+        b = self.offsets[key][0]
+        stored = FLOAT_DTYPES[self.dtypes[key]]
+        fd = self._fd(path)
+        try:
+            for r0 in range(0, rows, step):
+                n = min(step, rows - r0)
+                part = raw[: n * row_bytes]
+                _pread(fd, part, b + r0 * row_bytes, path)
+                if count:
+                    self.bytes_read += n * row_bytes
+                out = conv[:n]
+                out.copy_(part.view(stored).view(n, *shape[1:]))
+                yield out if shape else out.reshape(())
+        finally:
+            os.close(fd)
 
 
 def tied_groups(module: torch.nn.Module) -> list[tuple[list[str], tuple[int, ...]]]:
