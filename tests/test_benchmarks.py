@@ -20,7 +20,7 @@ from forkserver import forkserver
 ROOT = Path(__file__).resolve().parents[1]
 BACK = {  # what device_check.sh leaves under $OUT: at most 8 files come back from the device
     "device_check.log", "device_table.csv", "gpu_tests.txt", "bench_gpu.csv", "norms.png",
-    "train_runs.csv", "audit_config.json", "coord_check.png",
+    "train_runs.csv", "audit_config.json", "ckpt_audit_config.json",
 }  # fmt: skip
 #: every command's GPU path is a step of the script (issue 25), each with its own row
 STEPS = {
@@ -32,6 +32,9 @@ STEPS = {
     "train",
     "audit-7b",
     "coord-check",
+    "ckpt-write",
+    "ckpt-audit",
+    "ckpt-peer",
     "table",
 }
 
