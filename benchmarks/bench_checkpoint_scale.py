@@ -60,10 +60,12 @@ def pair(repeats: int) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for spectral, target in (("off", "<= 0.8"), ("fast", "<= 2.0")):
         print(f"\n--spectral {spectral} (1B-shaped folder, 1 x 128 tokens, one thread each)", flush=True)
-        n = iter(range(10**6))
         a = (f"tinit audit --checkpoint --spectral {spectral}", tinit(path, "--spectral", spectral))
-        sa, sb, walls, cpus, loads = paired(a, peer, repeats, env,
-                                            fresh=lambda i: ["--out", str(tmp / f"{spectral}-{next(n)}")])  # fmt: skip
+
+        def fresh(i: int, spectral: str = spectral) -> list[str]:
+            return ["--out", str(tmp / f"{spectral}-{i}")]
+
+        sa, sb, walls, cpus, loads = paired(a, peer, repeats, env, fresh=fresh)
         report(sa, sb, walls, cpus, loads, f"wall ratio {target}; peak RSS <= 1.5 GiB (1536 MiB)")
 
 
@@ -102,7 +104,7 @@ def big(path: str | None) -> None:
     print(f"8B-shaped folder {p} (load {load()})", flush=True)
     r = run_once([*tinit(p), "--out", str(tmp / "audit")])
     print(f"tinit audit --checkpoint (default --spectral fast): {r.wall:.1f} s wall, {r.cpu:.1f} s cpu, "
-          f"peak {r.peak_mib:.0f} MiB = {r.peak_mib / 1024:.2f} GiB (target <= 2.5 GiB; load {load()})")  # fmt: skip
+          f"peak {r.peak_mib / 1024:.2f} GiB (target <= 2.5 GiB; load {load()})")  # fmt: skip
     r = run_once([*tinit(p, "--spectral", "off"), "--out", str(tmp / "audit-off")])
     print(f"tinit audit --checkpoint --spectral off: {r.wall:.1f} s wall, peak {r.peak_mib / 1024:.2f} GiB "
           f"(load {load()})")  # fmt: skip

@@ -12,7 +12,8 @@ Shapes (their published configs): llama-1b is Llama-3.2-1B (16 layers, d 2048, d
 d 4096, d_ff 14336, 32/8 heads, vocab 128256, untied: 15 GiB). ``--layers``, ``--d-model``,
 ``--d-ff`` and ``--vocab`` scale a shape (the memory-flatness benchmarks). Weights are
 N(0, 0.02) (transformers' initializer_range), norm gains 1; seeded, so a folder is the same
-bytes each time on the same device (``--device cuda`` draws on a GPU: other numbers, same law). An existing complete folder of the same shape is kept (``--force`` redoes it).
+bytes each time on the same device (``--device cuda`` draws on a GPU: other numbers, same
+law). An existing complete folder of the same shape is kept (``--force`` redoes it).
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--shard-mib", type=int, default=150, help="about this many MiB a shard (default 150)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--force", action="store_true")
-    ap.add_argument("--device", default="cpu", help="where the numbers are drawn (cuda: a GPU's generator, fast)")
+    ap.add_argument("--device", default="cpu", help="where the numbers are drawn (cuda: a GPU's, fast)")
     a = ap.parse_args(argv)
     c = config_of(a.shape, a.layers, a.d_model, a.d_ff, a.vocab)
     write(Path(a.out), c, a.shard_mib << 20, a.seed, a.force, a.device)

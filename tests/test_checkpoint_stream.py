@@ -87,12 +87,20 @@ def test_a_changed_or_truncated_file_is_never_mixed(tmp_path):
 
 # --- Hugging Face folders --------------------------------------------------------------------
 
+
 def _llama_folder(path, layers=3, shard="30KB"):
     skip_module_without("transformers")
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=50, max_position_embeddings=32)  # fmt: skip
+    config = LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=50,
+        max_position_embeddings=32,
+    )
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -125,9 +133,35 @@ def test_a_file_changed_mid_audit_keeps_what_was_measured(tmp_path, monkeypatch)
     """Two runs' folders in one tinit train folder: the second's checkpoint is rewritten
     after its header was read; the first run's rows are kept, the run says why, exit 1."""
     train = tmp_path / "train"
-    res = runner.invoke(app, ["train", "--layers", "2", "--d-model", "16", "--heads", "2", "--seq-len", "8",
-                              "--batch", "2", "--vocab", "16", "--eval-batches", "1", "--init", "naive,gpt2",
-                              "--pre-norm", "--steps", "2", "--save-steps", "final", "--out", str(train)])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "train",
+            "--layers",
+            "2",
+            "--d-model",
+            "16",
+            "--heads",
+            "2",
+            "--seq-len",
+            "8",
+            "--batch",
+            "2",
+            "--vocab",
+            "16",
+            "--eval-batches",
+            "1",
+            "--init",
+            "naive,gpt2",
+            "--pre-norm",
+            "--steps",
+            "2",
+            "--save-steps",
+            "final",
+            "--out",
+            str(train),
+        ],
+    )
     assert res.exit_code == 0, res.output
     found = find_checkpoints(train)
     assert len(found.checkpoints) == 2
@@ -168,9 +202,18 @@ def test_gemma_scaled_embedding_read_by_rows(tmp_path):
     skip_module_without("transformers")
     from transformers import AutoModelForCausalLM, Gemma3TextConfig
 
-    config = Gemma3TextConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
-                              num_key_value_heads=1, head_dim=16, vocab_size=64, max_position_embeddings=32,
-                              sliding_window=4, pad_token_id=0)  # fmt: skip
+    config = Gemma3TextConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        vocab_size=64,
+        max_position_embeddings=32,
+        sliding_window=4,
+        pad_token_id=0,
+    )
     torch.manual_seed(1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -219,8 +262,13 @@ def test_progress_counts_blocks_bytes_and_rate(tmp_path):
     folder = tmp_path / "m"
     _llama_folder(folder, layers=4)
     seen = []
-    run_checkpoint_audit(find_checkpoints(folder), RunConfig(batch=1, seq_len=8), CPU, torch.float32,
-                         progress=lambda done, total, detail=None: seen.append((done, total, detail)))  # fmt: skip
+    run_checkpoint_audit(
+        find_checkpoints(folder),
+        RunConfig(batch=1, seq_len=8),
+        CPU,
+        torch.float32,
+        progress=lambda done, total, detail=None: seen.append((done, total, detail)),
+    )
     assert [d for d, _, _ in seen] == list(range(1, 6)) and {t for _, t, _ in seen} == {5}
     assert "embedding, head" in seen[0][2] and "block 4/4" in seen[-1][2]
     assert "GiB read" in seen[-1][2] and "blocks/s" in seen[-1][2]

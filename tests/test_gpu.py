@@ -105,3 +105,34 @@ def test_cli_runs_on_cuda(tmp_path):
     assert "Measured on cuda" in res.output and "peak GPU memory" in res.output
     meta = json.loads((out / "config.json").read_text())
     assert meta["device"].startswith("cuda") and meta["run"]["dtype"] == "bfloat16"
+
+
+def test_checkpoint_audit_streams_to_cuda(tmp_path):
+    """issue 45: a sharded HF folder and a tinit run audited with --device cuda (each block
+    read on the CPU into pinned memory, converted on the GPU) give the CPU's numbers."""
+    import numpy as np
+    from helpers import skip_module_without
+
+    skip_module_without("transformers")
+    import warnings
+
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from tinit.experiments.audit.sources import find_checkpoints
+    from tinit.experiments.audit.trained import run_checkpoint_audit
+
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=100, max_position_embeddings=64)  # fmt: skip
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path, max_shard_size="40KB")
+    run = RunConfig(batch=2, seq_len=16)
+    out = {}
+    for dev in ("cpu", "cuda"):
+        res = run_checkpoint_audit(find_checkpoints(tmp_path), run, torch.device(dev), torch.float32)
+        out[dev] = res
+    for frame, col in (("variance", "stream_var"), ("drift", "std"), ("drift", "spectral_norm")):
+        got, want = (out[d][frame][col].to_numpy(float) for d in ("cuda", "cpu"))
+        np.testing.assert_allclose(got, want, rtol=1e-3)
+    assert out["cuda"].meta["peak_gpu_memory_gib"]

@@ -15,9 +15,9 @@ from tinit.experiments.audit.spectral import (
     EXACT_SIDE,
     FAST_RTOL,
     MIN_STEPS,
+    lanczos_top,
     largest_singular_value,
     largest_singular_value_chunked,
-    lanczos_top,
     matrix_gram,
 )
 
