@@ -22,15 +22,13 @@ a 128k-row table is never held), the head is not needed by the stream, and each 
 weights are handed to ``on_block(layer, {name: tensor})`` while resident: the audit
 measures them there (std, spectral norm, the change from the init where the init is
 known), so each block is read once. The tensors outside the blocks are measured from
-the file in row chunks (:func:`table_row`).
+the file in row chunks (:func:`.weights.table_row`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import queue
-import threading
 from collections.abc import Callable, Iterator
 
 import torch
@@ -39,19 +37,10 @@ from torch import nn
 from ...model.config import ConfigError, InitConfig, ModelConfig
 from ...model.init import role_of, role_rule
 from ...model.transformer import Block, Transformer, build_block
-from .spectral import (
-    FAST_RTOL,
-    NONE,
-    NOT_FINITE,
-    Estimate,
-    largest_singular_value,
-    largest_singular_value_chunked,
-)
+from .reader import BlockReader, _set, adopt, compact_rows
 from .tensors import CheckpointError, TensorFiles, tied_groups
 
 OnBlock = Callable[[int, dict[str, torch.Tensor]], None]
-#: Elements per chunk of the float64 statistics of a resident tensor (8 MiB).
-STAT_CHUNK = 1 << 20
 
 
 def _user_schemes(entries, scheme: str, where: str) -> tuple:
@@ -126,124 +115,6 @@ def _final_norm(cfg: ModelConfig, init: InitConfig, dtype: torch.dtype) -> dict:
 
     with torch.device("meta"):
         return make_norm(cfg, dtype=dtype, offset=init.definition.norm_offset).state_dict()
-
-
-def _aligned(n: int, to: int = 64) -> int:
-    return -(-n // to) * to
-
-
-class BlockReader:
-    """The blocks of ``files`` in order (``blocks``: each block's stored keys), each as
-    ``{key: view of the arena}`` in ``dtype`` on ``device``; the next block read on a
-    background thread while this one is measured when ``ahead`` (see the module
-    docstring). A view is valid until the next
-    block is taken. Errors of the reading thread (a file changed or truncated) are
-    raised in the caller's thread when it takes that block."""
-
-    def __init__(self, files: TensorFiles, blocks: list[list[str]], dtype: torch.dtype, device,
-                 ahead: bool = True):  # fmt: skip
-        self.files, self.blocks, self.dtype = files, blocks, dtype
-        self.device = torch.device(device)
-        self.ahead = ahead and len(blocks) > 1
-        self.staged = max((files.staged_bytes(b) for b in blocks), default=0)
-        self.layout: list[dict[str, int]] = []
-        size = 0
-        for keys in blocks:
-            at, offsets = 0, {}
-            for k in keys:
-                offsets[k] = at
-                at += _aligned(math.prod(files.shapes[k]))
-            self.layout.append(offsets)
-            size = max(size, at)
-        self.arena_elements = size
-        self.itemsize = torch.empty((), dtype=dtype).element_size()
-
-    @property
-    def bytes_held(self) -> int:
-        """The buffers this reader holds: the arena and the staging."""
-        return self.arena_elements * self.itemsize + self.staged
-
-    def _views(self, arena: torch.Tensor, i: int) -> dict[str, torch.Tensor]:
-        f = self.files
-        return {k: arena[o : o + math.prod(f.shapes[k])].view(f.shapes[k]) for k, o in self.layout[i].items()}
-
-    def blank(self) -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
-        """Every block as zeros, nothing read (a forward that only traces the structure)."""
-        arena = torch.zeros(self.arena_elements, dtype=self.dtype, device=self.device)
-        for i in range(len(self.blocks)):
-            yield i, self._views(arena, i)
-
-    def __iter__(self) -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
-        arena = torch.empty(self.arena_elements, dtype=self.dtype, device=self.device)
-        pinned = self.device.type == "cuda"
-        buffers = [torch.empty(self.staged, dtype=torch.uint8, pin_memory=pinned)]
-        if not self.ahead:
-            for i, keys in enumerate(self.blocks):
-                yield i, self._convert(arena, i, self.files.read_into(keys, buffers[0]))
-            return
-        free: queue.Queue = queue.Queue()
-        ready: queue.Queue = queue.Queue()
-        for b in buffers:
-            free.put(b)
-        stop = threading.Event()
-
-        def read() -> None:
-            try:
-                for keys in self.blocks:
-                    buf = free.get()
-                    if stop.is_set() or buf is None:
-                        return
-                    ready.put((buf, self.files.read_into(keys, buf), None))
-            except BaseException as exc:  # handed to the caller's thread, raised there
-                ready.put((None, None, exc))
-
-        worker = threading.Thread(target=read, name="tinit-checkpoint-reader", daemon=True)
-        worker.start()
-        try:
-            for i in range(len(self.blocks)):
-                while True:  # (a timeout, so that a signal reaches the main thread promptly)
-                    try:
-                        buf, stored, exc = ready.get(timeout=0.2)
-                        break
-                    except queue.Empty:
-                        if not worker.is_alive() and ready.empty():
-                            raise RuntimeError("the checkpoint reader stopped without a word") from None
-                if exc is not None:
-                    raise exc
-                views = self._convert(arena, i, stored)
-                free.put(buf)
-                yield i, views
-        finally:
-            stop.set()
-            free.put(None)
-            worker.join(timeout=60)
-
-    def _convert(
-        self, arena: torch.Tensor, i: int, stored: dict[str, torch.Tensor]
-    ) -> dict[str, torch.Tensor]:
-        views = self._views(arena, i)
-        cuda = self.device.type == "cuda"
-        for k, v in views.items():
-            v.copy_(stored[k], non_blocking=cuda)
-        if cuda:  # the staging buffer is handed back for the next read once its copy is done
-            torch.cuda.current_stream(self.device).synchronize()
-        return views
-
-
-def adopt(module: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
-    """Give ``module``'s parameters and buffers (state-dict names) the tensors given
-    (views of a reader's arena): no copy, no allocation."""
-    for name, t in tensors.items():
-        _set(module, name, t)
-
-
-def compact_rows(files: TensorFiles, key: str, ids: torch.Tensor, dtype: torch.dtype,
-                 device) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """The rows of the table ``key`` that ``ids`` use (sorted, distinct: only their bytes
-    are read) in ``dtype`` on ``device``, and ``ids`` renumbered into them."""
-    rows = torch.unique(ids.detach().cpu())
-    table = files.read_rows(key, rows).to(device=device, dtype=dtype)
-    return table, torch.searchsorted(rows, ids.detach().cpu().contiguous()).to(ids.device)
 
 
 class CheckpointTransformer(Transformer):
@@ -321,149 +192,6 @@ def init_top_tensor(cfg: ModelConfig, init: InitConfig, name: str, device, dtype
     return mod.state_dict()[leaf]
 
 
-def _chunks(t: torch.Tensor, n: int = STAT_CHUNK) -> Iterator[torch.Tensor]:
-    flat = t.detach().reshape(-1)
-    for i in range(0, flat.numel(), n):
-        yield flat[i : i + n]
-
-
-class Moments:
-    """Count, mean and sum of squared deviations of a tensor given in chunks, and whether
-    every element was finite. Each chunk is copied into one reused float64 buffer
-    (shifted by the first chunk's mean, so a tensor far from zero loses nothing to
-    cancellation) and reduced there: a float64 sum and dot product, ~1 ns an element on
-    a CPU core (``torch.var_mean`` of float32, which also accumulates in float64, takes
-    8). A non-finite element makes the sums non-finite: that is the finiteness check."""
-
-    def __init__(self) -> None:
-        self.n, self.s1, self.s2, self.shift, self.finite = 0, 0.0, 0.0, None, True
-        self._buf: torch.Tensor | None = None
-
-    def _f64(self, chunk: torch.Tensor) -> torch.Tensor:
-        x = chunk.detach().reshape(-1)
-        if self._buf is None or self._buf.device != x.device or self._buf.numel() < x.numel():
-            self._buf = torch.empty(max(x.numel(), 1), dtype=torch.float64, device=x.device)
-        b = self._buf[: x.numel()]
-        b.copy_(x)
-        return b
-
-    def add(self, chunk: torch.Tensor) -> None:
-        for part in _chunks(chunk):  # (the float64 buffer is one STAT_CHUNK, whatever the chunk)
-            self._add(part)
-
-    def _add(self, chunk: torch.Tensor) -> None:
-        if chunk.numel() == 0:
-            return
-        b = self._f64(chunk)
-        if self.shift is None:
-            self.shift = float(b.mean())
-            if not math.isfinite(self.shift):
-                self.finite, self.shift = False, 0.0
-        if self.shift:
-            b.sub_(self.shift)
-        s1, s2 = float(b.sum()), float(torch.dot(b, b))
-        if not (math.isfinite(s1) and math.isfinite(s2)):
-            self.finite = False
-        self.n += b.numel()
-        self.s1 += s1
-        self.s2 += s2
-
-    @property
-    def std(self) -> float:
-        if self.n <= 1 or not self.finite:
-            return math.nan
-        mean = self.s1 / self.n
-        return math.sqrt(max(self.s2 / self.n - mean * mean, 0.0))
-
-
-def rel_change(w: torch.Tensor, w0: torch.Tensor | None) -> float:
-    """||W - W0|| / ||W0|| in float64, chunk by chunk in one reused buffer (NaN: W0
-    unknown or zero)."""
-    if w0 is None:
-        return math.nan
-    num = den = 0.0
-    buf = Moments()
-    for a, b in zip(_chunks(w), _chunks(w0), strict=True):
-        x = buf._f64(b)
-        den += float(torch.dot(x, x))
-        x.sub_(a.to(x.device)).neg_()  # (float32 - float64: promoted per element, no copy of a)
-        num += float(torch.dot(x, x))
-    return math.sqrt(num) / math.sqrt(den) if den > 0 else math.nan
-
-
-def _row(name: str, shape, numel: int, std: float, expected: float, spectral: Estimate, rel: float) -> dict:
-    return {
-        "param": name, "shape": "x".join(map(str, shape)) or "scalar", "numel": numel, "std": std,
-        "expected_std": expected, "spectral_norm": spectral.value, "spectral_method": spectral.method,
-        "rel_change": rel,
-    }  # fmt: skip
-
-
-def weight_row(name: str, w: torch.Tensor, w0: torch.Tensor | None, expected: float,
-               spectral: str = "fast", stats: dict | None = None) -> dict:  # fmt: skip
-    """std, spectral norm (by ``spectral``, :mod:`.spectral`) and ||W - W0|| / ||W0|| of
-    one resident tensor (NaN where W0 is unknown or zero: a zero-initialised matrix has
-    no relative change). ``stats``: counts of the spectral methods used, updated."""
-    m = Moments()
-    for c in _chunks(w):
-        m.add(c)
-    est = largest_singular_value(w, spectral, finite=True) if m.finite else NOT_FINITE
-    _count(stats, est)
-    return _row(
-        name, w.shape, w.numel(), m.std if w.numel() > 1 else math.nan, expected, est, rel_change(w, w0)
-    )
-
-
-def table_row(files: TensorFiles, key: str, name: str, expected: float, spectral: str = "fast",
-              w0: torch.Tensor | None = None, device="cpu", stats: dict | None = None,
-              same: bool = False) -> dict:  # fmt: skip
-    """:func:`weight_row` of a stored tensor read in row chunks, never whole: the
-    moments and the change from ``w0`` in one pass, the spectral norm in one pass per
-    Lanczos step (``exact``: one pass forming the Gram matrix). ``same``: the tensor is
-    its own step 0 (its change is 0, or none when it is zero)."""
-    shape = files.shapes[key]
-    m, diff = Moments(), Moments()  # (diff: only its reused float64 buffer)
-    num = den = 0.0
-    r0 = 0
-    for c in files.row_chunks(key, torch.float32, device):
-        m.add(c)
-        if same:
-            for part in _chunks(c):
-                x = diff._f64(part)
-                den += float(torch.dot(x, x))
-        elif w0 is not None:
-            b = w0.reshape(shape)[r0 : r0 + c.shape[0]] if shape else w0
-            for pa, pb in zip(_chunks(c), _chunks(b), strict=True):
-                x = diff._f64(pb)
-                den += float(torch.dot(x, x))
-                x.sub_(pa.to(x.device)).neg_()
-                num += float(torch.dot(x, x))
-        r0 += c.shape[0] if shape else 1
-    rel = math.sqrt(num) / math.sqrt(den) if (w0 is not None or same) and den > 0 else math.nan
-    est = NONE if m.finite or len(shape) != 2 else NOT_FINITE
-    if len(shape) == 2 and m.finite:
-        dt = torch.float64 if spectral == "exact" else torch.float32
-        est = largest_singular_value_chunked(
-            lambda: files.row_chunks(key, dt, device, count=False), shape, spectral, FAST_RTOL
-        )
-    elif spectral == "off" and len(shape) == 2:
-        est = Estimate(math.nan, "off")
-    _count(stats, est)
-    numel = math.prod(shape)
-    return _row(name, shape, numel, m.std if numel > 1 else math.nan, expected, est, rel)
-
-
-def _count(stats: dict | None, est: Estimate) -> None:
-    """Tally how the spectral norms were found (config.json's ``spectral``)."""
-    if stats is None or not est.method:
-        return
-    stats[est.method] = stats.get(est.method, 0) + 1
-    if est.method == "lanczos":
-        stats["lanczos_steps_max"] = max(stats.get("lanczos_steps_max", 0), est.steps)
-        if not est.converged:
-            stats["not_converged"] = stats.get("not_converged", 0) + 1
-
-
 def tinit_expected(cfg: ModelConfig, init: InitConfig, name: str, layer: int, shape) -> tuple[str, float]:
     """(role, the std the scheme draws ``name`` with at step 0; NaN for a constant: a
     norm gain, a bias)."""
@@ -492,17 +220,6 @@ def params_on_meta() -> Iterator[None]:
         yield
     finally:
         nn.Module.register_parameter = old
-
-
-def _set(model: nn.Module, name: str, value: torch.Tensor | None) -> None:
-    mod, _, leaf = name.rpartition(".")
-    owner = model.get_submodule(mod) if mod else model
-    if leaf in owner._parameters:
-        t = owner._parameters[leaf]
-        owner._parameters[leaf] = nn.Parameter(value if value is not None else t.to("meta"),
-                                               requires_grad=False)  # fmt: skip
-    elif leaf in owner._buffers:
-        owner._buffers[leaf] = value if value is not None else owner._buffers[leaf].to("meta")
 
 
 class LazyBlocks:

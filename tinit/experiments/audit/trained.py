@@ -41,8 +41,6 @@ from ..measure.variance import measure_stream as tinit_stream
 from ..memory import available_memory, rss_mib
 from ..result import ExperimentResult, Progress
 from .checkpoint import (
-    STAT_CHUNK,
-    BlockReader,
     CheckpointTransformer,
     LazyBlocks,
     embedding_rows,
@@ -50,15 +48,15 @@ from .checkpoint import (
     init_top_tensor,
     model_from_info,
     params_on_meta,
-    table_row,
     tinit_expected,
     tinit_groups,
-    weight_row,
 )
-from .checkpoint import _set as _set_tensor
+from .reader import BlockReader
+from .reader import _set as _set_tensor
 from .sources import Checkpoint, Found
 from .spectral import FAST_RTOL, METHODS
 from .tensors import CheckpointError, TensorFiles, read_json, tied_groups
+from .weights import STAT_CHUNK, table_row, weight_row
 
 KEY = ["run", "step"]
 DRIFT_COLUMNS = [*KEY, "layer", "role", "param", "shape", "numel", "rel_change", "std", "expected_std",

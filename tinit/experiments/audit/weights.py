@@ -1,0 +1,167 @@
+"""A stored tensor's statistics for ``drift.csv``: its std, its spectral norm
+(:mod:`.spectral`) and its change from the init, in float64 chunk by chunk, from a
+resident tensor (:func:`weight_row`, a block's in the reader's arena) or from the file
+in row chunks (:func:`table_row`, an embedding or a head never held whole)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import torch
+
+from .spectral import (
+    FAST_RTOL,
+    NONE,
+    NOT_FINITE,
+    Estimate,
+    largest_singular_value,
+    largest_singular_value_chunked,
+)
+from .tensors import TensorFiles
+
+#: Elements per chunk of the float64 statistics of a resident tensor (8 MiB).
+STAT_CHUNK = 1 << 20
+
+
+def _chunks(t: torch.Tensor, n: int = STAT_CHUNK) -> Iterator[torch.Tensor]:
+    flat = t.detach().reshape(-1)
+    for i in range(0, flat.numel(), n):
+        yield flat[i : i + n]
+
+
+class Moments:
+    """Count, mean and sum of squared deviations of a tensor given in chunks, and whether
+    every element was finite. Each chunk is copied into one reused float64 buffer
+    (shifted by the first chunk's mean, so a tensor far from zero loses nothing to
+    cancellation) and reduced there: a float64 sum and dot product, ~1 ns an element on
+    a CPU core (``torch.var_mean`` of float32, which also accumulates in float64, takes
+    8). A non-finite element makes the sums non-finite: that is the finiteness check."""
+
+    def __init__(self) -> None:
+        self.n, self.s1, self.s2, self.shift, self.finite = 0, 0.0, 0.0, None, True
+        self._buf: torch.Tensor | None = None
+
+    def _f64(self, chunk: torch.Tensor) -> torch.Tensor:
+        x = chunk.detach().reshape(-1)
+        if self._buf is None or self._buf.device != x.device or self._buf.numel() < x.numel():
+            self._buf = torch.empty(max(x.numel(), 1), dtype=torch.float64, device=x.device)
+        b = self._buf[: x.numel()]
+        b.copy_(x)
+        return b
+
+    def add(self, chunk: torch.Tensor) -> None:
+        for part in _chunks(chunk):  # (the float64 buffer is one STAT_CHUNK, whatever the chunk)
+            self._add(part)
+
+    def _add(self, chunk: torch.Tensor) -> None:
+        if chunk.numel() == 0:
+            return
+        b = self._f64(chunk)
+        if self.shift is None:
+            self.shift = float(b.mean())
+            if not math.isfinite(self.shift):
+                self.finite, self.shift = False, 0.0
+        if self.shift:
+            b.sub_(self.shift)
+        s1, s2 = float(b.sum()), float(torch.dot(b, b))
+        if not (math.isfinite(s1) and math.isfinite(s2)):
+            self.finite = False
+        self.n += b.numel()
+        self.s1 += s1
+        self.s2 += s2
+
+    @property
+    def std(self) -> float:
+        if self.n <= 1 or not self.finite:
+            return math.nan
+        mean = self.s1 / self.n
+        return math.sqrt(max(self.s2 / self.n - mean * mean, 0.0))
+
+
+def rel_change(w: torch.Tensor, w0: torch.Tensor | None) -> float:
+    """||W - W0|| / ||W0|| in float64, chunk by chunk in one reused buffer (NaN: W0
+    unknown or zero)."""
+    if w0 is None:
+        return math.nan
+    num = den = 0.0
+    buf = Moments()
+    for a, b in zip(_chunks(w), _chunks(w0), strict=True):
+        x = buf._f64(b)
+        den += float(torch.dot(x, x))
+        x.sub_(a.to(x.device)).neg_()  # (float32 - float64: promoted per element, no copy of a)
+        num += float(torch.dot(x, x))
+    return math.sqrt(num) / math.sqrt(den) if den > 0 else math.nan
+
+
+def _row(name: str, shape, numel: int, std: float, expected: float, spectral: Estimate, rel: float) -> dict:
+    return {
+        "param": name, "shape": "x".join(map(str, shape)) or "scalar", "numel": numel, "std": std,
+        "expected_std": expected, "spectral_norm": spectral.value, "spectral_method": spectral.method,
+        "rel_change": rel,
+    }  # fmt: skip
+
+
+def weight_row(name: str, w: torch.Tensor, w0: torch.Tensor | None, expected: float,
+               spectral: str = "fast", stats: dict | None = None) -> dict:  # fmt: skip
+    """std, spectral norm (by ``spectral``, :mod:`.spectral`) and ||W - W0|| / ||W0|| of
+    one resident tensor (NaN where W0 is unknown or zero: a zero-initialised matrix has
+    no relative change). ``stats``: counts of the spectral methods used, updated."""
+    m = Moments()
+    for c in _chunks(w):
+        m.add(c)
+    est = largest_singular_value(w, spectral, finite=True) if m.finite else NOT_FINITE
+    _count(stats, est)
+    return _row(
+        name, w.shape, w.numel(), m.std if w.numel() > 1 else math.nan, expected, est, rel_change(w, w0)
+    )
+
+
+def table_row(files: TensorFiles, key: str, name: str, expected: float, spectral: str = "fast",
+              w0: torch.Tensor | None = None, device="cpu", stats: dict | None = None,
+              same: bool = False) -> dict:  # fmt: skip
+    """:func:`weight_row` of a stored tensor read in row chunks, never whole: the
+    moments and the change from ``w0`` in one pass, the spectral norm in one pass per
+    Lanczos step (``exact``: one pass forming the Gram matrix). ``same``: the tensor is
+    its own step 0 (its change is 0, or none when it is zero)."""
+    shape = files.shapes[key]
+    m, diff = Moments(), Moments()  # (diff: only its reused float64 buffer)
+    num = den = 0.0
+    r0 = 0
+    for c in files.row_chunks(key, torch.float32, device):
+        m.add(c)
+        if same:
+            for part in _chunks(c):
+                x = diff._f64(part)
+                den += float(torch.dot(x, x))
+        elif w0 is not None:
+            b = w0.reshape(shape)[r0 : r0 + c.shape[0]] if shape else w0
+            for pa, pb in zip(_chunks(c), _chunks(b), strict=True):
+                x = diff._f64(pb)
+                den += float(torch.dot(x, x))
+                x.sub_(pa.to(x.device)).neg_()
+                num += float(torch.dot(x, x))
+        r0 += c.shape[0] if shape else 1
+    rel = math.sqrt(num) / math.sqrt(den) if (w0 is not None or same) and den > 0 else math.nan
+    est = NONE if m.finite or len(shape) != 2 else NOT_FINITE
+    if len(shape) == 2 and m.finite:
+        dt = torch.float64 if spectral == "exact" else torch.float32
+        est = largest_singular_value_chunked(
+            lambda: files.row_chunks(key, dt, device, count=False), shape, spectral, FAST_RTOL
+        )
+    elif spectral == "off" and len(shape) == 2:
+        est = Estimate(math.nan, "off")
+    _count(stats, est)
+    numel = math.prod(shape)
+    return _row(name, shape, numel, m.std if numel > 1 else math.nan, expected, est, rel)
+
+
+def _count(stats: dict | None, est: Estimate) -> None:
+    """Tally how the spectral norms were found (config.json's ``spectral``)."""
+    if stats is None or not est.method:
+        return
+    stats[est.method] = stats.get(est.method, 0) + 1
+    if est.method == "lanczos":
+        stats["lanczos_steps_max"] = max(stats.get("lanczos_steps_max", 0), est.steps)
+        if not est.converged:
+            stats["not_converged"] = stats.get("not_converged", 0) + 1
