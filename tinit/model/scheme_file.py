@@ -157,6 +157,13 @@ def _structure(path, data: dict) -> dict:
         if not ok:
             raise _bad(path, key, f"{data[key]!r} is not {allowed}")
         out[key] = v
+    # a key the other key makes void would be dropped without a word: refused instead
+    if out.get("bias") is False and out.get("bias_like"):
+        raise _bad(path, "bias_like", f"{list(out['bias_like'])} draws biases like weights, but bias = false "
+                   "builds none: drop one of the two")  # fmt: skip
+    if data.get("qk_norm") is False and "qk_norm_span" in out:
+        raise _bad(path, "qk_norm_span", f"{out['qk_norm_span']!r} spans a QK-norm, but qk_norm = false runs "
+                   "none: drop one of the two")  # fmt: skip
     return out
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -24,7 +25,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from ...model.config import ConfigError
-from ...userfile import UserFileError, load_json
+from ...userfile import UserFileError, load_json, regular_file
 
 #: safetensors dtypes a float model can take (cast to the audit's dtype when read).
 FLOAT_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
@@ -38,6 +39,15 @@ class CheckpointError(ConfigError):
 
     def __init__(self, message: str, option: str = "--checkpoint"):
         super().__init__(option, message)
+
+
+def regular(path: Path | str) -> None:
+    """``path`` is a regular file (symlinks followed); else a CheckpointError saying what it
+    is: no such file, a symlink loop, a directory, a FIFO, a device."""
+    try:
+        regular_file(path)
+    except UserFileError as exc:
+        raise CheckpointError(str(exc)) from None
 
 
 def _open(path: Path):
@@ -66,8 +76,7 @@ class TensorFiles:
     def single(cls, path: Path | str) -> TensorFiles:
         """One ``.safetensors`` file (its header read, no tensor)."""
         path = Path(path)
-        if not path.is_file():
-            raise CheckpointError(f"{path}: no such file")
+        regular(path)
         handle = _open(path)
         keys = list(handle.keys())
         if len(keys) > MAX_TENSORS:
@@ -95,8 +104,9 @@ class TensorFiles:
             p = index.parent / shard
             if Path(shard).name != shard:
                 raise CheckpointError(f"{index}: shard {shard!r} is not a file beside the index")
-            if not p.is_file():
+            if not os.path.lexists(p):
                 raise CheckpointError(f"{index}: names shard {shard}, which does not exist")
+            regular(p)
             shards[shard] = p
         out = cls({k: shards[v] for k, v in wmap.items()}, str(index))
         for shard, p in shards.items():

@@ -49,6 +49,7 @@ from .checkpoint import (
     tinit_groups,
     weight_row,
 )
+from .precheck import check_checkpoints
 from .sources import Checkpoint, Found
 from .tensors import CheckpointError, TensorFiles, tied_groups
 
@@ -273,6 +274,7 @@ def run_checkpoint_audit(found: Found, run: RunConfig, device: torch.device, dty
     variance, summary, drift, checkpoints. A checkpoint found bad (keys, shapes, dtypes)
     stops the audit before anything of it is measured, with a CheckpointError."""
     meta = dict(meta or {})
+    check_checkpoints(found, run, device, dtype)  # configs against files, and memory, before anything
     cks = found.checkpoints
     first_of: dict[str, Checkpoint] = {}
     for ck in cks:

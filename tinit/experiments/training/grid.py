@@ -24,7 +24,7 @@ from ..configs import (
     position_list,
     scheme_list,
 )
-from ..memory import available_memory, host_memory
+from ..memory import check_fits, host_memory
 from .data import TrainData
 from .trainer import (
     RunSpec,
@@ -162,18 +162,16 @@ def check_specs(
         return
     big_spec = max(specs, key=lambda s: count_params(s.model, s.init.definition).total)
     big, n = big_spec.model, count_params(big_spec.model, big_spec.init.definition).total
-    free = available_memory(device)
-    if n * TRAIN_BYTES_PER_PARAM > free:
-        embedding = big.vocab_size * big.d_model
-        if 2 * embedding > n:
-            field = "data" if data.chain is None else "vocab_size"
-        else:  # the stack: its depth when one layer of this width would fit, else its width
-            one = count_params(dataclasses.replace(big, n_layers=1)).total
-            field = "n_layers" if one * TRAIN_BYTES_PER_PARAM <= free else "d_model"
-        need, gib = n * TRAIN_BYTES_PER_PARAM / 2**30, free / 2**30
-        raise ConfigError(field, f"a model of {n:.3g} parameters (L={big.n_layers}, d={big.d_model}, "
-                          f"V={big.vocab_size}) needs {need:.3g} GiB for its weights, gradients and AdamW "
-                          f"state, more than the {gib:.3g} GiB free")  # fmt: skip
+    embedding = big.vocab_size * big.d_model
+    # the stack: its depth or its width (memory grows as L and as d^2); the embedding: the
+    # data's vocabulary, unless --vocab sets it (the Markov chain)
+    terms = {("n_layers", "d_model"): max(n - embedding, 0) * TRAIN_BYTES_PER_PARAM,
+             ("vocab_size",): min(embedding, n) * TRAIN_BYTES_PER_PARAM}  # fmt: skip
+    sizes = {"n_layers": big.n_layers, "d_model": big.d_model, "vocab_size": big.vocab_size}
+    check_fits(terms, sizes, f"a model of {n:.3g} parameters (L={big.n_layers}, d={big.d_model}, "
+               f"V={big.vocab_size}) needs", device, blame={"vocab_size": "data" if data.chain is None else
+                                                            "vocab_size"},
+               purpose=" for its weights, gradients and AdamW state")  # fmt: skip
     # then the per-step records (the model fits: what remains large is the number of steps)
     records = sum(steps * (1 + 2 * s.model.n_layers) for s in specs) * RECORD_BYTES
     host = host_memory()
