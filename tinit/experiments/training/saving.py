@@ -18,14 +18,17 @@ STEP = re.compile(r"[0-9]+")
 def parse_save_steps(spec: str | Sequence[int | str] | None, steps: int) -> list[int]:
     """``"0,100,final"`` -> [0, 100, steps]: the steps at which a run saves its weights
     (0: the initialization, before the first step; ``final``: the last step). Each a
-    whole number in [0, steps] written in ASCII digits, or ``final``, given once; None ->
-    [] (no checkpoints). Anything else, an empty list included (which would save nothing
-    without a word), is a ConfigError naming ``save_steps`` that says what is allowed."""
+    whole number in [0, steps] written in ASCII digits, or ``final``, given once; None or
+    an empty list -> [] (no checkpoints). Anything else, an empty string included (which
+    saved nothing without a word), is a ConfigError naming ``save_steps`` that says what
+    is allowed."""
     allowed = "give whole numbers from 0 to --steps and 'final', e.g. 0,100,final"
     if spec is None:
         return []
     items = [x.strip() for x in spec.split(",")] if isinstance(spec, str) else list(spec)
-    if isinstance(spec, str) and not spec.strip() or not items:
+    if not items:  # (a list of no steps: the library's "none", as lr-sweep hands its runs)
+        return []
+    if isinstance(spec, str) and not spec.strip():
         raise ConfigError("save_steps", f"{spec!r} names no step: {allowed} (leave it out to save none)")
     out: list[int] = []
     for item in items:
