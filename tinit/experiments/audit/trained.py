@@ -37,7 +37,7 @@ from ..driver import Meter, Run
 from ..measure.variance import NOT_APPLICABLE as VARIANCE_NOT_APPLICABLE
 from ..measure.variance import SUMMARY_COLUMNS, VARIANCE_COLUMNS, add_theory, summarize
 from ..measure.variance import measure_stream as tinit_stream
-from ..memory import available_memory
+from ..memory import check_fits
 from ..result import ExperimentResult, Progress
 from .checkpoint import (
     CheckpointTransformer,
@@ -113,12 +113,8 @@ def _fastest(df: pd.DataFrame) -> tuple[int | None, float]:
 
 def _memory_check(files: TensorFiles, groups_top: int, block_bytes: int, where: str, device) -> None:
     """One block and the non-block tensors (and, for drift, their step-0 twins) must fit."""
-    need = 3 * (groups_top + block_bytes)
-    free = available_memory(device)
-    if need > free:
-        raise CheckpointError(f"{where}: one block and the embedding and head take {need / 2**30:.3g} "
-                              f"GiB with their step-0 twins, more than the {free / 2**30:.3g} GiB "
-                              "free")  # fmt: skip
+    check_fits({("checkpoint",): 3 * (groups_top + block_bytes)}, {}, f"{where}: one block and the embedding "
+               "and head need", device, field="--checkpoint", purpose=" with their step-0 twins")  # fmt: skip
 
 
 def _sizes(files: TensorFiles, keys: list[str], blocks: list[list[str]], itemsize: int) -> tuple[int, int]:

@@ -24,7 +24,7 @@ from ..configs import (
     position_list,
     scheme_list,
 )
-from ..memory import check_fits, host_memory, least_bytes
+from ..memory import check_fits, least_bytes
 from .data import TrainData
 from .trainer import (
     RunSpec,
@@ -181,10 +181,8 @@ def check_specs(
                    blame={"vocab_size": "data" if data.chain is None else "vocab_size"},
                    purpose=" for its weights, gradients, AdamW state and activations")  # fmt: skip
     # then the per-step records (the model fits: what remains large is the number of steps)
+    # (kept in host memory, and as much again for the frames made from them)
     records = sum(steps * (1 + 2 * s.model.n_layers) for s in specs) * RECORD_BYTES
-    host = host_memory()
-    if records > host / 2:
-        raise ConfigError("steps", f"{steps:,} steps of {len(specs)} run{'s' * (len(specs) > 1)} keep "
-                          f"{records / 2**30:.3g} GiB of per-step records (a train row and two update "
-                          f"ratios a layer), more than half the {host / 2**30:.3g} GiB of free host "
-                          "memory")  # fmt: skip
+    check_fits({("steps",): 2 * records}, {}, f"{steps:,} steps of {len(specs)} run{'s' * (len(specs) > 1)} "
+               f"keep {records / 2**30:.3g} GiB of per-step records (a train row and two update ratios a "
+               "layer): they and the frames made from them need", None, field="steps")  # fmt: skip
