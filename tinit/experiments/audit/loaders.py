@@ -345,8 +345,10 @@ def load_module(spec: str, seed: int = 0) -> nn.Module:
     own folder is put first on ``sys.path`` before, so that it imports the files beside
     it. Whatever the user's code raises, including ``sys.exit(...)``, is a one-line
     error naming --module (an exit at import must not end the audit with its code). A
-    process the code starts and leaves running is stopped, and the audit refused
-    (:mod:`.children`): a factory must not fork."""
+    process the code starts and leaves behind is stopped, and the audit refused
+    (:mod:`.children`): a factory must not fork. (Every process that appears below this
+    one while the code runs counts as the code's: a library caller whose other threads
+    start processes meanwhile should not load a module then.)"""
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr:
         raise ConfigError("--module", f"{spec!r}: expected pkg.module:factory or path/to/file.py:factory")

@@ -104,9 +104,17 @@ def check_info(info: dict, sidecar: Path | str) -> None:
         raise CheckpointError(f"{sidecar}: run {run!r} is not a run's label (a non-empty string)")
 
 
+def _listing(folder: Path) -> list[Path]:
+    """The entries of ``folder``, sorted; one that cannot be listed a CheckpointError."""
+    try:
+        return sorted(folder.iterdir())
+    except OSError as exc:
+        raise CheckpointError(f"{folder}: cannot list it ({exc.strerror or exc})") from None
+
+
 def _run_folder(folder: Path, skipped: list[str]) -> list[Checkpoint]:
     out = []
-    for p in sorted(folder.iterdir()):
+    for p in _listing(folder):
         if STEP_FILE.match(p.name):
             if os.path.lexists(p.with_suffix(".json")):  # (a JSON that is no file: said as such)
                 out.append(_tinit_file(p))
@@ -140,10 +148,10 @@ def find_checkpoints(path: Path | str, hf: str | None = None) -> Found:
                               "own config.json", option="--hf")  # fmt: skip
     skipped: list[str] = []
     if (path / "checkpoints").is_dir():
-        runs = [d for d in sorted((path / "checkpoints").iterdir()) if d.is_dir()]
+        runs = [d for d in _listing(path / "checkpoints") if d.is_dir()]
         found = [c for d in runs for c in _run_folder(d, skipped)]
         source = "tinit run folder"
-    elif any(STEP_FILE.match(p.name) for p in path.iterdir()):
+    elif any(STEP_FILE.match(p.name) for p in _listing(path)):
         found, source = _run_folder(path, skipped), "tinit run"
     else:
         return Found([_hf_folder(path)], [], "hf folder")
