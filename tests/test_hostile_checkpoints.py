@@ -10,6 +10,7 @@ here instead of taking the machine: each case through typer's CliRunner, its exi
 stderr and output reported. ``RUN`` is a d32 L2 V64 ``tinit train --save-steps 0,final``
 folder, ``HF`` a small saved LlamaConfig folder."""
 
+import collections
 import importlib.util
 import json
 import os
@@ -157,6 +158,10 @@ def _hf_inputs(tmp: Path) -> dict[str, str]:
     (d / "config.json").unlink()
     (d / "config.json").symlink_to("/dev/zero")
     f["hf_config_zero"] = str(d)
+    d = _hf_copy(hf, tmp / "hf_config_dir")
+    (d / "config.json").unlink()
+    (d / "config.json").mkdir()
+    f["hf_config_dir"] = str(d)
     d = _hf_copy(hf, tmp / "hf_weights_dir")
     (d / "model.safetensors").unlink()
     (d / "model.safetensors").mkdir()
@@ -229,6 +234,8 @@ def _cases(f: dict[str, str]) -> list[tuple[str, list[str], str, tuple[str, ...]
              ("no config.json",)),
             ("hf-config-dev-zero", [*a, f["hf_config_zero"], *small], ck, ("character device",),
              ("no config.json",)),
+            ("hf-config-dir", [*a, f["hf_config_dir"], *small], ck, ("directory", "config.json"),
+             ("no config.json",)),
             ("hf-weights-dir", [*a, f["hf_weights_dir"], *small], ck, ("directory",),
              ("no model.safetensors",)),
             ("hf-shard-loop", [*a, f["hf_shard_loop"], *small], ck, ("symlink loop",), ("does not exist",)),
@@ -268,10 +275,7 @@ def results(tmp_path_factory):
     return {i: (r, out / i) for (i, _), r in zip(cases, got, strict=True)}
 
 
-NAMES = dict.fromkeys(("run", "layers", "unknown", "user_set", "step_huge", "disagree", "twice", "json_fifo",
-                       "fifo", "zero", "loop", "ok", "bias_like", "span", "hf", "hf_intermediate", "hf_vocab",
-                       "hf_positions", "hf_positions_neg", "hf_heads", "hf_config_fifo", "hf_config_zero",
-                       "hf_weights_dir", "hf_shard_loop"), "x")  # fmt: skip
+NAMES = collections.defaultdict(lambda: "x")  # (the cases' ids and options, without their files)
 CASES = {c[0]: c for c in _cases(NAMES)}
 
 
@@ -522,5 +526,5 @@ def test_the_cases_name_the_issue_items():
             "json-user-set", "json-unknown-field"} <= ids  # fmt: skip
     if HAS_HF:
         assert {"hf-positions-1e9", "hf-intermediate-1e10", "hf-vocab-1e12", "hf-expect-unknown",
-                "hf-config-fifo", "hf-config-dev-zero", "hf-weights-dir", "hf-shard-loop", "hf-config-error",
-                "hf-positions-negative"} <= ids  # fmt: skip
+                "hf-config-fifo", "hf-config-dev-zero", "hf-config-dir", "hf-weights-dir", "hf-shard-loop",
+                "hf-config-error", "hf-positions-negative"} <= ids  # fmt: skip

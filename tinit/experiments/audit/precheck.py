@@ -164,8 +164,11 @@ def _hf(ck: Checkpoint, files: TensorFiles, run: RunConfig, device, dtype: torch
             blocks[block] = blocks.get(block, 0) + n
         else:
             top += n
-    emb = model.get_input_embeddings()
-    d = int(emb.weight.shape[1]) if emb is not None else 0
+    try:
+        emb = model.get_input_embeddings()
+        d = int(emb.weight.shape[1])
+    except (AttributeError, NotImplementedError, IndexError):  # (no embedding found: its streams unknown)
+        d = 0
     tokens = run.batch * run.seq_len
     terms = {
         ("vocab_size", "d_model"): top * item,
