@@ -362,7 +362,9 @@ def test_check_fits_names_the_size_furthest_beyond_its_default():
 
     terms = {("batch", "seq_len", "d_model"): 2**70, ("d_model",): 1}
     sizes = {"batch": 8, "seq_len": 128 * 1000, "d_model": 256 * 10}
-    with pytest.raises(ConfigError, match=r"needs at least .* GiB for x, more than the .* GiB free") as exc:
+    with pytest.raises(
+        ConfigError, match=r"needs at least .* GiB of memory for x, more than the .* GiB free"
+    ) as exc:
         check_fits(terms, sizes, "it needs", torch.device("cpu"), purpose=" for x")
     assert exc.value.field == "seq_len"
     with pytest.raises(ConfigError) as exc:

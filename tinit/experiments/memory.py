@@ -360,8 +360,8 @@ def check_fits(
     the size that drives the excess: of the largest term, the size furthest beyond its
     ``scale`` (default the shape of :data:`_DEFAULTS`: L 12, d 256, V 1024, 8 x 128
     tokens; 1 for a size not listed), as ``blame`` names it (default: the size's own
-    name, a config field). The one line: ``{what} at least N GiB{purpose}, more than the
-    M GiB free{hint}`` (``what`` ends in its verb: "a run ... needs")."""
+    name, a config field). The one line: ``{what} at least N GiB of memory{purpose}, more
+    than the M GiB free{hint}`` (``what`` ends in its verb: "a run ... needs")."""
     need = sum(terms.values())
     free = (available_memory(device) if device is not None else host_memory()) if here else ANY_MACHINE
     if need <= free:
@@ -372,7 +372,7 @@ def check_fits(
         size = max(top, key=lambda k: sizes[k] / ratios.get(k, 1))
         field = (blame or {}).get(size, size)
     where = f"more than the {free / 2**30:.3g} GiB free" if here else "more than any machine holds (1 PiB)"
-    raise ConfigError(field, f"{what} at least {need / 2**30:.3g} GiB{purpose}, {where}{hint}")
+    raise ConfigError(field, f"{what} at least {need / 2**30:.3g} GiB of memory{purpose}, {where}{hint}")
 
 
 def check_memory(
