@@ -174,6 +174,7 @@ def test_sigterm_while_saving_keeps_the_checkpoints_written(tmp_path):
     assert "stopped by SIGTERM" in err and "Traceback" not in err
     config = json.loads((out / "config.json").read_text())
     assert config["complete"] is False and "SIGTERM" in config["error"]
+    assert config["error"].count("SIGTERM") == 1, config["error"]  # (issue 41: it was said twice)
     files = [p for p in (out / "checkpoints").rglob("*") if p.is_file()]
     assert not [p for p in files if p.name.startswith(".") or p.name.endswith(".tmp")]
     complete = {p.with_suffix(".safetensors") for p in files if p.suffix == ".json"}

@@ -50,9 +50,13 @@ def _info(path):
 def test_save_steps_parsed_and_bounded():
     assert parse_save_steps("0,100,final", 300) == [0, 100, 300]
     assert parse_save_steps("final,5", 10) == [5, 10]
-    assert parse_save_steps(None, 10) == [] and parse_save_steps("", 10) == []
-    for bad, word in (("0,11", "outside 0..10"), ("1,1", "twice"), ("x", "not a step"), ("-1", "outside"),
-                      ("2.5", "not a step")):  # fmt: skip
+    assert parse_save_steps(None, 10) == parse_save_steps([], 10) == []
+    assert parse_save_steps([0, "final"], 10) == [0, 10]
+    # (issue 41: "" saved nothing without a word; "last", a fullwidth digit, "1_0" and "+5" were read)
+    for bad, word in (("0,11", "outside 0..10"), ("1,1", "twice"), ("x", "not a step"), ("-1", "not a step"),
+                      ("2.5", "not a step"), ("", "names no step"), (" ", "names no step"),
+                      ("last", "not a step"), ("\uff11", "not a step"), ("1_0", "not a step"),
+                      ("+5", "not a step"), ("0,", "not a step"), ([True], "not a step")):  # fmt: skip
         with pytest.raises(ConfigError, match=word) as exc:
             parse_save_steps(bad, 10)
         assert exc.value.field == "save_steps"

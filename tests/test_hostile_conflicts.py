@@ -20,9 +20,9 @@ from helpers import assert_one_line_error, figures_built_not_saved, final_result
 from typer.testing import CliRunner
 
 from tinit.cli import app
+from tinit.experiments import memory
 from tinit.experiments.audit.loaders import parse_set
 from tinit.experiments.measure.variance import run_variance
-from tinit.experiments.training import grid as grid_module
 from tinit.experiments.training.coord_check import CoordConfig, make_grid, run_coord_check
 from tinit.experiments.training.grid import grid_specs
 from tinit.experiments.training.trainer import TrainConfig
@@ -251,7 +251,7 @@ def test_a_zero_branch_still_has_no_correlation_by_design(tmp_path):
 
 def test_a_deep_model_that_does_not_fit_blames_layers(tmp_path, monkeypatch):
     """lr-sweep --layers 100000 (d=32): "Invalid value for '--d-model'"."""
-    monkeypatch.setattr(grid_module, "available_memory", lambda device: 2**30)
+    monkeypatch.setattr(memory, "available_memory", lambda device: 2**30)  # (the one pre-check)
     out = tmp_path / "run"
     res = runner.invoke(app, ["lr-sweep", *M, "--layers", "100000", *QUICK, "--out", str(out)])
     assert_one_line_error(res, "--layers", out)

@@ -62,6 +62,27 @@ def regular_file(path: str | Path) -> os.stat_result:
     return st
 
 
+def file_or_folder(path: str | Path) -> str:
+    """``"file"`` (a regular file) or ``"folder"`` (a directory): what ``path`` is, symlinks
+    followed; anything else (no such path, a symlink loop, a FIFO, a device, a socket) a
+    UserFileError saying which, in one line."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise UserFileError(f"{path}: no such file or folder") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UserFileError(f"{path}: a symlink loop (too many levels of symbolic links)") from None
+        raise UserFileError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except ValueError as exc:  # a NUL byte in the path
+        raise UserFileError(f"{path!r}: not a path ({exc})") from None
+    if stat.S_ISDIR(st.st_mode):
+        return "folder"
+    if stat.S_ISREG(st.st_mode):
+        return "file"
+    raise UserFileError(f"{path}: {_kind(st.st_mode)}, neither a regular file nor a folder")
+
+
 def read_text(path: str | Path, limit: int = MAX_TEXT_BYTES) -> str:
     """The UTF-8 text of the regular file ``path``, at most ``limit`` bytes."""
     st = regular_file(path)

@@ -38,21 +38,23 @@ def audit_checkpoint(ctx: typer.Context, opts: Options, checkpoint: str, hf: str
 
         if opts.spectral not in METHODS:
             raise ConfigError("--spectral", f"{opts.spectral!r} is not one of {', '.join(METHODS)}")
+        expectation = _expectation(ctx, opts, expect)
         found = find_checkpoints(checkpoint, hf)
         device, dtype = resolve_device(opts.device), resolve_dtype(opts.dtype)
-        expectation = None
-        if given(ctx, "expect") and expect != "declared":
-            if all(c.kind == "tinit" for c in found.checkpoints):
-                raise ConfigError("--expect", "a tinit checkpoint is held against its own scheme (its JSON)")
-            from ..experiments.audit.audit import Expectation
+        if expectation is not None and all(c.kind == "tinit" for c in found.checkpoints):
+            raise ConfigError("--expect", "a tinit checkpoint is held against its own scheme (its JSON)")
+        seq_len = opts.seq_len
+        if not given(ctx, "seq_len"):  # the default does not fit a model of fewer positions: its own length
+            from ..experiments.audit.precheck import fewest_positions
 
-            expectation = Expectation(expect, 0.02, 0.02, f"--expect {expect}")
-        return found, device, dtype, expectation, _tokens(found, data, opts.seed)
+            seq_len = min(seq_len, fewest_positions(found) or seq_len)
+        return found, device, dtype, expectation, _tokens(found, data, opts.seed), seq_len
 
-    found, device, dtype, expectation, source = configs_or_exit(prepare)
+    found, device, dtype, expectation, source, seq_len = configs_or_exit(prepare)
+    opts = opts.replace(seq_len=seq_len)
     tokens = random_tokens if source is None else source
-    run = RunConfig(batch=opts.batch, seq_len=opts.seq_len)
-    title = f"{checkpoint}: {len(found.checkpoints)} checkpoint(s), batch {opts.batch} x seq {opts.seq_len}"
+    run = RunConfig(batch=opts.batch, seq_len=seq_len)
+    title = f"{checkpoint}: {len(found.checkpoints)} checkpoint(s), batch {opts.batch} x seq {seq_len}"
     title += f", {data} tokens" if data else ", random tokens"
     meta = {"checkpoint": str(checkpoint), "data": data, "tokens": source.info if source else "random"}
 
@@ -95,6 +97,28 @@ def memory_line(meta: dict) -> str:
         parts += f"; planned {mem['predicted_gib']:.2f} GiB"
     rate = f" ({read / secs:.2f} GiB/s)" if secs > 0 else ""
     return f"Memory: {peak_s} ({parts}); read {read:.2f} GiB, measured in {secs:.1f} s{rate}"
+
+
+def _expectation(ctx, opts: Options, expect: str):
+    """``--expect SCHEME`` (a catalogue scheme, or the scheme of ``--init-file``), which an
+    HF checkpoint's ``expected_std`` follows; None for ``declared`` (the default). An
+    ``--init-file`` serves only this: given without ``--expect`` naming its scheme, it is
+    refused (never silently ignored)."""
+    from ..model.catalogue import known, names_and_aliases
+
+    custom = opts.custom_schemes if "init_file" in opts.values else ()
+    if custom and (not given(ctx, "expect") or expect not in [s.name for s in custom]):
+        raise ConfigError("--init-file", f"with --checkpoint it only gives --expect its scheme: add --expect "
+                          f"{custom[0].name} (an HF checkpoint's weights are held against it)")  # fmt: skip
+    if expect == "declared":
+        return None
+    if not known(expect, custom):
+        allowed = dict.fromkeys(("declared", *names_and_aliases(custom)))
+        raise ConfigError("--expect", f"{expect!r} is not one of {', '.join(allowed)}")
+    from ..experiments.audit.audit import Expectation
+
+    scheme = next((s for s in custom if s.name == expect), expect)
+    return Expectation(scheme, 0.02, 0.02, f"--expect {expect}", label=expect)
 
 
 def _tokens(found, data: str | None, seed: int):

@@ -315,15 +315,21 @@ def least_bytes(
     the closed-form parameter count (nothing is built, not even on the meta device, whose
     storage sizes overflow at d 1e9). A forward holds the embedding, positions, final
     norm and head, at least one block's weights (all ``L`` when ``cfg`` is built:
-    ``stream`` False), the token ids and two stream tensors (a block's input and output).
-    A backward (layer-wise, its smallest form: tinit.experiments.measure.backward) adds
-    the gradients of those weights, the stream at every layer boundary and the logits.
+    ``stream`` False), the token ids and, per token, the larger of two stream tensors (a
+    block's input and output) and the stream with two of the FFN's hidden tensors (its
+    activation's input and output exist at once, in every FFN kind; 12 GB of a
+    ``--batch 1000000 --seq-len 8`` forward at d 32 were those). A backward (layer-wise,
+    its smallest form: tinit.experiments.measure.backward) adds the gradients of those
+    weights, the stream at every layer boundary and the logits.
     A lower bound: what is refused on it cannot run."""
     from ..model.params import count_params
+    from ..model.schemes import ffn_of
 
     item = torch.empty((), dtype=dtype).element_size()
     stats = 8 if dtype == torch.float64 else 4
     n = count_params(cfg, init.definition)
+    # (a Gaussian branch runs no FFN)
+    hidden = 2 * ffn_of(cfg, init.definition)[1] if cfg.branch != "gaussian" else 0
     block = n.attention + n.ffn + n.norms
     outer = n.embedding + n.positions + n.final_norm + n.head
     tokens = batch * seq_len
@@ -331,12 +337,42 @@ def least_bytes(
         ("vocab_size", "d_model"): outer * item * (2 if backward else 1),
         ("d_model",): block * item * (2 if backward else 1),
         ("batch", "seq_len"): tokens * 8,
-        ("batch", "seq_len", "d_model"): 2 * tokens * cfg.d_model * item,
+        ("batch", "seq_len", "d_model"): tokens * max(2 * cfg.d_model, cfg.d_model + hidden) * item,
     }
     if backward:
         terms[("n_layers", "batch", "seq_len", "d_model")] = (cfg.n_layers + 1) * tokens * cfg.d_model * item
         terms[("batch", "seq_len", "vocab_size")] = tokens * cfg.vocab_size * stats
     return terms
+
+
+def check_fits(
+    terms: dict[tuple[str, ...], int], sizes: dict[str, float], what: str, device: torch.device | None, *,
+    here: bool = True, field: str | None = None, blame: dict[str, str] | None = None,
+    scale: dict[str, float] | None = None, purpose: str = "", hint: str = "",
+) -> None:  # fmt: skip
+    """The one memory pre-check of every command that builds or reads a model (variance,
+    grad-norms, depth-sweep, check and the sweeps' points through :func:`check_memory`;
+    train, lr-sweep and claims, coord-check, attention-scale; ``audit --hf``, ``--module``
+    and ``--checkpoint``): before anything is allocated, the bytes ``terms`` (keyed by
+    the names of the sizes that multiply into each) must fit in the device's free memory
+    (:func:`available_memory`; ``here`` False: in :data:`ANY_MACHINE`, a sweep's plan
+    whose points may run elsewhere). Else a ConfigError naming ``field`` when given, else
+    the size that drives the excess: of the largest term, the size furthest beyond its
+    ``scale`` (default the shape of :data:`_DEFAULTS`: L 12, d 256, V 1024, 8 x 128
+    tokens; 1 for a size not listed), as ``blame`` names it (default: the size's own
+    name, a config field). The one line: ``{what} at least N GiB of memory{purpose}, more
+    than the M GiB free{hint}`` (``what`` ends in its verb: "a run ... needs")."""
+    need = sum(terms.values())
+    free = (available_memory(device) if device is not None else host_memory()) if here else ANY_MACHINE
+    if need <= free:
+        return
+    if field is None:
+        ratios = {**_DEFAULTS, **(scale or {})}
+        top = max(terms, key=terms.__getitem__)
+        size = max(top, key=lambda k: sizes[k] / ratios.get(k, 1))
+        field = (blame or {}).get(size, size)
+    where = f"more than the {free / 2**30:.3g} GiB free" if here else "more than any machine holds (1 PiB)"
+    raise ConfigError(field, f"{what} at least {need / 2**30:.3g} GiB of memory{purpose}, {where}{hint}")
 
 
 def check_memory(
@@ -347,12 +383,9 @@ def check_memory(
     storage sizes overflow at d 1e9): the least any (scheme, norm position) of
     ``configs`` holds at ``n_layers`` (default the model's) on ``run``'s batch
     (:func:`least_bytes`; with ``run.stream`` False every block's weights, built) fits
-    in the device's free memory. Else a ConfigError naming the size that drives the
-    excess: of the largest term, the size furthest beyond the default shape (L 12, d 256,
-    V 1024, 8 x 128 tokens). train and lr-sweep (tinit.experiments.training.grid.check_specs)
-    and coord-check (its check_fits) make the same refusal with their optimizer state.
-    ``here`` False (a sweep's plan, whose points may run on other machines): against
-    :data:`ANY_MACHINE` instead of this machine's free memory."""
+    in the device's free memory (:func:`check_fits`, whose ConfigError names the size
+    that drives the excess). ``here`` False (a sweep's plan, whose points may run on
+    other machines): against :data:`ANY_MACHINE` instead of this machine's free memory."""
     from .configs import configure
     from .device import resolve_device, resolve_dtype
 
@@ -360,23 +393,13 @@ def check_memory(
     batch, seq_len, stream = run.batch, run.seq_len, run.stream
     if n_layers is not None:
         model = dataclasses.replace(model, n_layers=n_layers)
-    free = None
     for scheme, position in configs:
         cfg, ini = configure(model, init, run, scheme, position)
         terms = least_bytes(cfg, ini, batch, seq_len, dtype, backward)
         if stream is False:
             terms[("n_layers", "d_model")] = terms.pop(("d_model",)) * cfg.n_layers
-        need = sum(terms.values())
-        if free is None:
-            free = available_memory(device) if here else ANY_MACHINE
-        if need <= free:
-            continue
         sizes = {"n_layers": cfg.n_layers, "d_model": cfg.d_model, "vocab_size": cfg.vocab_size,
                  "batch": batch, "seq_len": seq_len}  # fmt: skip
-        top = max(terms, key=terms.__getitem__)
-        field = max(top, key=lambda k: sizes[k] / _DEFAULTS[k])
         what = "weights and activations" if not backward else "weights, gradients and activations"
-        raise ConfigError(field, f"a run at L={cfg.n_layers}, d={cfg.d_model}, V={cfg.vocab_size}, "
-                          f"{batch} x {seq_len} tokens needs at least {need / 2**30:.3g} GiB for its {what}, "
-                          + (f"more than the {free / 2**30:.3g} GiB free" if here else
-                             "more than any machine holds (1 PiB)"))  # fmt: skip
+        check_fits(terms, sizes, f"a run at L={cfg.n_layers}, d={cfg.d_model}, V={cfg.vocab_size}, {batch} x "
+                   f"{seq_len} tokens needs", device, here=here, purpose=f" for its {what}")  # fmt: skip

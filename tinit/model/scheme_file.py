@@ -5,11 +5,11 @@
     name = "my-init"                       # required; must not shadow a catalogue name
     description = "gpt2, but per layer"   # optional
     placement = "pre"                      # optional: pre, post, sandwich, reordered, none
-    qk_norm = false                        # optional
+    qk_norm = true                         # optional
     qk_norm_span = "head"                  # optional structure of the model it runs: "head" or "full",
     tied = false                           #   the head never (false) or always (true) tied,
-    bias = false                           #   biases, norm = "rmsnorm" | "layernorm", norm_eps,
-                                           #   rope_base, bias_like = ["o"] (biases drawn like weights)
+    bias = true                            #   biases, norm = "rmsnorm" | "layernorm", norm_eps,
+    bias_like = ["o"]                      #   rope_base, biases drawn like weights
     stream_mult = "1"                      # optional multipliers (formulas)
     branch_mult = "1"
     embed_mult = "1"
@@ -23,6 +23,9 @@
     lr = "d0 / d"                          # multipliers of the base lr, weight decay, eps
     weight_decay = "d / d0"                # (groups: embedding, hidden_matrix, hidden_vector,
                                            #  readout, final_vector; see tinit.model.param_rules)
+
+A key its companion makes void is refused, not dropped: ``qk_norm_span`` beside
+``qk_norm = false``, ``bias_like`` beside ``bias = false``.
 
 Formulas use numbers, + - * / ^, sqrt, log, exp, min, max and the variables of
 :data:`tinit.model.formula.VARIABLES`; they are parsed with a whitelist, never
@@ -157,6 +160,13 @@ def _structure(path, data: dict) -> dict:
         if not ok:
             raise _bad(path, key, f"{data[key]!r} is not {allowed}")
         out[key] = v
+    # a key the other key makes void would be dropped without a word: refused instead
+    if out.get("bias") is False and out.get("bias_like"):
+        raise _bad(path, "bias_like", f"{list(out['bias_like'])} draws biases like weights, but bias = false "
+                   "builds none: drop one of the two")  # fmt: skip
+    if data.get("qk_norm") is False and "qk_norm_span" in out:
+        raise _bad(path, "qk_norm_span", f"{out['qk_norm_span']!r} spans a QK-norm, but qk_norm = false runs "
+                   "none: drop one of the two")  # fmt: skip
     return out
 
 

@@ -35,11 +35,30 @@ from .config import STRUCTURE_FIELDS, ConfigError, ModelConfig
 from .schemes import Scheme, ffn_of
 
 
+def _schemes(schemes: Iterable[Scheme]) -> tuple[Scheme, ...]:
+    """The user's schemes as a tuple of Scheme values; anything else (a number, a string,
+    one Scheme not in a tuple, a tuple holding a name) a ConfigError naming ``schemes``."""
+    how = "give a tuple of Scheme values (tinit.model.scheme_file.load_scheme returns one)"
+    if isinstance(schemes, Scheme):
+        raise ConfigError("schemes", f"got the Scheme {schemes.name!r} itself: {how}, e.g. schemes=(scheme,)")
+    if isinstance(schemes, str | bytes) or not isinstance(schemes, Iterable):
+        raise ConfigError("schemes", f"got {schemes!r}: {how}")
+    out = tuple(schemes)
+    bad = next((s for s in out if not isinstance(s, Scheme)), None)
+    if bad is not None:
+        raise ConfigError("schemes", f"holds {bad!r}, not a Scheme: {how} (a catalogue scheme is named by "
+                          "the first argument, not listed here)")  # fmt: skip
+    return out
+
+
 def _scheme(scheme: str | Scheme, schemes: Iterable[Scheme] = ()) -> Scheme:
+    schemes = _schemes(schemes)
     if isinstance(scheme, Scheme):
         return scheme
+    if not isinstance(scheme, str):
+        raise ConfigError("scheme", f"got {scheme!r}: give a scheme's name (a str) or a Scheme")
     try:
-        return get_scheme(scheme, tuple(schemes))
+        return get_scheme(scheme, schemes)
     except KeyError as exc:
         raise ConfigError("scheme", str(exc.args[0])) from None
 
@@ -99,7 +118,9 @@ def apply_scheme(
 def from_scheme(name: str, *, schemes: Iterable[Scheme] = (), **overrides: Any) -> ModelConfig:
     """The whole model the scheme ``name`` runs upstream (see the module's docstring):
     ModelConfig's defaults, the scheme's structure, then ``overrides`` (field values the
-    user sets, which take precedence). A ConfigError names an unknown field or a bad value."""
+    user sets, which take precedence). A ConfigError names an unknown field or a bad value
+    (``schemes`` not a tuple of Scheme values included)."""
+    schemes = _schemes(schemes)
     unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(ModelConfig)})
     if unknown:
         raise ConfigError(unknown[0], f"ModelConfig has no field {unknown[0]!r}")

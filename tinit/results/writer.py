@@ -99,8 +99,8 @@ def write_result(
     complete = bool(result.complete and failure is None and stopped is None and write_error is None
                     and not missing)  # fmt: skip
     reasons = [failure or stopped, write_error, f"missing {', '.join(missing)}" if missing else None]
-    if result.error and result.error not in reasons and not result.complete:
-        reasons.append(result.error)  # (a sweep's failed points)
+    if result.error and not result.complete and not any(result.error in r for r in reasons if r):
+        reasons.append(result.error)  # (a sweep's failed points; not the failure's reason again)
     error = "; ".join(r for r in reasons if r) or result.error
     try:
         write_config(run_dir, command, meta, complete=complete, error=error, **extra)

@@ -260,28 +260,24 @@ def param_bound(config) -> int | None:
 
 def _check_fits(auto, config, spec: str, device: torch.device, dtype: torch.dtype) -> None:
     """Refuse, before allocating, a model whose weights and gradients would take more
-    than the free memory (transformers' default configs are full-size: llama is 7B).
-    When twice the config's :func:`param_bound` fits, the model is not built on the
-    meta device first to count (half a second of a small audit)."""
-    from ..memory import available_memory
+    than the free memory (transformers' default configs are full-size: llama is 7B;
+    :func:`tinit.experiments.memory.check_fits`, the one pre-check). When twice the
+    config's :func:`param_bound` fits, the model is not built on the meta device first to
+    count (half a second of a small audit)."""
+    from ..memory import available_memory, check_fits
 
     itemsize = torch.empty((), dtype=dtype).element_size()
-    free = available_memory(device)
     bound = param_bound(config)
-    if bound is not None and 2 * 2 * bound * itemsize <= free:
+    if bound is not None and 2 * 2 * bound * itemsize <= available_memory(device):
         return
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         n = sum(p.numel() for p in auto.from_config(config, dtype=dtype).parameters())
     if n == 0:
         raise ConfigError("--hf", f"{spec}: the model has no parameters")
-    need = 2 * n * itemsize
-    if need > free:
-        raise ConfigError(
-            "--hf",
-            f"{spec}: {n / 1e9:.2f}B parameters need ~{need / 2**30:.1f} GiB with gradients, "
-            f"{free / 2**30:.1f} GiB free on {device}; audit a smaller copy with --set num_hidden_layers=N",
-        )
+    check_fits({("parameters",): 2 * n * itemsize}, {"parameters": n},
+               f"{spec}: {n / 1e9:.2f}B parameters need", device, field="--hf", purpose=" with gradients",
+               hint="; audit a smaller copy with --set num_hidden_layers=N")  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -348,11 +344,17 @@ def load_module(spec: str, seed: int = 0) -> nn.Module:
     The file (or package) is *executed*, as ``python file.py`` would run it; a file's
     own folder is put first on ``sys.path`` before, so that it imports the files beside
     it. Whatever the user's code raises, including ``sys.exit(...)``, is a one-line
-    error naming --module (an exit at import must not end the audit with its code)."""
+    error naming --module (an exit at import must not end the audit with its code). A
+    process the code starts and leaves behind is stopped, and the audit refused
+    (:mod:`.children`): a factory must not fork. (Every process that appears below this
+    one while the code runs counts as the code's: a library caller whose other threads
+    start processes meanwhile should not load a module then.)"""
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr:
         raise ConfigError("--module", f"{spec!r}: expected pkg.module:factory or path/to/file.py:factory")
-    with seeded(seed, torch.device("cpu")):
+    from .children import children_stopped
+
+    with seeded(seed, torch.device("cpu")), children_stopped(spec):
         return _load_module(spec, target, attr)
 
 
@@ -414,20 +416,18 @@ def check_token_memory(model: nn.Module, batch: int, seq_len: int, device) -> No
     """Before the tokens are made: the least an audited forward holds, the token ids and
     three stream-sized tensors (the embedding's output, a branch, their sum) at the
     widest embedding's width (ids only when the model has no nn.Embedding), fits in the
-    device's free memory; else a ConfigError naming --seq-len or --batch (whichever is
-    further beyond its default, 128 and 8). A user's module may declare no positions, so
-    nothing else bounds them."""
-    from ..memory import available_memory
+    device's free memory (:func:`tinit.experiments.memory.check_fits`); else a
+    ConfigError naming --seq-len or --batch (whichever is further beyond its default,
+    128 and 8). A user's module may declare no positions, so nothing else bounds them."""
+    from ..memory import check_fits
 
     widths = [m.embedding_dim for m in model.modules() if isinstance(m, nn.Embedding)]
     item = max((p.element_size() for p in model.parameters()), default=4)
     need = batch * seq_len * (8 + 3 * max(widths, default=0) * item)
-    free = available_memory(torch.device(device))
-    if need > free:
-        option = "--seq-len" if seq_len / 128 >= batch / 8 else "--batch"
-        gib = f"{need / 2**30:.3g} GiB for the ids and the first activations"
-        raise ConfigError(option, f"{batch} x {seq_len} tokens need at least {gib}, more than the "
-                                  f"{free / 2**30:.3g} GiB free")  # fmt: skip
+    check_fits({("seq_len", "batch"): need}, {"batch": batch, "seq_len": seq_len},
+               f"{batch} x {seq_len} tokens need", torch.device(device),
+               blame={"batch": "--batch", "seq_len": "--seq-len"},
+               purpose=" for the ids and the first activations")  # fmt: skip
 
 
 def max_positions(model: nn.Module) -> int | None:

@@ -37,7 +37,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from ...model.config import ConfigError
-from ...userfile import UserFileError, load_json
+from ...userfile import UserFileError, load_json, regular_file
 from ..result import InputChanged
 
 #: safetensors dtypes a float model can take (cast to the audit's dtype when read).
@@ -107,6 +107,15 @@ def _short_or_long(path: Path) -> str | None:
     return None
 
 
+def regular(path: Path | str) -> None:
+    """``path`` is a regular file (symlinks followed); else a CheckpointError saying what it
+    is: no such file, a symlink loop, a directory, a FIFO, a device."""
+    try:
+        regular_file(path)
+    except UserFileError as exc:
+        raise CheckpointError(str(exc)) from None
+
+
 def _open(path: Path):
     try:
         return safe_open(str(path), framework="pt", device="cpu")
@@ -152,8 +161,7 @@ class TensorFiles:
     def single(cls, path: Path | str) -> TensorFiles:
         """One ``.safetensors`` file (its header read, no tensor)."""
         path = Path(path)
-        if not path.is_file():
-            raise CheckpointError(f"{path}: no such file")
+        regular(path)
         handle = _open(path)
         keys = list(handle.keys())
         if len(keys) > MAX_TENSORS:
@@ -181,9 +189,10 @@ class TensorFiles:
             p = index.parent / shard
             if Path(shard).name != shard:
                 raise CheckpointError(f"{index}: shard {shard!r} is not a file beside the index")
-            if not p.is_file():
+            if not os.path.lexists(p):
                 raise CheckpointError(f"{index}: names shard {shard}, which does not exist (a download still "
                                       "in progress?)")  # fmt: skip
+            regular(p)
             shards[shard] = p
         out = cls({k: shards[v] for k, v in wmap.items()}, str(index))
         for shard, p in shards.items():

@@ -38,7 +38,7 @@ from ..driver import Meter, Run
 from ..measure.variance import NOT_APPLICABLE as VARIANCE_NOT_APPLICABLE
 from ..measure.variance import SUMMARY_COLUMNS, VARIANCE_COLUMNS, add_theory, summarize
 from ..measure.variance import measure_stream as tinit_stream
-from ..memory import available_memory, rss_mib
+from ..memory import check_fits, rss_mib
 from ..result import ExperimentResult, Progress
 from .checkpoint import (
     CheckpointTransformer,
@@ -51,6 +51,7 @@ from .checkpoint import (
     tinit_expected,
     tinit_groups,
 )
+from .precheck import check_checkpoints
 from .reader import BlockReader
 from .reader import _set as _set_tensor
 from .sources import Checkpoint, Found
@@ -177,16 +178,16 @@ def _memory_plan(reader: BlockReader, files: TensorFiles, top_bytes: int, rows_b
     staging = reader.bytes_held - arena
     chunks = 3 * CHUNK_BYTES + 8 * STAT_CHUNK
     need = arena + staging + twins + top_bytes + rows_bytes + chunks + act
-    free = available_memory(torch.device(device))
     now = (rss_mib() or 0.0) / 1024  # (the interpreter, torch and what the command imported)
     plan = {"arena_gib": arena / 2**30, "staging_gib": staging / 2**30, "twins_gib": twins / 2**30,
             "activations_gib": act / 2**30, "process_gib": now,
             "predicted_gib": now + need / 2**30}  # fmt: skip
-    if need > free:
-        raise CheckpointError(f"{where}: streaming it holds ~{need / 2**30:.3g} GiB (one block converted "
-                              f"{arena / 2**30:.3g} GiB, read-ahead {staging / 2**30:.3g} GiB, activations "
-                              f"{act / 2**30:.3g} GiB), more than the {free / 2**30:.3g} GiB free; lower "
-                              "--batch or --seq-len, or audit with --dtype bfloat16")  # fmt: skip
+    # (the pre-check, precheck.py, refused what cannot fit from the headers alone; this is
+    # the same sum from the reader's own buffers, checked again where it is spent)
+    check_fits({("checkpoint",): need}, {}, f"{where}: streaming it (one block converted {arena / 2**30:.3g} "
+               f"GiB, the next as stored {staging / 2**30:.3g} GiB, activations {act / 2**30:.3g} GiB) needs",
+               device, field="--checkpoint", hint="; lower --batch or --seq-len, or audit with --dtype "
+               "bfloat16")  # fmt: skip
     return plan
 
 
@@ -417,6 +418,7 @@ def run_checkpoint_audit(found: Found, run: RunConfig, device: torch.device, dty
     if spectral not in METHODS:
         raise ConfigError("--spectral", f"{spectral!r} is not one of {', '.join(METHODS)}")
     meta = dict(meta or {})
+    check_checkpoints(found, run, device, dtype)  # configs against files, and memory, before anything
     cks = found.checkpoints
     first_of: dict[str, Checkpoint] = {}
     for ck in cks:

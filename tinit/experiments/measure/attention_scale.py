@@ -132,20 +132,18 @@ def check_fits(run: RunConfig, n_heads: int, head_dim: int, device, dtype: torch
     (batch x heads x T x T, in the statistics dtype), which :func:`logit_stats` holds at
     once, fit in the free memory; else a ConfigError naming --seq-len, --batch or
     --head-dims, whichever drives the larger of the two (against 8 x 128 tokens, d_h 64)."""
-    from ..memory import available_memory
+    from ..memory import check_fits
 
     item, stats = torch.empty((), dtype=dtype).element_size(), 8 if dtype == torch.float64 else 4
     B, T = run.batch, run.seq_len
     qk, logits = 2 * B * n_heads * T * head_dim * item, B * n_heads * T * T * stats
-    free = available_memory(device)
-    if qk + logits > free:
-        ratios = {"batch": B / 8, "seq_len": T / 128}
-        if qk > logits:
-            ratios["head_dims"] = head_dim / 64
-        field = max(ratios, key=ratios.__getitem__)
-        raise ConfigError(field, f"{B} x {T} tokens, {n_heads} heads of d_h={head_dim} need at least "
-                          f"{(qk + logits) / 2**30:.3g} GiB for q, k and the logits, more than the "
-                          f"{free / 2**30:.3g} GiB free")  # fmt: skip
+    ratios = {"batch": B / 8, "seq_len": T / 128}
+    if qk > logits:
+        ratios["head_dims"] = head_dim / 64
+    check_fits({("q", "k"): qk, ("logits",): logits}, {},
+               f"{B} x {T} tokens, {n_heads} heads of d_h={head_dim} need", device,
+               field=max(ratios, key=ratios.__getitem__),
+               purpose=" for q, k and the logits")  # fmt: skip
 
 
 def unit_qk(run: RunConfig, n_heads: int, head_dim: int, seed: int, device, dtype):

@@ -197,10 +197,9 @@ def check_fits(model: ModelConfig, init: InitConfig, run: RunConfig, configs, wi
     upper bound from the shapes) and AdamW's two moments. Else a ConfigError naming
     --layers or --d-model, whichever is further beyond the default shape (L 12, d 256;
     memory grows as L and as d^2)."""
-    from ..memory import available_memory, gradient_pass_bounds
+    from ..memory import check_fits, gradient_pass_bounds
 
     device = resolve_device(run.device)
-    free = available_memory(device)
     seq = run.seq_len
     for scheme, placement in configs:
         cfg = dataclasses.replace(model, d_model=width, n_layers=depth, d_ff=None, norm_position=placement,
@@ -208,11 +207,11 @@ def check_fits(model: ModelConfig, init: InitConfig, run: RunConfig, configs, wi
         ini = dataclasses.replace(init, scheme=scheme)
         n = count_params(cfg, ini.definition).total
         need = gradient_pass_bounds(cfg, ini, run.batch, seq, torch.float32)[1] + 2 * 4 * n
-        if need > free:
-            field = "n_layers" if depth / 12 > (width / 256) ** 2 else "d_model"
-            raise ConfigError(field, f"the largest point ({scheme}, L={depth}, d={width}, {n:.3g} params) "
-                              f"needs about {need / 2**30:.3g} GiB for its weights, gradients, activations "
-                              f"and AdamW state, more than the {free / 2**30:.3g} GiB free")  # fmt: skip
+        field = "n_layers" if depth / 12 > (width / 256) ** 2 else "d_model"
+        check_fits({("n_layers", "d_model"): need}, {"n_layers": depth, "d_model": width},
+                   f"the largest point ({scheme}, L={depth}, d={width}, {n:.3g} params) needs", device,
+                   field=field,
+                   purpose=" for its weights, gradients, activations and AdamW state")  # fmt: skip
 
 
 def gather(frames: Sequence[pd.DataFrame]) -> dict[str, pd.DataFrame]:

@@ -277,26 +277,21 @@ def text_source(source: str, stdlib_cap: int = STDLIB_CAP) -> tuple[np.ndarray, 
     return (tokens, info) if info["format"] == "bytes" else None
 
 
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.3g} GiB"
-
-
 def _check_fits(source: str, vocab: int, k: int, seq_len: int, batch: int, eval_batches: int) -> None:
     """Refuse, before any array is allocated, data that cannot fit in the host's free
     memory: the Markov chain's tables (V x k successors, probabilities and their sums)
     and the held-out windows (and, for the chain, the uniforms that draw them)."""
-    from ..memory import host_memory
+    from ..memory import check_fits
 
-    free = host_memory()
-    if source == "markov" and vocab * k * 24 > free:
-        raise ConfigError("vocab_size", f"{vocab} tokens x {k} successors: the Markov chain's tables need "
-                          f"{_gib(vocab * k * 24)}, more than the {_gib(free)} free")  # fmt: skip
+    if source == "markov":
+        check_fits({("vocab_size",): vocab * k * 24}, {},
+                   f"{vocab} tokens x {k} successors: the Markov chain's tables need", None,
+                   field="vocab_size")  # fmt: skip
     windows = eval_batches * batch * (seq_len + 1) * (16 if source == "markov" else 8)
-    if windows > free:
-        field = "seq_len" if seq_len + 1 > eval_batches * batch else "batch"
-        raise ConfigError(field, f"{eval_batches} held-out batches of {batch} x {seq_len + 1} tokens need "
-                          f"{_gib(windows)}, more than the {_gib(free)} free (--eval-batches, --batch, "
-                          "--seq-len)")  # fmt: skip
+    field = "seq_len" if seq_len + 1 > eval_batches * batch else "batch"
+    check_fits({("windows",): windows}, {},
+               f"{eval_batches} held-out batches of {batch} x {seq_len + 1} tokens need", None, field=field,
+               hint=" (--eval-batches, --batch, --seq-len)")  # fmt: skip
 
 
 def load_data(

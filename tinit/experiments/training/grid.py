@@ -24,7 +24,7 @@ from ..configs import (
     position_list,
     scheme_list,
 )
-from ..memory import available_memory, host_memory
+from ..memory import check_fits, least_bytes
 from .data import TrainData
 from .trainer import (
     RunSpec,
@@ -160,25 +160,29 @@ def check_specs(
     check_schemes(specs, data.seq_len, rules)
     if not specs:
         return
-    big_spec = max(specs, key=lambda s: count_params(s.model, s.init.definition).total)
-    big, n = big_spec.model, count_params(big_spec.model, big_spec.init.definition).total
-    free = available_memory(device)
-    if n * TRAIN_BYTES_PER_PARAM > free:
-        embedding = big.vocab_size * big.d_model
-        if 2 * embedding > n:
-            field = "data" if data.chain is None else "vocab_size"
-        else:  # the stack: its depth when one layer of this width would fit, else its width
-            one = count_params(dataclasses.replace(big, n_layers=1)).total
-            field = "n_layers" if one * TRAIN_BYTES_PER_PARAM <= free else "d_model"
-        need, gib = n * TRAIN_BYTES_PER_PARAM / 2**30, free / 2**30
-        raise ConfigError(field, f"a model of {n:.3g} parameters (L={big.n_layers}, d={big.d_model}, "
-                          f"V={big.vocab_size}) needs {need:.3g} GiB for its weights, gradients and AdamW "
-                          f"state, more than the {gib:.3g} GiB free")  # fmt: skip
+    # every model of the grid, once: built whole, its weights, gradients and AdamW state,
+    # and the least its backward holds besides on the data's batch (the tokens' streams
+    # and logits: tinit.experiments.memory.least_bytes)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # (CUDA's autocast: bf16 activations)
+    for model, init in {(s.model, s.init): None for s in specs}:
+        n = count_params(model, init.definition).total
+        embedding = model.vocab_size * model.d_model
+        # the stack: its depth or its width (memory grows as L and as d^2); the embedding: the
+        # data's vocabulary, unless --vocab sets it (the Markov chain)
+        terms = {("n_layers", "d_model"): max(n - embedding, 0) * TRAIN_BYTES_PER_PARAM,
+                 ("vocab_size",): min(embedding, n) * TRAIN_BYTES_PER_PARAM}  # fmt: skip
+        least = least_bytes(model, init, data.batch, data.seq_len, dtype, backward=True)
+        del least[("vocab_size", "d_model")], least[("d_model",)]  # (the weights: counted above)
+        terms.update(least)
+        sizes = {"n_layers": model.n_layers, "d_model": model.d_model, "vocab_size": model.vocab_size,
+                 "batch": data.batch, "seq_len": data.seq_len}  # fmt: skip
+        check_fits(terms, sizes, f"a model of {n:.3g} parameters (L={model.n_layers}, d={model.d_model}, "
+                   f"V={model.vocab_size}) on {data.batch} x {data.seq_len} tokens needs", device,
+                   blame={"vocab_size": "data" if data.chain is None else "vocab_size"},
+                   purpose=" for its weights, gradients, AdamW state and activations")  # fmt: skip
     # then the per-step records (the model fits: what remains large is the number of steps)
+    # (kept in host memory, and as much again for the frames made from them)
     records = sum(steps * (1 + 2 * s.model.n_layers) for s in specs) * RECORD_BYTES
-    host = host_memory()
-    if records > host / 2:
-        raise ConfigError("steps", f"{steps:,} steps of {len(specs)} run{'s' * (len(specs) > 1)} keep "
-                          f"{records / 2**30:.3g} GiB of per-step records (a train row and two update "
-                          f"ratios a layer), more than half the {host / 2**30:.3g} GiB of free host "
-                          "memory")  # fmt: skip
+    check_fits({("steps",): 2 * records}, {}, f"{steps:,} steps of {len(specs)} run{'s' * (len(specs) > 1)} "
+               f"keep {records / 2**30:.3g} GiB of per-step records (a train row and two update ratios a "
+               "layer): they and the frames made from them need", None, field="steps")  # fmt: skip

@@ -4,35 +4,42 @@ files fit the disk. The files themselves are written by the caller's ``on_checkp
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from ...model.config import ConfigError
 from ...model.params import count_params
 from .trainer import RunSpec
 
+#: A step as --save-steps takes it: ASCII digits (int() also reads "１０", "1_000", "+5").
+STEP = re.compile(r"[0-9]+")
+
 
 def parse_save_steps(spec: str | Sequence[int | str] | None, steps: int) -> list[int]:
     """``"0,100,final"`` -> [0, 100, steps]: the steps at which a run saves its weights
     (0: the initialization, before the first step; ``final``: the last step). Each a
-    whole number in [0, steps], given once; a ConfigError naming ``save_steps``
-    otherwise. None or "" -> [] (no checkpoints)."""
+    whole number in [0, steps] written in ASCII digits, or ``final``, given once; None or
+    an empty list -> [] (no checkpoints). Anything else, an empty string included (which
+    saved nothing without a word), is a ConfigError naming ``save_steps`` that says what
+    is allowed."""
+    allowed = "give whole numbers from 0 to --steps and 'final', e.g. 0,100,final"
     if spec is None:
         return []
     items = [x.strip() for x in spec.split(",")] if isinstance(spec, str) else list(spec)
-    if isinstance(spec, str) and not spec.strip():
+    if not items:  # (a list of no steps: the library's "none", as lr-sweep hands its runs)
         return []
+    if isinstance(spec, str) and not spec.strip():
+        raise ConfigError("save_steps", f"{spec!r} names no step: {allowed} (leave it out to save none)")
     out: list[int] = []
     for item in items:
-        if isinstance(item, str) and item.lower() in ("final", "last"):
+        if isinstance(item, str) and item == "final":
             value = steps
+        elif isinstance(item, str) and STEP.fullmatch(item):
+            value = int(item)
+        elif isinstance(item, int) and not isinstance(item, bool):
+            value = item
         else:
-            try:
-                value = int(item) if not isinstance(item, float) or item == int(item) else None
-            except (TypeError, ValueError):
-                value = None
-            if isinstance(item, bool) or value is None:
-                raise ConfigError("save_steps", f"{item!r} is not a step: give whole numbers and 'final', "
-                                  "e.g. 0,100,final")  # fmt: skip
+            raise ConfigError("save_steps", f"{item!r} is not a step: {allowed}")
         if not 0 <= value <= steps:
             raise ConfigError("save_steps", f"step {value} is outside 0..{steps} (--steps {steps})")
         if value in out:
