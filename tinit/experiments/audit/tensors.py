@@ -330,17 +330,25 @@ class TensorFiles:
         return raw.view(FLOAT_DTYPES[self.dtypes[key]]).view(len(rows), *shape[1:])
 
     def row_chunks(self, key: str, dtype: torch.dtype, device, chunk_bytes: int = CHUNK_BYTES,
-                   count: bool = True) -> Iterator[torch.Tensor]:  # fmt: skip
+                   count: bool = True, keep: dict | None = None) -> Iterator[torch.Tensor]:  # fmt: skip
         """The matrix ``key`` in consecutive row chunks of about ``chunk_bytes`` as
         stored, each converted to ``dtype`` on ``device``. The chunks are views of two
-        buffers reused from chunk to chunk: use each before taking the next. ``count``:
-        add the bytes to :attr:`bytes_read` (False for a second pass over the same rows)."""
+        buffers reused from chunk to chunk: use each before taking the next; ``keep``, a
+        dict the caller holds, keeps them for its next pass too (no fresh pages to fault
+        in at every Lanczos step). ``count``: add the bytes to :attr:`bytes_read` (False
+        for a second pass over the same rows)."""
         shape, path = self.shapes[key], self.files[key]
         rows = shape[0] if shape else 1
         row_bytes = max(math.prod(shape[1:]), 1) * ITEMSIZE[self.dtypes[key]]
         step = max(1, min(rows, chunk_bytes // max(row_bytes, 1)))
-        raw = torch.empty(step * row_bytes, dtype=torch.uint8)
-        conv = torch.empty((step, *shape[1:]), dtype=dtype, device=device)
+        sig = (step * row_bytes, (step, *shape[1:]), dtype, str(device))
+        if keep is not None and keep.get("sig") == sig:
+            raw, conv = keep["raw"], keep["conv"]
+        else:
+            raw = torch.empty(step * row_bytes, dtype=torch.uint8)
+            conv = torch.empty((step, *shape[1:]), dtype=dtype, device=device)
+            if keep is not None:
+                keep.update(sig=sig, raw=raw, conv=conv)
         b = self.offsets[key][0]
         stored = FLOAT_DTYPES[self.dtypes[key]]
         fd = self._fd(path)

@@ -128,7 +128,8 @@ def table_row(files: TensorFiles, key: str, name: str, expected: float, spectral
     m, diff = Moments(), Moments()  # (diff: only its reused float64 buffer)
     num = den = 0.0
     r0 = 0
-    for c in files.row_chunks(key, torch.float32, device):
+    keep: dict = {}  # (the chunk buffers, reused by every pass over this table)
+    for c in files.row_chunks(key, torch.float32, device, keep=keep):
         m.add(c)
         if same:
             for part in _chunks(c):
@@ -147,7 +148,7 @@ def table_row(files: TensorFiles, key: str, name: str, expected: float, spectral
     if len(shape) == 2 and m.finite:
         dt = torch.float64 if spectral == "exact" else torch.float32
         est = largest_singular_value_chunked(
-            lambda: files.row_chunks(key, dt, device, count=False), shape, spectral, FAST_RTOL
+            lambda: files.row_chunks(key, dt, device, count=False, keep=keep), shape, spectral, FAST_RTOL
         )
     elif spectral == "off" and len(shape) == 2:
         est = Estimate(math.nan, "off")
