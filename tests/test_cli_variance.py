@@ -11,7 +11,7 @@ from helpers import assert_one_line_error, figures_built_not_saved, validation_o
 from typer.testing import CliRunner
 
 from tinit.cli import app
-from tinit.experiments.measure.variance import SUMMARY_COLUMNS, VARIANCE_COLUMNS
+from tinit.experiments.measure.variance import RUN_SUMMARY_COLUMNS, RUN_VARIANCE_COLUMNS
 
 runner = CliRunner()
 TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]
@@ -36,9 +36,9 @@ def test_writes_csvs_plot_and_config(tmp_path):
     for name in ("variance.csv", "summary.csv", "variance.png", "variance.svg", "config.json"):
         assert (out / name).is_file(), name
     v = pd.read_csv(out / "variance.csv")
-    assert list(v.columns) == VARIANCE_COLUMNS
+    assert list(v.columns) == RUN_VARIANCE_COLUMNS
     assert len(v) == 4 * 5
-    assert list(pd.read_csv(out / "summary.csv").columns) == SUMMARY_COLUMNS
+    assert list(pd.read_csv(out / "summary.csv").columns) == RUN_SUMMARY_COLUMNS
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["complete"] is True
     assert cfg["model"]["n_layers"] == 2 and cfg["model"]["d_ff"] == 64

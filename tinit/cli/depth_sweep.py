@@ -15,6 +15,7 @@ DEFAULT_LAYERS = "1,2,4,8,12,24,48,80"
 
 OPTIONS = (
     opt.DEPTHS,  # default DEFAULT_LAYERS
+    opt.MF_DRAWS,
     Param(
         "seeds",
         Annotated[
