@@ -45,7 +45,7 @@ SUMMARY_COLUMNS = [
 #: summary.csv's per configuration. tinit variance's files have them after the columns
 #: above, which the audit and check share.
 MF_VARIANCE_COLUMNS = list(MF_COLUMNS)
-MF_SUMMARY_COLUMNS = ["mf_v_final", "mf_branch_var_mean", "rel_err_mf"]
+MF_SUMMARY_COLUMNS = ["mf_v_final", "mf_v_growth", "mf_branch_var_mean", "rel_err_mf"]
 #: The columns of tinit variance's variance.csv and summary.csv.
 RUN_VARIANCE_COLUMNS = [*VARIANCE_COLUMNS, *MF_VARIANCE_COLUMNS]
 RUN_SUMMARY_COLUMNS = [*SUMMARY_COLUMNS, *MF_SUMMARY_COLUMNS]
@@ -237,14 +237,16 @@ def add_prediction(df: pd.DataFrame, frame: pd.DataFrame | None) -> pd.DataFrame
 
 
 def summarize_prediction(df: pd.DataFrame) -> dict:
-    """The prediction's summary cells from one configuration's rows: its v_2L, mean branch
-    variance, and the measured v_2L's relative error against it."""
-    last = df.iloc[-1]
+    """The prediction's summary cells from one configuration's rows: its v_2L, v_2L - v0
+    (what its branches added), mean branch variance, and the measured v_2L's relative
+    error against it."""
+    first, last = df.iloc[0], df.iloc[-1]
     adds = df[df["k"] > 0]
     mf, v = np.float64(last["mf_stream_var"]), np.float64(last["stream_var"])
     with np.errstate(all="ignore"):
         return {
             "mf_v_final": float(mf),
+            "mf_v_growth": float(mf - np.float64(first["mf_stream_var"])),
             "mf_branch_var_mean": float(np.float64(adds["mf_branch_var"].mean())),
             "rel_err_mf": float(v / mf - 1.0),
         }
