@@ -46,14 +46,19 @@ def linear(K: torch.Tensor, weight_var_fan_in: float, bias_ms: float = 0.0) -> t
 
 
 def norm(
-    K: torch.Tensor, kind: str, eps: float, gain2: float, width: int, bias2: float = 0.0
-) -> torch.Tensor:
+    K: torch.Tensor, kind: str, eps: float, gain2: float, width: int, bias2: float = 0.0,
+    mean: torch.Tensor | None = None,
+) -> torch.Tensor:  # fmt: skip
     """RMSNorm or LayerNorm of every token: x / sqrt(mean(x^2) + eps) * g. The per-token
     mean square is K_ii (exact at large width); LayerNorm first removes each token's mean
-    over its ``width`` features, which at large width scales K by (1 - 1/width) in
-    expectation (x_i - m_i 1, with E[m_i m_j] = K_ij / width). ``gain2``: the gain's mean
-    square; ``bias2``: the bias's."""
+    over its ``width`` features: its large-width value ``mean`` (mu_i, the features' mean:
+    0 for the output of a linear map with zero-mean weights, E[phi(u_i)] after an
+    activation) and its fluctuation, which scales what is left by (1 - 1/width) in
+    expectation: (K - mu mu^T)(1 - 1/width). ``gain2``: the gain's mean square; ``bias2``:
+    the bias's."""
     if kind == "layernorm":
+        if mean is not None:
+            K = K - mean.unsqueeze(-1) * mean.unsqueeze(-2)
         K = K * (1.0 - 1.0 / width)
     diag = torch.diagonal(K, dim1=-2, dim2=-1) + eps
     inv = torch.where(diag > 0, diag.rsqrt(), torch.zeros_like(diag))
@@ -95,6 +100,19 @@ def _correlation(K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     inv = torch.where(diag > 0, diag.clamp_min(0).rsqrt(), torch.zeros_like(diag))
     rho = (K * inv.unsqueeze(-1) * inv.unsqueeze(-2)).clamp(-1.0, 1.0)
     return rho, diag.clamp_min(0)
+
+
+def activation_mean(K: torch.Tensor, kind: str) -> torch.Tensor:
+    """E[phi(u_i)] for u_i ~ N(0, K_ii): the large-width mean of a token's features after
+    the activation (what a LayerNorm on them removes). relu: sqrt(K_ii / (2 pi)); relu^2:
+    K_ii / 2; the smooth ones by Gauss-Hermite quadrature."""
+    diag = torch.diagonal(K, dim1=-2, dim2=-1).clamp_min(0)
+    if kind == "relu":
+        return torch.sqrt(diag / (2 * math.pi))
+    if kind == "relu2":
+        return diag / 2
+    x, hw = _hermite_table(HERMITE_NODES, MEHLER_TERMS)
+    return ACTIVATIONS[kind](torch.sqrt(diag).unsqueeze(-1) * x) @ hw[0]
 
 
 def arccos_kernel(K: torch.Tensor, degree: int) -> torch.Tensor:

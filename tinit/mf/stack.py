@@ -128,9 +128,9 @@ class _Roles:
     def linear(self, K: torch.Tensor, role: str, fan_in: int) -> torch.Tensor:
         return kn.linear(K, self.weight(role, fan_in), self.bias(role))
 
-    def norm(self, K: torch.Tensor, width: int) -> torch.Tensor:
+    def norm(self, K: torch.Tensor, width: int, mean: torch.Tensor | None = None) -> torch.Tensor:
         cfg = self.cfg
-        return kn.norm(K, cfg.norm, cfg.norm_eps, self.norm_gain2, width, self.norm_bias2)
+        return kn.norm(K, cfg.norm, cfg.norm_eps, self.norm_gain2, width, self.norm_bias2, mean)
 
     def norm_factor(self, F: torch.Tensor, width: int) -> torch.Tensor:
         """A factor of the normed Gram from a factor F of the Gram: each token's row times
@@ -208,13 +208,16 @@ def _ffn(cfg: ModelConfig, init: InitConfig, roles: _Roles, K: torch.Tensor) -> 
     kind, d_ff = ffn_of(cfg, scheme)
     if roles.weight("down", d_ff) == 0 and roles.bias("down") == 0:
         return torch.zeros_like(K), 0.0
+    mean = None  # the hidden features' mean per token (a gated FFN's: 0, its up is zero-mean)
     if kind in GATED_FFNS:
         H, err = kn.act_kernel(roles.linear(K, "gate", d), kind)
         H = H * roles.linear(K, "up", d)
     else:
-        H, err = kn.act_kernel(roles.linear(K, "up", d), kind)
-    if scheme.subln:
-        H = roles.norm(H, d_ff)
+        pre = roles.linear(K, "up", d)
+        H, err = kn.act_kernel(pre, kind)
+        mean = kn.activation_mean(pre, kind)
+    if scheme.subln:  # a norm over the hidden features (a LayerNorm removes their mean)
+        H = roles.norm(H, d_ff, mean)
     return roles.linear(H, "down", d_ff), err
 
 

@@ -1,0 +1,280 @@
+"""The large-width prediction (tinit.mf), each mechanism against an independent computation:
+the norm step exactly (against torch's own norms on explicit vectors), a linear map and
+the FFN's activation kernels against sampling, the attention average against the real
+softmax of the model's own Attention module on Gaussian inputs (many weight draws), and
+the whole recursion against the measured forward at a small shape."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tinit.mf import kernels as kn
+from tinit.mf.attention import attention_gram, factor, scaled, uniform_weights
+from tinit.mf.stack import predict
+from tinit.model.config import InitConfig, ModelConfig
+from tinit.model.layers import ACTIVATIONS, Attention, rope_cache
+
+DT = torch.float64
+
+
+def gen(seed: int) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return g
+
+
+def random_gram(T: int, seed: int, scales=None) -> torch.Tensor:
+    """A Gram matrix of T tokens with correlations of both signs and, with ``scales``,
+    unequal diagonals."""
+    A = torch.randn(T, T + 2, generator=gen(seed), dtype=DT)
+    A = A + 0.8 * torch.randn(1, T + 2, generator=gen(seed + 1), dtype=DT)  # a shared direction
+    K = A @ A.T / (T + 2)
+    d = torch.diagonal(K).rsqrt()
+    K = K * d[:, None] * d[None, :]
+    if scales is not None:
+        s = torch.as_tensor(scales, dtype=DT).sqrt()
+        K = K * s[:, None] * s[None, :]
+    return K
+
+
+def vectors_with_gram(K: torch.Tensor, n: int, seed: int) -> torch.Tensor:
+    """T vectors of n coordinates whose Gram x_i . x_j / n is exactly K."""
+    T = K.shape[0]
+    Q, _ = torch.linalg.qr(torch.randn(n, T, generator=gen(seed), dtype=DT))  # n x T, orthonormal columns
+    return factor(K) @ Q.T * math.sqrt(n)
+
+
+# --- the norm step: exact ---------------------------------------------------------------
+
+
+def test_rmsnorm_step_is_exact():
+    n = 96
+    X = (
+        torch.randn(6, n, generator=gen(0), dtype=DT)
+        * torch.tensor([0.1, 1, 3, 0.5, 2, 7], dtype=DT)[:, None]
+    )
+    K = X @ X.T / n
+    eps, g = 1e-3, 1.7
+    Y = F.rms_norm(X, (n,), eps=eps) * g
+    got = kn.norm(K, "rmsnorm", eps, g * g, n)
+    torch.testing.assert_close(got, Y @ Y.T / n, rtol=1e-12, atol=1e-12)
+
+
+def test_layernorm_step_is_exact_for_tokens_of_zero_mean():
+    """LayerNorm removes each token's mean over its features: for tokens whose mean is 0
+    it is RMSNorm with eps on the variance; the step's (1 - 1/n) scaling cancels exactly."""
+    n = 64
+    X = torch.randn(5, n, generator=gen(1), dtype=DT) * 2.5
+    X = X - X.mean(-1, keepdim=True)
+    K = X @ X.T / n
+    Y = F.layer_norm(X, (n,), eps=0.0)
+    torch.testing.assert_close(kn.norm(K, "layernorm", 0.0, 1.0, n), Y @ Y.T / n, rtol=1e-12, atol=1e-12)
+
+
+def test_layernorm_step_removes_the_features_mean():
+    """Features of nonzero mean (an activation's output, before a sub-LN): LayerNorm
+    removes each token's mean, which the step takes as given (``mean``); with eps 0 exact."""
+    n = 80
+    X = (
+        torch.randn(5, n, generator=gen(2), dtype=DT)
+        + torch.tensor([0.5, -1.0, 2.0, 0.0, 3.0], dtype=DT)[:, None]
+    )
+    K = X @ X.T / n
+    Y = F.layer_norm(X, (n,), eps=0.0)
+    got = kn.norm(K, "layernorm", 0.0, 1.0, n, mean=X.mean(-1))
+    torch.testing.assert_close(got, Y @ Y.T / n, rtol=1e-12, atol=1e-12)
+    assert (kn.norm(K, "layernorm", 0.0, 1.0, n) - Y @ Y.T / n).abs().max() > 0.1  # (without it: far off)
+
+
+def test_norm_factor_maps_cross_grams():
+    n = 128
+    X, Z = (torch.randn(4, n, generator=gen(s), dtype=DT) for s in (3, 4))
+    K, C = X @ X.T / n, X @ Z.T / n
+    f = kn.norm_factor(K, "rmsnorm", 1e-6, 2.0, n)
+    Y = F.rms_norm(X, (n,), eps=1e-6) * 2.0
+    torch.testing.assert_close(f[:, None] * C, Y @ Z.T / n, rtol=1e-12, atol=1e-12)
+
+
+def test_cosine_is_the_mean_pairwise_cosine():
+    X = torch.randn(2, 5, 32, generator=gen(5), dtype=DT)
+    U = X / X.norm(dim=-1, keepdim=True)
+    C = U @ U.transpose(-2, -1)
+    want = ((C.sum((-2, -1)) - 5) / 20).mean()
+    torch.testing.assert_close(kn.cosine(X @ X.transpose(-2, -1) / 32), want)
+
+
+# --- a linear map and the activation kernels: against sampling ---------------------------
+
+
+def test_linear_step_against_a_drawn_matrix():
+    n, out, T = 48, 40000, 4
+    X = torch.randn(T, n, generator=gen(6), dtype=DT)
+    W = torch.randn(out, n, generator=gen(7), dtype=DT) * 0.3
+    b = torch.randn(out, generator=gen(8), dtype=DT) * 0.5
+    Y = X @ W.T + b
+    got = kn.linear(X @ X.T / n, 0.3**2 * n, 0.5**2)
+    torch.testing.assert_close(got, Y @ Y.T / out, rtol=0.03, atol=0.03)
+
+
+@pytest.mark.parametrize("kind", ["swiglu", "geglu", "gelu", "relu", "relu2"])
+def test_activation_kernel_against_sampling(kind):
+    """E[phi(u_i) phi(u_j)] for u ~ N(0, K) with unequal scales, correlations near 1 and
+    negative, against 400,000 samples: every entry within 4.5 standard errors."""
+    A = torch.randn(5, 8, generator=gen(9), dtype=DT)
+    A[2] = -0.7 * A[0] + 0.5 * A[2]  # negatively correlated with token 0
+    A[4] = A[1] + 0.05 * A[4]  # nearly the same token as 1
+    A = A / A.norm(dim=1, keepdim=True) * torch.tensor([0.3, 1.0, 2.5, 4.0, 1.0], dtype=DT).sqrt()[:, None]
+    K = A @ A.T
+    assert K[1, 4] / (K[1, 1] * K[4, 4]).sqrt() > 0.99 and K[0, 2] < 0, K
+    got, err = kn.act_kernel(K, kind)
+    phi = ACTIVATIONS[kind]
+    n, chunks = 400_000, 8
+    s1 = torch.zeros(5, 5, dtype=DT)
+    s2 = torch.zeros(5, 5, dtype=DT)
+    m1, m2 = torch.zeros(5, dtype=DT), torch.zeros(5, dtype=DT)
+    for c in range(chunks):
+        u = torch.randn(n // chunks, 5, generator=gen(20 + c), dtype=DT) @ factor(K).T
+        p = phi(u)
+        m1 += p.sum(0)
+        m2 += (p * p).sum(0)
+        prod = p[:, :, None] * p[:, None, :]
+        s1 += prod.sum(0)
+        s2 += (prod * prod).sum(0)
+    mean = s1 / n
+    se = ((s2 / n - mean**2) / n).sqrt()
+    z = (got - mean) / se
+    assert z.abs().max() < 4.5, (kind, z)
+    if kind not in ("swiglu", "geglu"):  # a plain FFN's features' mean (what a sub-LN removes)
+        mu = m1 / n
+        z_mean = (kn.activation_mean(K, kind) - mu) / ((m2 / n - mu**2) / n).sqrt()
+        assert z_mean.abs().max() < 4.5, z_mean
+    assert err < 1e-6  # Mehler's series to 48 terms at input variances up to 4 (GELU-tanh: 1.5e-7)
+
+
+def test_arccos_kernels_at_the_diagonal_and_at_zero_correlation():
+    """relu: E[relu(u)^2] = a/2, E[relu(u)] E[relu(v)] = sqrt(ab)/(2 pi) at rho 0; relu^2:
+    E[relu(u)^4] = 3a^2/2, at rho 0 (a/2)(b/2)."""
+    K = torch.tensor([[2.0, 0.0], [0.0, 0.5]], dtype=DT)
+    r1, _ = kn.act_kernel(K, "relu")
+    r2, _ = kn.act_kernel(K, "relu2")
+    torch.testing.assert_close(torch.diagonal(r1), torch.tensor([1.0, 0.25], dtype=DT))
+    torch.testing.assert_close(r1[0, 1], torch.tensor(1.0 / (2 * math.pi), dtype=DT))
+    torch.testing.assert_close(torch.diagonal(r2), torch.tensor([6.0, 0.375], dtype=DT))
+    torch.testing.assert_close(r2[0, 1], torch.tensor(0.25, dtype=DT))
+
+
+# --- attention: against the real softmax on Gaussian inputs -------------------------------
+
+
+def real_attention_gram(K, *, d, heads, kv_heads, sigma, causal, rope_base, softcap, forwards, seed):
+    """The model's own Attention (W_O the identity, so its output is the heads' outputs
+    side by side) on T tokens of Gram exactly K, over ``forwards`` independent draws of
+    W_Q, W_K, W_V ~ N(0, sigma^2): the Gram of the output averaged over the draws, and
+    its standard error."""
+    T = K.shape[0]
+    cfg = ModelConfig(d_model=d, n_heads=heads, n_kv_heads=kv_heads, max_seq_len=T,
+                      attention="causal" if causal else "bidirectional",
+                      positions="rope" if rope_base else "none", rope_base=rope_base or 10000.0)  # fmt: skip
+    att = Attention(cfg, dtype=DT, softcap=softcap)
+    x = vectors_with_gram(K, d, seed)[None]
+    rope = rope_cache(T, cfg.head_dim, cfg.rope_base, dtype=DT) if rope_base else None
+    g = gen(seed + 1)
+    s1 = torch.zeros(T, T, dtype=DT)
+    s2 = torch.zeros(T, T, dtype=DT)
+    with torch.no_grad():
+        att.o.weight.copy_(torch.eye(d, dtype=DT))
+        for _ in range(forwards):
+            for lin in (att.q, att.k, att.v):
+                lin.weight.normal_(0.0, sigma, generator=g)
+            u = att(x, rope)[0]
+            G = u @ u.T / d
+            s1 += G
+            s2 += G * G
+    mean = s1 / forwards
+    return mean, ((s2 / forwards - mean**2) / forwards).sqrt()
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        {"causal": True, "rope_base": None, "softcap": None, "kv_heads": None},
+        {"causal": True, "rope_base": 10.0, "softcap": None, "kv_heads": None},
+        {"causal": False, "rope_base": 10.0, "softcap": None, "kv_heads": None},
+        {"causal": True, "rope_base": None, "softcap": 1.5, "kv_heads": None},
+        {"causal": True, "rope_base": 10.0, "softcap": None, "kv_heads": 2},
+    ],
+    ids=["causal", "rope", "bidirectional-rope", "softcap", "gqa"],
+)
+def test_attention_average_against_the_real_softmax(case):
+    """At logit variance 4 (q.k / sqrt(d_h) with q, k components of variance 2): the
+    prediction's Monte Carlo over the logits (2,400 heads) against the real attention
+    of Gaussian inputs (300 draws of 8 heads), every entry within 4.5 standard errors of
+    their difference. RoPE at base 10, where it turns every frequency within 8 positions
+    (at 10,000 the prediction without it is within 4 s.e. too: the test could not tell)."""
+    T, d, heads = 8, 128, 8
+    K = random_gram(T, 11)
+    sigma2_d = 2.0  # s^2 n of W_Q, W_K, W_V
+    sigma = math.sqrt(sigma2_d / d)
+    real, real_se = real_attention_gram(K, d=d, heads=heads, kv_heads=case["kv_heads"], sigma=sigma,
+                                        causal=case["causal"], rope_base=case["rope_base"],
+                                        softcap=case["softcap"], forwards=300, seed=12)  # fmt: skip
+    F_ = scaled(factor(K)[None], sigma2_d)
+    dh = d // heads
+    rope = rope_cache(T, dh, case["rope_base"], dtype=DT) if case["rope_base"] else None
+    runs = [attention_gram(F_, F_, F_, dh, 1 / math.sqrt(dh), case["causal"], rope, case["softcap"], 600,
+                           gen(40 + i))[0] for i in range(4)]  # fmt: skip
+    mf = torch.stack(runs).mean(0)
+    mf_se = torch.stack(runs).std(0) / 2
+    z = (mf - real) / (real_se**2 + mf_se**2).sqrt()
+    assert z.abs().max() < 4.5, z
+    # and the logits mattered: uniform attention would be far off; so did RoPE
+    U = uniform_weights(T, case["causal"])
+    assert ((U @ (sigma2_d * K) @ U.T - real).abs() / real_se).max() > 20
+    if rope is not None:
+        norope = attention_gram(F_, F_, F_, dh, 1 / math.sqrt(dh), case["causal"], None, None, 2400, gen(50))[
+            0
+        ]
+        assert ((norope - real) / (real_se**2 + mf_se**2).sqrt()).abs().max() > 5  # (beyond the 4.5 above)
+
+
+def test_attention_of_zero_logits_is_the_uniform_average():
+    """A query of zero variance (muP's zero W_Q): every logit is 0, the weights uniform
+    over the keys each query sees; exactly U K_v U^T, computed here by explicit sums."""
+    T = 6
+    K = random_gram(T, 13)
+    Fv = factor(K)[None]
+    zero = torch.zeros_like(Fv)
+    got = attention_gram(zero, Fv, Fv, 8, 0.35, True, None, None, 3, gen(0))[0]
+    want = torch.empty(T, T, dtype=DT)
+    for i in range(T):
+        for j in range(T):
+            want[i, j] = K[: i + 1, : j + 1].sum() / ((i + 1) * (j + 1))
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+# --- the whole recursion ---------------------------------------------------------------
+
+
+def test_same_arguments_same_numbers():
+    cfg = ModelConfig(n_layers=2, d_model=32, n_heads=2, max_seq_len=8)
+    tokens = torch.randint(64, (2, 8), generator=gen(0))
+    a = predict(cfg, InitConfig(seed=1), tokens, 3).frame
+    b = predict(cfg, InitConfig(seed=1), tokens, 3).frame
+    assert a.equals(b)
+    c = predict(cfg, InitConfig(seed=2), tokens, 3).frame  # another seed: other draws
+    assert not c["mf_stream_var"].equals(a["mf_stream_var"])
+
+
+def test_cost_and_numbers_do_not_depend_on_d_beyond_the_fan_ins():
+    """At sigma = 1/sqrt(d) the variances a width sees are those of any other: the
+    prediction at d 64 and d 8192 (same heads' size) agrees to rounding and the
+    Monte Carlo (the same draws: same head size, same seed)."""
+    tokens = torch.randint(1024, (1, 16), generator=gen(1))
+    out = []
+    for d, heads in ((64, 2), (8192, 256)):
+        cfg = ModelConfig(n_layers=3, d_model=d, n_heads=heads, d_ff=4 * d, max_seq_len=16)
+        out.append(predict(cfg, InitConfig(sigma="inv-sqrt-d", embed_std=1.0, seed=0), tokens, 2).frame)
+    a, b = (torch.tensor(o["mf_stream_var"].to_numpy()) for o in out)
+    torch.testing.assert_close(a, b, rtol=1e-9, atol=0)
