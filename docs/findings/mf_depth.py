@@ -59,7 +59,7 @@ def measure(cache: Path | None) -> tuple[dict, dict]:
 
     if cache is not None and cache.exists():
         return pickle.loads(cache.read_bytes())
-    frames, seconds = {}, {}
+    frames, seconds = {}, {"load_start": os.getloadavg(), "date_start": time.strftime("%Y-%m-%d %H:%M")}
     for L in DEPTHS:
         for seed in SEEDS:
             t = time.perf_counter()
@@ -67,6 +67,7 @@ def measure(cache: Path | None) -> tuple[dict, dict]:
             seconds[f"L{L}-seed{seed}"] = round(time.perf_counter() - t, 1)
             frames[(L, seed)] = res["variance"]
             print(f"L={L} seed={seed}: {seconds[f'L{L}-seed{seed}']} s", file=sys.stderr)
+    seconds.update(load_end=os.getloadavg(), date_end=time.strftime("%Y-%m-%d %H:%M"))
     if cache is not None:
         cache.write_bytes(pickle.dumps((frames, seconds)))
     return frames, seconds
@@ -74,7 +75,6 @@ def measure(cache: Path | None) -> tuple[dict, dict]:
 
 def main(cache: Path | None = None) -> dict:
     torch.set_num_threads(1)
-    load_start = os.getloadavg()
     frames, seconds = measure(cache)
     out = {"configs": {}}
     for scheme, pos in CONFIGS:
@@ -132,8 +132,10 @@ def main(cache: Path | None = None) -> dict:
                        "depths": DEPTHS, "mf_draws": RunConfig().mf_draws, "torch_threads": 1}  # fmt: skip
     out["seconds"] = seconds
     out["machine"] = {
-        "load_start": load_start, "load_end": os.getloadavg(), "host": platform.node(), "cpus": os.cpu_count(),
-        "processor": platform.processor() or platform.machine(), "date": time.strftime("%Y-%m-%d %H:%M"),
+        # the load average (1, 5, 15 min) when the measurement began and ended, and when
+        **{k: seconds.pop(k) for k in ("load_start", "load_end", "date_start", "date_end")},
+        "host": platform.node(), "cpus": os.cpu_count(),
+        "processor": platform.processor() or platform.machine(),
     }  # fmt: skip
     return out
 

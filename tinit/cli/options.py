@@ -252,7 +252,8 @@ QUIET = option("quiet", bool, "--quiet", "-q", help="Print only the run folder's
                default=False)  # fmt: skip
 #: the large-width prediction's Monte Carlo (tinit.mf): variance and depth-sweep
 MF_DRAWS = option(
-    "mf_draws", int, "--mf-draws", panel=RUN, fields=("mf_draws",), default=4, min=0, max=MAX_MF_DRAWS,
+    "mf_draws", int, "--mf-draws", panel=RUN, fields=("mf_draws",), default=RunConfig().mf_draws, min=0,
+    max=MAX_MF_DRAWS,
     help="Heads drawn per sequence at each attention by the large-width prediction (the mf_* columns; its "
     "Monte Carlo error falls as 1/sqrt(draws)); 0: no prediction, the mf_* columns empty.",
 )  # fmt: skip
