@@ -367,9 +367,10 @@ def assemble(
     order = {c: i for i, c in enumerate(configs)}
     sweep = pd.DataFrame(records)
     sweep["_order"] = [order[(a, b)] for a, b in zip(sweep["init"], sweep["norm_position"], strict=True)]
-    sweep = sweep.sort_values(["_order", "n_layers", "seed"], kind="stable")[SWEEP_COLUMNS].reset_index(
-        drop=True
-    )
+    # (rows made before a column existed, e.g. a point of a resumed sweep written by an
+    # older tinit, have it empty)
+    sweep = sweep.sort_values(["_order", "n_layers", "seed"], kind="stable").reindex(columns=SWEEP_COLUMNS)
+    sweep = sweep.reset_index(drop=True)
     theory_lines = {}
     for (scheme, pos), d in sweep.groupby(["init", "norm_position"], sort=False):
         theory_lines[(scheme, pos)] = theory_line(d, scheme, pos, model, init)
