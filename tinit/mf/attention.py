@@ -82,7 +82,7 @@ def attention_gram(
     sin tables (T, d_h / 2). Logits that are exactly 0 (a query or key of zero variance:
     muP's zero W_Q) give the uniform weights, computed exactly."""
     B, T, _ = Fv.shape
-    if not (bool(Fq.abs().amax() > 0) and bool(Fk.abs().amax() > 0)):
+    if not (bool(torch.linalg.vector_norm(Fq) > 0) and bool(torch.linalg.vector_norm(Fk) > 0)):
         U = uniform_weights(T, causal)
         return U @ gram(Fv) @ U.T
     m = min(head_dim, MAX_COMPONENTS)
