@@ -46,7 +46,7 @@ def variance(opts: Options) -> None:
     from .runner import Outputs, execute
 
     model, init_cfg, run = configs_or_exit(
-        lambda: (opts.model_config(), opts.init_config(), opts.run_config(theory_only=theory_only))
+        lambda: (opts.model_config(), opts.init_config(), opts.run_config())
     )
     title = describe(opts, model)
     execute(

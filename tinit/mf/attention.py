@@ -40,11 +40,17 @@ CHUNK_BYTES = 64 * 2**20
 def factor(K: torch.Tensor) -> torch.Tensor:
     """A square root F of each positive semi-definite K (F F^T = K): its Cholesky factor,
     or where that fails (a Gram of repeated tokens is singular) by its eigenvalues, the
-    negative rounding clipped at 0."""
+    negative rounding clipped at 0; NaN for a K that is not finite (an overflowed stream:
+    the prediction goes on as NaN, which the run flags, as it flags the measurement's)."""
+    if not bool(torch.isfinite(K).all()):  # a stream that overflowed: nothing to factor (NaN, flagged)
+        return torch.full_like(K, math.nan)
     F, info = torch.linalg.cholesky_ex(K)
     if int(info.amax()) == 0:
         return F
-    vals, vecs = torch.linalg.eigh(K)
+    try:
+        vals, vecs = torch.linalg.eigh(K)
+    except torch.linalg.LinAlgError:  # finite but beyond the solver (entries near 1e300)
+        return torch.full_like(K, math.nan)
     return vecs * vals.clamp_min(0).sqrt().unsqueeze(-2)
 
 
