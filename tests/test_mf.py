@@ -359,3 +359,25 @@ def test_x0_mix_and_backout_with_live_branches(layers):
     assert (m["cos_sim"] - m["mf_cos_sim"]).abs().max() < 0.01
     # the backout moved the last addition's stream: below the one before it
     assert m["mf_stream_var"].iloc[-1] < 0.5 * m["mf_stream_var"].iloc[-2]
+
+
+def test_gaussian_branches_are_the_laws_exact_case():
+    """Branches of independent N(0, S2) noise (--branch gaussian): v_2L = v0 + 2L S2 with
+    no norm on the branch (pre, none), v0 + 2L with one (sandwich, reordered: the noise
+    normalised, gain 1), and post-norm's sum 1 + S2 after the first norm; the noise has no
+    token structure, so the tokens stay orthogonal."""
+    S2, L = 0.5, 3
+    tokens = torch.arange(16).reshape(2, 8)  # distinct tokens: K_0 = v0 I
+    for place, want in (("pre", 2 * L * S2), ("none", 2 * L * S2), ("sandwich", 2 * L), ("reordered", 2 * L)):
+        cfg = ModelConfig(
+            n_layers=L, d_model=32, n_heads=2, branch="gaussian", branch_var=S2, norm_position=place
+        )
+        f = predict(cfg, InitConfig(), tokens, 1).frame
+        v0 = 0.02**2
+        assert f["mf_stream_var"].iloc[-1] == pytest.approx(v0 + want, rel=1e-5), place
+        assert f["mf_cos_sim"].abs().max() == 0
+    cfg = ModelConfig(
+        n_layers=L, d_model=32, n_heads=2, branch="gaussian", branch_var=S2, norm_position="post"
+    )
+    f = predict(cfg, InitConfig(), tokens, 1).frame
+    assert f["mf_stream_var"].iloc[2:].to_numpy() == pytest.approx(1 + S2, rel=1e-5)

@@ -266,13 +266,13 @@ def predict(
             else:
                 F, err = _ffn(cfg, init, roles, y)
                 worst = max(worst, err)
-            if place.norm_out and cfg.branch == "model":
+            if place.norm_out:  # (Gaussian branches too: the block normalises their noise)
                 F = roles.norm(F, cfg.d_model)
             F = c * c * F
             s = m.a * m.a * x_in + m.g * m.g * F
             if c != 1.0:
                 st.scale(c)
-            st.scale(m.a)
+            st.scale(m.a)  # (after a backout, the last addition, no cross Gram is read again)
             if place.norm_stream:
                 f = kn.norm_factor(s, cfg.norm, cfg.norm_eps, math.sqrt(roles.norm_gain2), cfg.d_model)
                 st.K = roles.norm(s, cfg.d_model)
