@@ -11,6 +11,8 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tinit.experiments.measure.variance import run_variance
 from tinit.mf import kernels as kn
@@ -154,6 +156,29 @@ def test_activation_kernel_against_sampling(kind):
         z_mean = (kn.activation_mean(K, kind) - mu) / ((m2 / n - mu**2) / n).sqrt()
         assert z_mean.abs().max() < 4.5, z_mean
     assert err < 1e-6  # Mehler's series to 48 terms at input variances up to 4 (GELU-tanh: 1.5e-7)
+
+
+@settings(max_examples=40, deadline=None, database=None)
+@given(
+    kind=st.sampled_from(["swiglu", "geglu", "gelu", "relu", "relu2"]),
+    seed=st.integers(0, 10_000),
+    scale=st.floats(0.05, 4.0),
+    rank=st.integers(1, 5),
+)
+def test_activation_kernel_is_a_gram(kind, seed, scale, rank):
+    """Whatever the input Gram (any rank: repeated tokens make it singular), the kernel is
+    the Gram of the activations' features: symmetric, positive semi-definite, its diagonal
+    E[phi(u_i)^2] >= E[phi(u_i)]^2, and by Cauchy-Schwarz |M_ij| <= sqrt(M_ii M_jj)."""
+    A = torch.randn(5, rank, generator=gen(seed), dtype=DT) * math.sqrt(scale)
+    K = A @ A.T
+    M, _ = kn.act_kernel(K, kind)
+    torch.testing.assert_close(M, M.T, rtol=0, atol=0)
+    top = float(torch.diagonal(M).max())
+    assert float(torch.linalg.eigvalsh(M).min()) >= -1e-9 * max(top, 1e-300)
+    mu = kn.activation_mean(K, kind)
+    assert (torch.diagonal(M) >= mu * mu - 1e-12 * top).all()
+    bound = torch.sqrt(torch.diagonal(M)[:, None] * torch.diagonal(M)[None, :])
+    assert (M.abs() <= bound * (1 + 1e-9) + 1e-15).all()
 
 
 def test_arccos_kernels_at_the_diagonal_and_at_zero_correlation():

@@ -98,7 +98,8 @@ def _correlation(K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(rho, diag): K's correlations, clamped to [-1, 1] (0 where a token is zero), and its diagonal."""
     diag = torch.diagonal(K, dim1=-2, dim2=-1)
     inv = torch.where(diag > 0, diag.clamp_min(0).rsqrt(), torch.zeros_like(diag))
-    rho = (K * inv.unsqueeze(-1) * inv.unsqueeze(-2)).clamp(-1.0, 1.0)
+    rho = K * inv.unsqueeze(-1) * inv.unsqueeze(-2)
+    rho = (0.5 * (rho + rho.transpose(-2, -1))).clamp(-1.0, 1.0)  # exactly symmetric (arccos is steep at 1)
     return rho, diag.clamp_min(0)
 
 
