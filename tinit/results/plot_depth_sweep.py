@@ -317,7 +317,7 @@ def _ratio_labels(ax, labels: list, gap: float = 0.045) -> None:
             continue
         placed.append(f)
         ax.annotate(f"×{ratio_text(r)}", (x, r), xytext=(-9, 0), textcoords="offset points", ha="right",
-                    va="center", fontsize=8, color=color, gid="ratio",
+                    va="center", fontsize=8, color=color, gid="ratio", zorder=6,
                     bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 0.5})  # fmt: skip
 
 
