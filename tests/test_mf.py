@@ -340,6 +340,7 @@ def test_end_to_end_against_the_measured_forward():
     "scheme",
     [
         "gemma2",
+        "gemma3",
         "olmo2",
         "deepnet",
         "t-fixup",
@@ -353,11 +354,11 @@ def test_end_to_end_against_the_measured_forward():
 )
 def test_end_to_end_every_kind_of_scheme(scheme):
     """A scheme of each kind in its own placement and architecture (sandwich with soft-cap,
-    GeGLU and sqrt(d) embedding; reordered with full-width QK-norm; post-norm with DeepNet's
-    alpha; no norm with random biases; sub-LN LayerNorm with GELU; muP's 1/d_h logits and
-    zero W_Q; CompleteP's branch multiplier; nanochat's x0 mix, backout and relu^2; ReZero's
-    zero gate; a per-layer depth scaling), d 256, 2 layers, 4 draws: v_2L within 5% and the
-    last cosine within 0.03 of the measured means."""
+    GeGLU and sqrt(d) embedding, and with QK-norm per head; reordered with full-width
+    QK-norm; post-norm with DeepNet's alpha; no norm with random biases; sub-LN LayerNorm
+    with GELU; muP's 1/d_h logits and zero W_Q; CompleteP's branch multiplier; nanochat's
+    x0 mix, backout and relu^2; ReZero's zero gate; a per-layer depth scaling), d 256,
+    2 layers, 4 draws: v_2L within 5% and the last cosine within 0.03 of the measured means."""
     model = ModelConfig(n_layers=2, d_model=256, n_heads=4, vocab_size=256, max_seq_len=16)
     m, _ = measured_and_predicted(model, InitConfig(), 4, (scheme,))
     last = m.groupby(level=["init", "norm_position"]).tail(1)
@@ -406,3 +407,17 @@ def test_gaussian_branches_are_the_laws_exact_case():
     )
     f = predict(cfg, InitConfig(), tokens, 1).frame
     assert f["mf_stream_var"].iloc[2:].to_numpy() == pytest.approx(1 + S2, rel=1e-5)
+
+
+def test_end_to_end_the_model_options():
+    """The options of the model itself: LayerNorm, learned positions (K_0 + sigma_pos^2 I),
+    the GELU FFN, zero biases, grouped-query attention (2 K/V heads for 4), QK-norm,
+    bidirectional attention, in pre and post placements; d 256, 4 draws: v_2L within 5%,
+    the last cosine within 0.03."""
+    model = ModelConfig(n_layers=2, d_model=256, n_heads=4, n_kv_heads=2, vocab_size=256, max_seq_len=16,
+                        norm="layernorm", positions="learned", ffn="gelu", bias=True, qk_norm=True,
+                        attention="bidirectional")  # fmt: skip
+    m, _ = measured_and_predicted(model, InitConfig(sigma="inv-sqrt-d", embed_std=1.0), 4, ("naive", "gpt2"))
+    last = m.groupby(level=["init", "norm_position"]).tail(1)
+    assert ((last["stream_var"] / last["mf_stream_var"] - 1).abs() < 0.05).all(), last
+    assert ((last["cos_sim"] - last["mf_cos_sim"]).abs() < 0.03).all(), last
