@@ -46,6 +46,10 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(args.tree.resolve()))
     tinit = [sys.executable, "-m", "tinit", "variance", "--layers", str(args.layers), "--threads", "1"]
+    if "mf_draws" in (args.tree / "tinit" / "model" / "config.py").read_text():
+        # the peer measures and predicts nothing: the same work is tinit's measurement without the
+        # large-width prediction (its own cost is in docs/performance.md, "The large-width prediction")
+        tinit += ["--mf-draws", "0"]
     peer = {
         "independent": ("B independent peer: same 4 forwards, plain torch", HERE / "_variance_peer.py"),
         "bare": ("B tinit's model, 4 forwards, no probe", HERE / "_bare_forward.py"),

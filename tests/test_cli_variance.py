@@ -11,7 +11,7 @@ from helpers import assert_one_line_error, figures_built_not_saved, validation_o
 from typer.testing import CliRunner
 
 from tinit.cli import app
-from tinit.experiments.measure.variance import SUMMARY_COLUMNS, VARIANCE_COLUMNS
+from tinit.experiments.measure.variance import RUN_SUMMARY_COLUMNS, RUN_VARIANCE_COLUMNS
 
 runner = CliRunner()
 TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]
@@ -36,9 +36,9 @@ def test_writes_csvs_plot_and_config(tmp_path):
     for name in ("variance.csv", "summary.csv", "variance.png", "variance.svg", "config.json"):
         assert (out / name).is_file(), name
     v = pd.read_csv(out / "variance.csv")
-    assert list(v.columns) == VARIANCE_COLUMNS
+    assert list(v.columns) == RUN_VARIANCE_COLUMNS
     assert len(v) == 4 * 5
-    assert list(pd.read_csv(out / "summary.csv").columns) == SUMMARY_COLUMNS
+    assert list(pd.read_csv(out / "summary.csv").columns) == RUN_SUMMARY_COLUMNS
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["complete"] is True
     assert cfg["model"]["n_layers"] == 2 and cfg["model"]["d_ff"] == 64
@@ -103,6 +103,12 @@ def test_restricting_flags(tmp_path, no_png, args, option):
         (["--format", "jpg"], "--format"),
         (["--dtype", "float16"], "--dtype"),
         (["--batch", "0"], "--batch"),
+        (["--mf-draws", "-1"], "--mf-draws"),
+        (["--mf-draws", "10001"], "--mf-draws"),
+        (["--theory-only", "--mf-draws", "0"], "--mf-draws"),
+        # the prediction's 16 T x T Grams per sequence: 2 x 16 x 1e10 x 8 bytes, refused before
+        (["--theory-only", "--seq-len", "100000"], "--seq-len"),
+        (["--seq-len", "100000", "--batch", "1", "--layers", "1"], "--seq-len"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, args, option):
@@ -160,3 +166,40 @@ def test_out_of_memory_keeps_what_was_measured(tmp_path, monkeypatch, no_png):
     assert len(v.groupby(["init", "norm_position"])) == 2
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["complete"] is False and "out of memory" in cfg["error"]
+
+
+def test_theory_only_builds_no_model_and_writes_the_prediction(tmp_path, monkeypatch):
+    """--theory-only: no Transformer is made, variance.csv and summary.csv have every
+    measured cell empty and the prediction's filled, the figure is drawn, config.json
+    records the prediction's draws."""
+    import tinit.experiments.measure.variance as variance
+
+    def refuse(*a, **k):
+        raise AssertionError("--theory-only built a model")
+
+    monkeypatch.setattr(variance, "Transformer", refuse)
+    out = tmp_path / "t"
+    res = invoke("--theory-only", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    assert "Large-width prediction" in res.stdout and "theory-only" in res.stdout
+    v = pd.read_csv(out / "variance.csv")
+    assert list(v.columns) == RUN_VARIANCE_COLUMNS and len(v) == 4 * 5
+    assert v[["stream_var", "branch_var", "cos_sim", "pred_cumulative"]].isna().all().all()
+    assert v["mf_stream_var"].notna().all() and v["mf_branch_var"].isna().sum() == 4  # (k = 0)
+    s = pd.read_csv(out / "summary.csv")
+    assert s["v_final"].isna().all() and s["rel_err_mf"].isna().all() and s["mf_v_final"].notna().all()
+    assert (out / "variance.png").is_file()
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["mf"]["draws"] == 4 and cfg["mf"]["theory_only"] is True and cfg["complete"] is True
+    assert cfg["non_finite_total"] == 0  # the empty cells are not applicable, not non-finite
+
+
+def test_no_prediction_leaves_its_columns_empty(tmp_path, no_png):
+    out = tmp_path / "n"
+    res = invoke("--mf-draws", "0", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    v = pd.read_csv(out / "variance.csv")
+    assert v[["mf_stream_var", "mf_branch_var", "mf_cos_sim"]].isna().all().all()
+    assert v["stream_var"].notna().all()
+    assert "Large-width prediction" not in res.stdout
+    assert json.loads((out / "config.json").read_text())["non_finite_total"] == 0

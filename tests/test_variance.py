@@ -11,7 +11,7 @@ import torch
 
 from tinit import theory
 from tinit.experiments.measure.probes import VarianceProbe
-from tinit.experiments.measure.variance import SUMMARY_COLUMNS, VARIANCE_COLUMNS, run_variance
+from tinit.experiments.measure.variance import RUN_SUMMARY_COLUMNS, RUN_VARIANCE_COLUMNS, run_variance
 from tinit.model.config import InitConfig, ModelConfig, RunConfig
 
 
@@ -115,8 +115,8 @@ def test_a_probe_past_its_first_table_rows_keeps_every_row():
 
 def test_columns(tiny_model, tiny_run):
     res = run_variance(tiny_model, run=tiny_run)
-    assert list(res["variance"].columns) == VARIANCE_COLUMNS
-    assert list(res["summary"].columns) == SUMMARY_COLUMNS
+    assert list(res["variance"].columns) == RUN_VARIANCE_COLUMNS
+    assert list(res["summary"].columns) == RUN_SUMMARY_COLUMNS
     v = res["variance"]
     assert len(v) == 4 * (2 * tiny_model.n_layers + 1)
     emb = v[v["k"] == 0]

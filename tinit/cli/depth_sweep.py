@@ -15,6 +15,7 @@ DEFAULT_LAYERS = "1,2,4,8,12,24,48,80"
 
 OPTIONS = (
     opt.DEPTHS,  # default DEFAULT_LAYERS
+    opt.MF_DRAWS,
     Param(
         "seeds",
         Annotated[
@@ -123,6 +124,7 @@ def depth_sweep(opts: Options) -> None:
                 _plots().depth_sweep_slope_table(
                     r["depth_sweep_fit"], r["depth_sweep_summary"], "Slope against L"
                 ),
+                *_predicted(r["depth_sweep_fit"]),
             ],
         ),
         plan=lambda: depth_sweep_plan(
@@ -133,6 +135,11 @@ def depth_sweep(opts: Options) -> None:
 
 def _depths(depths: list[int]) -> str:
     return ",".join(map(str, depths)) if len(depths) <= 10 else f"{depths[0]}..{depths[-1]} ({len(depths)})"
+
+
+def _predicted(fit) -> list:
+    table = _plots().depth_sweep_prediction_table(fit, "Large-width prediction of the transfer")
+    return [] if table is None else [table]
 
 
 def _plots():

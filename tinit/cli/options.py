@@ -30,6 +30,7 @@ from ..model.catalogue import names as scheme_names
 from ..model.catalogue import parse_init_list
 from ..model.config import (  # noqa: F401 -- the commands' bounds, as opt.MAX_*
     MAX_BATCHES,
+    MAX_MF_DRAWS,
     MAX_SEEDS,
     InitConfig,
     ModelConfig,
@@ -249,6 +250,13 @@ FORMAT = option("format", str, "--format", panel=OUTPUT, parser=_formats, metava
                 help="Plot formats, a comma list of png, pdf, svg; the PNG is always written.")  # fmt: skip
 QUIET = option("quiet", bool, "--quiet", "-q", help="Print only the run folder's path.", panel=OUTPUT,
                default=False)  # fmt: skip
+#: the large-width prediction's Monte Carlo (tinit.mf): variance and depth-sweep
+MF_DRAWS = option(
+    "mf_draws", int, "--mf-draws", panel=RUN, fields=("mf_draws",), default=RunConfig().mf_draws, min=0,
+    max=MAX_MF_DRAWS,
+    help="Heads drawn per sequence at each attention by the large-width prediction (the mf_* columns; its "
+    "Monte Carlo error falls as 1/sqrt(draws)); 0: no prediction, the mf_* columns empty.",
+)  # fmt: skip
 DATA_SOURCE = option(
     "data", str, "--data", panel=DATA, metavar="markov|stdlib|FILE", default="markov",
     help="markov: a seeded sparse Markov chain with an exact entropy rate (--vocab tokens, --markov-k "
@@ -289,7 +297,7 @@ def _groups() -> dict[str, tuple[Option, ...]]:
 #: The option groups a registry row names, by name.
 GROUPS = _groups()
 #: Every option declared here or on a config (the list options included).
-DECLARED: tuple[Option, ...] = (*(o for g in GROUPS.values() for o in g), DEPTHS, WIDTHS)
+DECLARED: tuple[Option, ...] = (*(o for g in GROUPS.values() for o in g), DEPTHS, WIDTHS, MF_DRAWS)
 
 
 class Param(NamedTuple):

@@ -56,6 +56,10 @@ MAX_BATCHES = 10_000
 #: (DeepNet); past this, the per-layer rule checks and the 2L + 1 rows a run records per
 #: configuration grow without bound (--layers 1e8 filled memory before any block ran).
 MAX_LAYERS = 100_000
+#: The most heads the large-width prediction (tinit.mf) draws per sequence at each
+#: attention: its Monte Carlo error falls as 1/sqrt(draws), below 0.01% of a layer's
+#: branch variance at 10,000; each draw costs about 4 T^3 multiply-adds.
+MAX_MF_DRAWS = 10_000
 
 
 class ConfigError(ValueError):
@@ -391,6 +395,9 @@ class RunConfig:
              "built model would not fit).",
     ))  # fmt: skip
     data_seed: int | None = None  # seed of the random tokens; None -> the init seed
+    # heads drawn per sequence at each attention by the large-width prediction (tinit.mf);
+    # 0: no prediction (its columns empty)
+    mf_draws: int = 4
     # allow TF32 matmuls on CUDA in float32 runs (faster, 10-bit mantissa)
     tf32: bool = field(default=False, metadata=flag(
         "--tf32", panel=RUN,
@@ -415,6 +422,13 @@ class RunConfig:
             isinstance(self.data_seed, bool) or not isinstance(self.data_seed, int) or self.data_seed < 0
         ):
             raise ConfigError("data_seed", f"must be a whole number >= 0 or None, got {self.data_seed!r}")
+        check_count(
+            "mf_draws",
+            self.mf_draws,
+            MAX_MF_DRAWS,
+            least=0,
+            why=" (0: no prediction; the Monte Carlo error falls as 1/sqrt(draws))",
+        )
         if not isinstance(self.extra, dict):
             raise ConfigError("extra", f"must be a dict, got {self.extra!r}")
 

@@ -91,6 +91,10 @@ def _law_depth_panel(ax, pos, groups, order, depths, logx, theory, notes) -> str
         pred = d["pred_closed_final_mean"] - (d["v0_mean"] if grow else 0.0)
         ax.plot(d["n_layers"], pred, color=st["color"], marker="x", ms=4, gid=f"theory:{init}/{p}",
                 **style.THEORY)  # fmt: skip
+        mf_col = "mf_v_growth_mean" if grow else "mf_v_final_mean"
+        if mf_col in d.columns and d[mf_col].notna().any():  # the large-width prediction
+            ax.plot(d["n_layers"], d[mf_col], color=st["color"], gid=f"mf:{init}/{p}", **style.PREDICTION)
+            preds.append((init, p, d["n_layers"], d[mf_col], None))
         curve = None
         if theory is not None and len(theory):
             t = theory[(theory["init"] == init) & (theory["norm_position"] == p)].sort_values("n_layers")
@@ -210,6 +214,9 @@ def plot_depth_sweep(
     if theory is not None and len(theory):
         handles.append(Line2D([], [], color=style.NEUTRAL, **{**style.THEORY_ALT, "zorder": None},
                               label="closed form $v_{2L}(L)$, $s^2$ averaged over the depths"))  # fmt: skip
+    if "mf_v_final_mean" in summary.columns and summary["mf_v_final_mean"].notna().any():
+        handles.append(Line2D([], [], color=style.NEUTRAL, **{**style.PREDICTION, "zorder": None},
+                              label="large-width prediction (init only; mean over seeds)"))  # fmt: skip
     if has_grads:
         bx = axes[-1]
         series = {}
@@ -238,7 +245,7 @@ def _transfer_panel(ax, summary, fit, groups, order, depths, logx, notes) -> lis
     legend handles: each configuration with its ratio and verdict, and the band."""
     ref = int(fit["transfer_from"].iloc[0]) if len(fit) else int(depths[0])
     tol = float(fit["transfer_tol"].iloc[0]) if len(fit) else 0.10
-    series, vals, labels = {}, [], []
+    series, vals, labels, predicted = {}, [], [], []
     one_depth = False
     for (init, pos), d in groups:
         d = d.sort_values("n_layers").set_index("n_layers")
@@ -256,6 +263,11 @@ def _transfer_panel(ax, summary, fit, groups, order, depths, logx, notes) -> lis
                  else f"{init}/{pos}")  # fmt: skip
         one_depth = one_depth or not isinstance(word, str)
         _errorbars(ax, d.index.to_numpy(), r, r_se, init, pos, order[(init, pos)], label=label)
+        if "mf_v_final_mean" in d.columns and d["mf_v_final_mean"].notna().any():
+            mf = d["mf_v_final_mean"] / d.loc[ref, "mf_v_final_mean"]
+            ax.plot(d.index.to_numpy(), mf, color=config_style(init, pos)["color"], gid=f"mf:{init}/{pos}",
+                    **style.PREDICTION)  # fmt: skip
+            predicted.append(mf.to_numpy())
         series[f"{init}/{pos}"] = r.to_numpy()
         vals.append(r.to_numpy())
         if isinstance(word, str) and word != "yes" and np.isfinite(r.iloc[-1]) and abs(r.iloc[-1] - 1) > tol:
@@ -266,8 +278,15 @@ def _transfer_panel(ax, summary, fit, groups, order, depths, logx, notes) -> lis
     style.integer_axis(ax, depths, "x", log=logx)
     # log from a 2x span: on a linear 1..8 axis a x1.155 change (beyond the 10% band)
     # looks the same as 1; on a log axis it is as far from 1 as 0.87 is
-    style.value_axis(ax, np.concatenate(vals) if vals else [1.0], log_ratio=TRANSFER_LOG_SPAN,
-                     min_rel_span=0.05, include=(1 - tol, 1 + tol))  # fmt: skip
+    measured = np.concatenate(vals) if vals else np.array([1.0])
+    near = style.near(measured, np.concatenate(predicted)) if predicted else []
+    lim = style.value_axis(ax, measured, log_ratio=TRANSFER_LOG_SPAN, min_rel_span=0.05,
+                           include=(1 - tol, 1 + tol, *near))  # fmt: skip
+    for (init, pos), d in groups:  # a prediction past the axis: marked at the edge
+        if "mf_v_final_mean" in d.columns and ref in set(d["n_layers"]):
+            d = d.sort_values("n_layers").set_index("n_layers")
+            mf = d["mf_v_final_mean"] / d.loc[ref, "mf_v_final_mean"]
+            style.mark_clipped(ax, d.index.to_numpy(), mf.to_numpy(), lim, config_style(init, pos)["color"])
     if ax.get_yscale() == "log":
         ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_minor_locator(LogLocator(subs=np.arange(1.0, 10.0, 0.5)))
@@ -298,7 +317,7 @@ def _ratio_labels(ax, labels: list, gap: float = 0.045) -> None:
             continue
         placed.append(f)
         ax.annotate(f"×{ratio_text(r)}", (x, r), xytext=(-9, 0), textcoords="offset points", ha="right",
-                    va="center", fontsize=8, color=color, gid="ratio",
+                    va="center", fontsize=8, color=color, gid="ratio", zorder=6,
                     bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 0.5})  # fmt: skip
 
 
@@ -411,4 +430,26 @@ def depth_sweep_slope_table(fit: pd.DataFrame, summary: pd.DataFrame, title: str
             f"[{z_style}]{z_text(z)}[/]" if ok else "-",
             fmt(float(grad.iloc[0]), 3) if len(grad) else "-",
         )
+    return t
+
+
+def depth_sweep_prediction_table(fit: pd.DataFrame, title: str = "") -> Table | None:
+    """One row per configuration: the measured transfer ratio v_2L(L_to) / v_2L(L_from)
+    beside the large-width prediction's (its seeds' means) and how many standard errors
+    apart they are. None when nothing was predicted (--mf-draws 0) or one depth ran."""
+    if "mf_transfer_ratio" not in fit or not fit["mf_transfer_ratio"].notna().any():
+        return None
+    ref, hi = int(fit["transfer_from"].iloc[0]), int(fit["transfer_to"].iloc[0])
+    t = summary_table(
+        title,
+        f"predicted: the large-width Gaussian recursion from the init and each seed's tokens alone (no "
+        f"forward), v_2L(L={hi}) / v_2L(L={ref}) of its seed means; z = (measured − predicted) / s.e. of "
+        f"the measured ratio.",
+    )
+    for col in ("config", f"v({hi})/v({ref})", "predicted", "z"):
+        t.add_column(col, justify="left" if col == "config" else "right", no_wrap=True)
+    for r in fit.itertuples(index=False):
+        z = r.mf_transfer_z
+        t.add_row(f"{r.init}/{r.norm_position}", "×" + _pm(r.transfer_ratio, r.transfer_ratio_se, 4),
+                  "×" + ratio_text(r.mf_transfer_ratio), z_text(z) if math.isfinite(z) else "-")  # fmt: skip
     return t

@@ -8,7 +8,9 @@ configuration looks the same in every figure:
   everywhere (:func:`tinit.results.palette.config_style`, keyed by the scheme's name);
 - measurement is a solid line (translucent where a theory line is drawn on it),
   theory a thinner dashed line on top (:data:`MEASURED`, :data:`THEORY`); a second
-  prediction is dotted (:data:`THEORY_ALT`);
+  prediction is dotted (:data:`THEORY_ALT`); the large-width prediction made from the
+  init alone (:mod:`tinit.mf`), which takes nothing from the measurement, is
+  dash-dot-dot (:data:`PREDICTION`);
 - full-width figures are :data:`FULL_WIDTH` inches wide with fonts of at least 8 pt at
   that size (:data:`RC`, applied with :func:`styled`, scoped to the plot function);
 - y axes are log or linear by what the measured data span (:func:`value_axis`), and
@@ -56,6 +58,9 @@ MEASURED = {"ls": "-", "lw": 1.6, "zorder": 2}
 MEASURED_UNDER = {"ls": "-", "lw": 3.2, "alpha": 0.45, "zorder": 2}
 THEORY = {"ls": (0, (4, 2)), "lw": 1.1, "zorder": 3}
 THEORY_ALT = {"ls": (0, (1, 1.5)), "lw": 1.1, "zorder": 3}
+#: The large-width prediction (tinit.mf): dash-dot-dot, a little heavier, on top of
+#: everything (it is the line a reader compares the measurement with).
+PREDICTION = {"ls": (0, (7, 1.5, 1.3, 1.5, 1.3, 1.5)), "lw": 1.5, "zorder": 4}
 #: Line styles of the settings a figure tells apart besides the configuration (depth,
 #: lr, warmup, norm, FFN, tying), in order; the configuration is colour and marker.
 LINESTYLES = ("-", (0, (5, 2)), (0, (5, 1.5, 1, 1.5)), (0, (1, 1.2)), (0, (8, 2, 1, 2, 1, 2)), (0, (3, 1)))

@@ -259,6 +259,45 @@ def variance_table(summary: pd.DataFrame, title: str = "") -> Table:
     return t
 
 
+def prediction_table(summary: pd.DataFrame, variance: pd.DataFrame, title: str = "") -> Table | None:
+    """The large-width prediction (tinit.mf) beside the measurement, one row per
+    configuration: v_2L measured and predicted with the error, the tokens' mean pairwise
+    cosine at the last addition measured and predicted; without a measurement
+    (--theory-only) the prediction alone: v0, mean s², v_2L, cosine. None when the run
+    predicted nothing (--mf-draws 0)."""
+    if "mf_v_final" not in summary or not summary["mf_v_final"].notna().any():
+        return None
+    measured = bool(summary["v_final"].notna().any())
+    last = variance.sort_values("k").groupby(["init", "norm_position"], sort=False).tail(1)
+    cos = {(r.init, r.norm_position): (r.cos_sim, r.mf_cos_sim) for r in last.itertuples(index=False)}
+    first = variance[variance["k"] == 0]
+    v0 = {(r.init, r.norm_position): r.mf_stream_var for r in first.itertuples(index=False)}
+    if measured:
+        caption = (
+            "prediction: the large-width Gaussian recursion from the init and the tokens alone; err = "
+            "measured / predicted - 1; cos: the tokens' mean pairwise cosine at k = 2L"
+        )
+        cols = ("config", "v_2L", "predicted", "err", "cos_2L", "predicted")
+    else:
+        caption = "nothing measured (--theory-only); cos: the tokens' mean pairwise cosine at k = 2L"
+        cols = ("config", "v0", "mean s²", "v_2L", "cos_2L")
+    t = summary_table(title, caption)
+    for col in cols:
+        t.add_column(col, justify="left" if col == "config" else "right", no_wrap=True)
+    keys = list(zip(summary["init"], summary["norm_position"], strict=True))
+    c_meas = fmt_column([cos.get(k, (math.nan, math.nan))[0] for k in keys], 3)
+    c_mf = fmt_column([cos.get(k, (math.nan, math.nan))[1] for k in keys], 3)
+    v_mf = fmt_column(summary["mf_v_final"], 4)
+    for i, r in enumerate(summary.itertuples(index=False)):
+        name = f"{r.init}/{r.norm_position}"
+        if measured:
+            err = f"[{error_style(r.rel_err_mf)}]{pct(r.rel_err_mf)}[/]"
+            t.add_row(name, fmt(r.v_final, 4), v_mf[i], err, c_meas[i], c_mf[i])
+        else:
+            t.add_row(name, fmt(v0.get(keys[i], math.nan), 3), fmt(r.mf_branch_var_mean, 3), v_mf[i], c_mf[i])
+    return t
+
+
 def overflow_notes(summary: pd.DataFrame, dtype: str | None = None) -> list[Text]:
     """One warning per configuration whose stream variance stopped being a finite
     number: from which addition on (``first_nonfinite_k``), and where that is."""

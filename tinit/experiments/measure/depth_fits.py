@@ -25,7 +25,7 @@ from ...model.schemes import environment, evaluate, resolve
 #: Quantities averaged over seeds in depth_sweep_summary.csv (``<q>_mean``, ``<q>_se``).
 SUMMARY_QUANTITIES = (
     "v0", "v_final", "v_final_rel", "branch_var_mean", "sigma2_rel", "pred_closed_final", "grad_ratio",
-    "v_growth",
+    "v_growth", "mf_v_final", "mf_v_growth",
 )  # fmt: skip
 SUMMARY_COLUMNS = [
     "init", "norm_position", "n_layers", "n_seeds",
@@ -41,7 +41,7 @@ FIT_COLUMNS = [
     "ratio_max_min", "ratio_max_min_se", "diff_max_min", "diff_se", "within_spread",
     "transfer_from", "transfer_to", "transfer_ratio", "transfer_ratio_se", "transfer_tol",
     "transfer_significant", "transfers", "law_max_rel_err", "law_tol", "law_holds",
-    "closed_form", "theory_rel_err_max",
+    "closed_form", "theory_rel_err_max", "mf_ratio_max_min", "mf_transfer_ratio", "mf_transfer_z",
 ]  # fmt: skip
 #: depth_sweep_theory.csv: each configuration's closed form v_2L(L) at every whole L in range.
 THEORY_COLUMNS = [
@@ -257,6 +257,10 @@ def fit_configs(
         t_ratio_se = abs(t_ratio) * math.sqrt((t_a_se / t_a) ** 2 + (b_se / b) ** 2)
         t_diff_se = math.sqrt(t_a_se**2 + b_se**2)
         law_err = (s["v_final_mean"] / s["pred_closed_final_mean"] - 1.0).abs().max()
+        # the large-width prediction's ratios, from its seed means (each seed's prediction is
+        # made for that seed's tokens), and how many s.e. the measured transfer is from it
+        mf_a, mf_t, mf_b = (np.float64(s.loc[L, "mf_v_final_mean"]) for L in (depths[0], ref, depths[-1]))
+        mf_ratio, mf_t_ratio = mf_b / mf_a, mf_b / mf_t
         one = len(depths) == 1  # nothing to compare: no ratio, change or transfer verdict
         # the seeds' spread is the honest standard error; one seed has only the OLS one
         se_used = slope_se_seeds if len(seeds) > 1 else fit["slope_se"]
@@ -285,6 +289,10 @@ def fit_configs(
             "law_holds": bool(law_err <= LAW_TOL) if math.isfinite(law_err) else None,
             "closed_form": line.init.lookup(scheme).closed_form,
             "theory_rel_err_max": _max_abs(s["v_final_mean"] / s["theory_v_final"] - 1.0),
+            **dict.fromkeys(("mf_ratio_max_min", "mf_transfer_ratio", "mf_transfer_z"), math.nan),
+            **({} if one else {"mf_ratio_max_min": float(mf_ratio), "mf_transfer_ratio": float(mf_t_ratio),
+                               "mf_transfer_z": float((t_ratio - mf_t_ratio) / t_ratio_se)
+                               if t_ratio_se > 0 else math.nan}),
         })  # fmt: skip
     return pd.DataFrame(rows, columns=FIT_COLUMNS)
 

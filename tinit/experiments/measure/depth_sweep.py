@@ -55,6 +55,7 @@ SWEEP_COLUMNS = [
     "init", "norm_position", "n_layers", "seed", "v0", "v_final", "v_final_rel",
     "branch_var_mean", "sigma2_rel", "pred_closed_final", "rel_err_closed",
     "max_abs_cross_corr", "grad_ratio", "s2_ref_attn", "s2_ref_ffn", "v_growth",
+    "mf_v_final", "mf_v_growth", "rel_err_mf",
 ]  # fmt: skip
 
 
@@ -172,7 +173,8 @@ def depth_sweep_plan(
         transfer_from=ref,
     )  # fmt: skip
     return Plan("depth-sweep", points, gather, meta,
-                not_applicable(grads and model.branch == "model", init.schemes, model))  # fmt: skip
+                not_applicable(grads and model.branch == "model", init.schemes, model,
+                               predicted=run.mf_draws > 0))  # fmt: skip
 
 
 def depth_sweep_result(
@@ -189,11 +191,14 @@ def depth_sweep_result(
     return ExperimentResult({"depth_sweep": pd.DataFrame(rows, columns=SWEEP_COLUMNS)}, meta)
 
 
-def not_applicable(grad_ratio: bool, custom=(), model: ModelConfig | None = None) -> dict:
+def not_applicable(
+    grad_ratio: bool, custom=(), model: ModelConfig | None = None, predicted: bool = True
+) -> dict:
     """The cells of the three frames that have no value by design (written empty):
     the gradient ratio without gradients (--no-grads, Gaussian branches, a zero readout
     that passes no gradient down: ``model``'s configuration of the scheme), standard
-    errors over one seed, OLS errors below three points, a fit over one depth."""
+    errors over one seed, OLS errors below three points, a fit over one depth, and the
+    large-width prediction's cells when it was not made (``predicted`` False: --mf-draws 0)."""
 
     def one_seed(df):
         return df["n_seeds"] < 2
@@ -232,6 +237,14 @@ def not_applicable(grad_ratio: bool, custom=(), model: ModelConfig | None = None
         "r2": lambda df: one_depth(df) | flat(df),
         "theory_branch_var": zero_branches,
     }  # fmt: skip
+    fit.update(dict.fromkeys(("mf_ratio_max_min", "mf_transfer_ratio"), one_depth))
+    fit["mf_transfer_z"] = lambda df: one_depth(df) | one_seed(df)
+    if not predicted:
+        for cols in (
+            (fit, ("mf_ratio_max_min", "mf_transfer_ratio", "mf_transfer_z")),
+            (summary, ("mf_v_final_mean", "mf_v_final_se", "mf_v_growth_mean", "mf_v_growth_se")),
+        ):
+            cols[0].update(dict.fromkeys(cols[1], True))
     summary["grad_ratio_mean"] = no_grad_ratio
     summary["grad_ratio_se"] = lambda df: no_grad_ratio(df) | one_seed(df)
 
@@ -239,6 +252,7 @@ def not_applicable(grad_ratio: bool, custom=(), model: ModelConfig | None = None
         return zero_branches(df) | no_closed_form(df)
 
     sweep = {
+        **dict.fromkeys(("mf_v_final", "mf_v_growth", "rel_err_mf"), not predicted),
         "grad_ratio": no_grad_ratio,
         "max_abs_cross_corr": zero_branches,
         **dict.fromkeys(("s2_ref_attn", "s2_ref_ffn"), no_reference),
@@ -353,9 +367,10 @@ def assemble(
     order = {c: i for i, c in enumerate(configs)}
     sweep = pd.DataFrame(records)
     sweep["_order"] = [order[(a, b)] for a, b in zip(sweep["init"], sweep["norm_position"], strict=True)]
-    sweep = sweep.sort_values(["_order", "n_layers", "seed"], kind="stable")[SWEEP_COLUMNS].reset_index(
-        drop=True
-    )
+    # (rows made before a column existed, e.g. a point of a resumed sweep written by an
+    # older tinit, have it empty)
+    sweep = sweep.sort_values(["_order", "n_layers", "seed"], kind="stable").reindex(columns=SWEEP_COLUMNS)
+    sweep = sweep.reset_index(drop=True)
     theory_lines = {}
     for (scheme, pos), d in sweep.groupby(["init", "norm_position"], sort=False):
         theory_lines[(scheme, pos)] = theory_line(d, scheme, pos, model, init)

@@ -3,6 +3,8 @@
 For each (init scheme, norm position) the same tokens go through a stack whose
 weights share their draws; a :class:`VarianceProbe` records stream and branch
 variances at k = 0..2L, and :mod:`tinit.theory` puts the predictions beside them.
+The large-width prediction of :mod:`tinit.mf` (from the init and the tokens alone, no
+forward) adds its own columns, ``mf_*``; with ``theory_only`` it is all that runs.
 """
 
 from __future__ import annotations
@@ -14,14 +16,15 @@ import pandas as pd
 import torch
 
 from ... import theory
+from ...mf.stack import MF_COLUMNS, memory_bytes, predict
 from ...model.catalogue import get_scheme, known
-from ...model.config import InitConfig, ModelConfig, RunConfig
+from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ...model.placements import Placement, get_placement, normed_stream_names
 from ...model.transformer import Transformer
 from ..configs import check_configs, config_label, config_name, configure, grid
 from ..device import make_tokens, matmul_precision, resolve_device, resolve_dtype, stat_dtype
 from ..driver import Meter, Run
-from ..memory import check_memory, should_stream
+from ..memory import available_memory, check_memory, should_stream
 from ..meta import run_meta
 from ..points import Plan, concat_plan
 from ..result import ExperimentResult, Partial, Progress
@@ -38,6 +41,14 @@ SUMMARY_COLUMNS = [
     "rel_err_closed", "rel_err_cumulative", "max_abs_cross_corr", "v_final_normed",
     "s2_ref_attn", "s2_ref_ffn", "closed_form", "first_nonfinite_k", "v_growth",
 ]  # fmt: skip
+#: The large-width prediction's columns (tinit.mf): variance.csv's per addition,
+#: summary.csv's per configuration. tinit variance's files have them after the columns
+#: above, which the audit and check share.
+MF_VARIANCE_COLUMNS = list(MF_COLUMNS)
+MF_SUMMARY_COLUMNS = ["mf_v_final", "mf_v_growth", "mf_branch_var_mean", "rel_err_mf"]
+#: The columns of tinit variance's variance.csv and summary.csv.
+RUN_VARIANCE_COLUMNS = [*VARIANCE_COLUMNS, *MF_VARIANCE_COLUMNS]
+RUN_SUMMARY_COLUMNS = [*SUMMARY_COLUMNS, *MF_SUMMARY_COLUMNS]
 
 
 def _is_embedding(df: pd.DataFrame):
@@ -85,6 +96,49 @@ NOT_APPLICABLE = {
         **dict.fromkeys(("pred_closed_final", "rel_err_closed", "closed_form"), _no_closed_form),
     },
 }
+#: The measured columns (and the laws made from them), empty in a --theory-only run.
+_MEASURED = {
+    "variance": [c for c in VARIANCE_COLUMNS if c not in ("init", "norm_position", "n_layers", "seed", "k",
+                                                          "layer", "sublayer")],
+    "summary": [c for c in SUMMARY_COLUMNS if c not in ("init", "norm_position", "n_layers", "seed",
+                                                        "closed_form")],
+}  # fmt: skip
+
+
+def not_applicable(run: RunConfig | None = None, theory_only: bool = False) -> dict:
+    """The cells of tinit variance's frames empty by design: :data:`NOT_APPLICABLE`, the
+    prediction's branch at k = 0, every ``mf_*`` cell when the run predicts nothing
+    (``mf_draws`` 0), and with ``theory_only`` every measured cell (and the error
+    against the measurement)."""
+    out = {frame: dict(cols) for frame, cols in NOT_APPLICABLE.items()}
+    out["variance"]["mf_branch_var"] = _is_embedding
+    if run is not None and run.mf_draws == 0:
+        out["variance"].update(dict.fromkeys(MF_VARIANCE_COLUMNS, True))
+        out["summary"].update(dict.fromkeys(MF_SUMMARY_COLUMNS, True))
+    if theory_only:
+        for frame, cols in _MEASURED.items():
+            out[frame].update(dict.fromkeys(cols, True))
+        out["summary"]["rel_err_mf"] = True
+    return out
+
+
+def check_prediction(model: ModelConfig, run: RunConfig, theory_only: bool = False) -> None:
+    """Before anything runs: the prediction's memory (:func:`tinit.mf.stack.memory_bytes`,
+    its T x T Grams per sequence) fits in the free host memory (it runs on the CPU),
+    else a ConfigError naming --seq-len or --batch, whichever is further beyond its
+    default (128, 8); and a --theory-only run draws at least one head."""
+    if theory_only and run.mf_draws == 0:
+        raise ConfigError("mf_draws", "a --theory-only run needs at least one draw (the prediction is all it "
+                          "writes), got 0")  # fmt: skip
+    if run.mf_draws == 0:
+        return
+    need = memory_bytes(run.batch, run.seq_len, model.head_dim, run.mf_draws)
+    free = available_memory(torch.device("cpu"))
+    if need > free:
+        field = "seq_len" if run.seq_len / 128 >= run.batch / 8 else "batch"
+        raise ConfigError(field, f"the large-width prediction of {run.batch} x {run.seq_len} tokens holds "
+                          f"{run.batch} Gram matrices of {run.seq_len} x {run.seq_len}: at least "
+                          f"{need / 2**30:.3g} GiB, more than the {free / 2**30:.3g} GiB free")  # fmt: skip
 
 
 def measure_stream(
@@ -173,6 +227,31 @@ def summarize(df: pd.DataFrame, closed_form: str = "") -> dict:
         }
 
 
+def add_prediction(df: pd.DataFrame, frame: pd.DataFrame | None) -> pd.DataFrame:
+    """One configuration's rows with the prediction's columns beside them (matched on k);
+    NaN without a prediction."""
+    if frame is None:
+        return df.assign(**dict.fromkeys(MF_VARIANCE_COLUMNS, np.nan))
+    mf = frame.set_index("k")[MF_VARIANCE_COLUMNS]
+    return df.join(mf, on="k")
+
+
+def summarize_prediction(df: pd.DataFrame) -> dict:
+    """The prediction's summary cells from one configuration's rows: its v_2L, v_2L - v0
+    (what its branches added), mean branch variance, and the measured v_2L's relative
+    error against it."""
+    first, last = df.iloc[0], df.iloc[-1]
+    adds = df[df["k"] > 0]
+    mf, v = np.float64(last["mf_stream_var"]), np.float64(last["stream_var"])
+    with np.errstate(all="ignore"):
+        return {
+            "mf_v_final": float(mf),
+            "mf_v_growth": float(mf - np.float64(first["mf_stream_var"])),
+            "mf_branch_var_mean": float(np.float64(adds["mf_branch_var"].mean())),
+            "rel_err_mf": float(v / mf - 1.0),
+        }
+
+
 def run_variance(
     model: ModelConfig | None = None,
     init: InitConfig | None = None,
@@ -181,13 +260,17 @@ def run_variance(
     norm_positions: Sequence[str] | None = None,
     progress: Progress | None = None,
     on_partial: Partial | None = None,
+    theory_only: bool = False,
 ) -> ExperimentResult:
-    """Measure the residual-stream variance at every addition for each configuration.
+    """Measure the residual-stream variance at every addition for each configuration,
+    beside the large-width prediction (:func:`tinit.mf.stack.predict`, ``run.mf_draws``
+    heads per sequence at each attention; 0: none).
 
     Returns frames ``variance`` (one row per configuration and k = 0..2L) and
     ``summary`` (one row per configuration). Raises :class:`IncompleteRun`, holding
     what was measured, if a configuration fails part-way (e.g. out of memory).
     ``on_partial`` gets a function building the result so far after each configuration.
+    ``theory_only``: no model is built; the prediction alone, the measured cells empty.
 
     >>> res = run_variance(ModelConfig(n_layers=4, d_model=64, n_heads=2), run=RunConfig(batch=2, seq_len=16))
     >>> res["summary"][["init", "norm_position", "v_final"]]  # doctest: +SKIP
@@ -195,43 +278,71 @@ def run_variance(
     model, init, run = model or ModelConfig(), init or InitConfig(), run or RunConfig()
     device, dtype = resolve_device(run.device), resolve_dtype(run.dtype)
     configs = list(grid(inits, norm_positions, init.schemes))
-    check_memory(model, init, run, configs)
+    if not theory_only:
+        check_memory(model, init, run, configs)
+    check_prediction(model, run, theory_only)
     check_configs(model, init, run, configs)
-    stream = should_stream(model, dtype, device, run.stream)
+    stream = False if theory_only else should_stream(model, dtype, device, run.stream)
     tokens = make_tokens(model, run, init.seed if run.data_seed is None else run.data_seed, device)
     frames, summaries = [], []
+    kernel_error = [0.0]
 
     def assemble() -> dict[str, pd.DataFrame]:
-        variance = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=VARIANCE_COLUMNS)
-        summary = pd.DataFrame(summaries, columns=SUMMARY_COLUMNS)
-        return {"variance": variance[VARIANCE_COLUMNS], "summary": summary}
+        cols = RUN_VARIANCE_COLUMNS
+        variance = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
+        summary = pd.DataFrame(summaries, columns=RUN_SUMMARY_COLUMNS)
+        if run.mf_draws:
+            meta["mf"] = {
+                "draws": run.mf_draws,
+                "theory_only": theory_only,
+                "kernel_truncation_max": kernel_error[0],
+                "device": "cpu",
+                "dtype": "float64",
+            }
+        return {"variance": variance[cols], "summary": summary}
 
     meta = run_meta(model, init, run, device, streamed=stream, configurations=configs)
-    driver = Run(meta, assemble, NOT_APPLICABLE, meter=Meter(device), on_partial=on_partial,
-                 progress=progress, total=len(configs) * model.n_layers)  # fmt: skip
+    units = (0 if theory_only else 1) + (1 if run.mf_draws else 0)
+    driver = Run(meta, assemble, not_applicable(run, theory_only), meter=Meter(device), on_partial=on_partial,
+                 progress=progress, total=len(configs) * model.n_layers * units)  # fmt: skip
 
     def measure(config: tuple[str, str]):
         cfg, ini = configure(model, init, run, *config)
-        with matmul_precision(run):
-            net = Transformer(cfg, ini, device, dtype, stream=stream)
-            raw = measure_stream(net, tokens, stat_dtype(dtype), on_block=lambda _layer: driver.tick())
-        del net
-        return cfg, ini, raw
+        raw = None
+        if not theory_only:
+            with matmul_precision(run):
+                net = Transformer(cfg, ini, device, dtype, stream=stream)
+                raw = measure_stream(net, tokens, stat_dtype(dtype), on_block=lambda _layer: driver.tick())
+            del net
+        mf = None
+        if run.mf_draws:
+            mf = predict(cfg, ini, tokens, run.mf_draws, on_layer=lambda _layer: driver.tick())
+        return cfg, ini, raw, mf
 
     def collect(config: tuple[str, str], measured) -> None:
-        (scheme, norm_position), (cfg, ini, raw) = config, measured
-        df = add_theory(raw, norm_position, cfg, ini)
+        (scheme, norm_position), (cfg, ini, raw, mf) = config, measured
         labels = {"init": scheme, "norm_position": norm_position, "n_layers": cfg.n_layers, "seed": init.seed}
+        if mf is not None:
+            kernel_error[0] = max(kernel_error[0], mf.kernel_error)
+        if theory_only:
+            df = mf.frame.assign(**dict.fromkeys(_MEASURED["variance"], np.nan))
+            row = dict.fromkeys(_MEASURED["summary"], np.nan)
+            row["closed_form"] = ini.definition.closed_form
+        else:
+            df = add_theory(raw, norm_position, cfg, ini)
+            row = summarize(df, ini.definition.closed_form)
+        df = add_prediction(df, None if mf is None else mf.frame) if not theory_only else df
         frames.append(df.assign(**labels))
-        summaries.append({**labels, **summarize(df, ini.definition.closed_form)})
+        summaries.append({**labels, **row, **summarize_prediction(df)})
 
     driver.each(configs, measure, collect, label=config_label, span=config_name)
     return driver.result()
 
 
 def variance_plan(model: ModelConfig, init: InitConfig, run: RunConfig, inits: Sequence[str],
-                  norm_positions: Sequence[str] | None) -> Plan:  # fmt: skip
+                  norm_positions: Sequence[str] | None, theory_only: bool = False) -> Plan:  # fmt: skip
     """``variance`` as one point per (init, norm position): :func:`run_variance` of that
     configuration alone; the frames are the points' one after the other."""
+    check_prediction(model, run, theory_only)
     return concat_plan("variance", run_variance, ("variance", "summary"), model, init, run, inits,
-                       norm_positions, NOT_APPLICABLE)  # fmt: skip
+                       norm_positions, not_applicable(run, theory_only), theory_only=theory_only)  # fmt: skip
