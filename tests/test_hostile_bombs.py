@@ -21,7 +21,8 @@ import pytest
 from helpers import ROOT
 
 from tinit.experiments.audit.loaders import MAX_HF_EXPERTS
-from tinit.model.config import MAX_LAYERS, MAX_LR, MAX_SEEDS, ConfigError
+from tinit.model.checks import MAX_LAYERS, MAX_LR, MAX_SEEDS
+from tinit.model.config import ConfigError
 from tinit.userfile import MAX_DEPTH, MAX_TEXT_BYTES, UserFileError, load_json, load_toml, read_text
 
 HAS_HF = __import__("importlib").util.find_spec("transformers") is not None

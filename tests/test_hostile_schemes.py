@@ -17,9 +17,9 @@ from helpers import ROOT, assert_one_line_error
 from typer.testing import CliRunner
 
 from tinit.cli import app
+from tinit.model.draws import effective_std
 from tinit.model.formula import MAX_DEPTH, MAX_NODES, Formula, FormulaError
 from tinit.model.init import draw_
-from tinit.model.schemes import effective_std
 
 runner = CliRunner()
 M = ["--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]

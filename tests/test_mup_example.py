@@ -150,7 +150,7 @@ def test_the_structure_the_scheme_presumes_is_the_examples():
     the logit multiplier) against the structure measured from the example's code
     (``mup-example.features.csv``)."""
     from tinit.model.catalogue import get_scheme
-    from tinit.model.schemes import environment, evaluate, ffn_of
+    from tinit.model.draws import environment, evaluate, ffn_of
 
     s = get_scheme("mup-example")
     feats: dict[tuple[str, str], str] = {}

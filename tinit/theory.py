@@ -169,7 +169,7 @@ class AdditionMultipliers:
 
 def addition_multipliers(scheme, cfg, init) -> AdditionMultipliers:
     """The scheme's :class:`AdditionMultipliers` in model ``cfg`` under ``init``."""
-    from .model.schemes import environment, evaluate
+    from .model.draws import environment, evaluate
 
     L = cfg.n_layers
     a, g, lam, r = np.ones(2 * L), np.ones(2 * L), np.ones(2 * L), np.ones(2 * L)

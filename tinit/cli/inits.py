@@ -81,7 +81,7 @@ def inits(opts: Options) -> None:
     name, sigma = opts.name, opts.sigma
     from ..experiments.measure.inits import run_inits
     from ..model.catalogue import known, names
-    from ..model.schemes import ffn_of
+    from ..model.draws import ffn_of
     from ..model.structure import apply_scheme, describe_structure
     from .runner import Outputs, execute
 

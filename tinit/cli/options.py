@@ -28,17 +28,11 @@ import typer
 
 from ..model.catalogue import names as scheme_names
 from ..model.catalogue import parse_init_list
-from ..model.config import (  # noqa: F401 -- the commands' bounds, as opt.MAX_*
-    MAX_BATCHES,
-    MAX_MF_DRAWS,
-    MAX_SEEDS,
-    InitConfig,
-    ModelConfig,
-    RunConfig,
-)
+from ..model.checks import MAX_BATCHES, MAX_MF_DRAWS, MAX_SEEDS  # noqa: F401 -- the commands' bounds, as opt.MAX_*
+from ..model.checks import learning_rate as _learning_rate
+from ..model.checks import positive as _positive
+from ..model.config import InitConfig, ModelConfig, RunConfig
 from ..model.flags import DATA, FIELD_DEFAULT, INIT, MODEL, OUTPUT, RUN, TRAIN, Flag, flag_of  # noqa: F401
-from ..model.flags import learning_rate as _learning_rate
-from ..model.flags import positive as _positive
 from ..model.placements import PLACEMENTS
 from ..model.presets import PRESETS, Preset
 from ..results.formats import FORMATS

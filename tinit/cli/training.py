@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from ..model.config import LR_WHY, MAX_LR, ConfigError
+from ..model.checks import LR_WHY, MAX_LR
+from ..model.config import ConfigError
 from . import options as opt
 from .configs import Options, configs_or_exit
 from .options import TRAIN

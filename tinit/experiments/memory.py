@@ -122,7 +122,7 @@ def _per_token_upper(cfg: ModelConfig, init: InitConfig, seq_len: int) -> int:
     relu^2 3, plain 2) of the scheme's own FFN where it has one (QK-norm followed by
     nanochat's q, k gain saves nothing more); the attention's softmax
     (heads x seq, torch's reference path), twice with a soft-cap; and one d of margin."""
-    from ..model.schemes import ffn_of
+    from ..model.draws import ffn_of
 
     scheme = init.definition
     # a (1 + w) gain (Gemma) is applied outside LayerNorm's kernel, which then saves its output
@@ -322,8 +322,8 @@ def least_bytes(
     its smallest form: tinit.experiments.measure.backward) adds the gradients of those
     weights, the stream at every layer boundary and the logits.
     A lower bound: what is refused on it cannot run."""
+    from ..model.draws import ffn_of
     from ..model.params import count_params
-    from ..model.schemes import ffn_of
 
     item = torch.empty((), dtype=dtype).element_size()
     stats = 8 if dtype == torch.float64 else 4

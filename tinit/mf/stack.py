@@ -33,9 +33,10 @@ import torch
 
 from ..model.block import backout_of, block_multipliers
 from ..model.config import GATED_FFNS, InitConfig, ModelConfig, RunConfig
+from ..model.draws import environment, evaluate, ffn_of
 from ..model.init import generator, role_rule
 from ..model.layers import rope_cache
-from ..model.schemes import bias_role, environment, evaluate, ffn_of
+from ..model.schemes import bias_role
 from . import kernels as kn
 from .attention import CHUNK_BYTES, MAX_COMPONENTS, attention_gram, factor, scaled
 

@@ -21,9 +21,10 @@ import torch
 from torch import nn
 
 from .config import InitConfig, ModelConfig
+from .draws import environment, evaluate, evaluate_optional, ffn_of
 from .layers import Attention, GaussianBranch, make_ffn, make_norm
 from .placements import SLOTS
-from .schemes import Scheme, environment, evaluate, evaluate_optional, ffn_of
+from .schemes import Scheme
 
 
 class Probe(Protocol):

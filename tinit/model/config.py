@@ -13,13 +13,27 @@ import math
 import warnings
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from .catalogue import get_scheme, known, names
-from .flags import INIT, MODEL, RUN, flag, nonneg, positive
-from .flags import sigma as sigma_value
+from .checks import (
+    MAX_LAYERS,
+    MAX_MF_DRAWS,
+    ConfigError,
+    check_bool,
+    check_choice,
+    check_count,
+    check_positive_int,
+    check_real,
+    is_real,
+    nonneg,
+    positive,
+    sigma_value,
+)
+from .flags import INIT, MODEL, RUN, flag
 from .placements import PLACEMENTS, Placement
 from .schemes import Scheme
+from .structure import STRUCTURE_FIELDS, apply_scheme, user_schemes
 
 NormKind = Literal["rmsnorm", "layernorm"]
 NormPosition = str  # a name of tinit.model.placements.PLACEMENTS (validated against the registry)
@@ -30,89 +44,8 @@ BranchKind = Literal["model", "gaussian"]
 SchemeName = str  # a scheme of tinit.model.schemes (naive, gpt2 alias scaled, ...)
 DTypeName = Literal["float32", "bfloat16", "float64"]
 QKNormSpan = Literal["head", "full"]
-#: The fields of a ModelConfig an init scheme's upstream may fix (tinit.model.structure):
-#: :meth:`ModelConfig.from_scheme` takes them from the scheme unless the user set them.
-STRUCTURE_FIELDS = ("norm_position", "tie_embeddings", "norm", "bias", "qk_norm", "qk_norm_span", "ffn",
-                    "d_ff", "norm_eps", "rope_base")  # fmt: skip
 #: FFNs with a gate (three matrices: gate, up, down).
 GATED_FFNS = ("swiglu", "geglu")
-
-
-#: The most seeds a command runs per configuration. A mean over n seeds has a standard
-#: error of sd/sqrt(n): 10,000 seeds put it at 1% of one seed's spread, finer than any
-#: verdict tinit draws (each seed is a whole run, so more only costs time); and the
-#: seed list, recorded in config.json, stays small.
-MAX_SEEDS = 10_000
-#: The largest learning rate a command takes. Adam moves every weight by about lr per
-#: step, so any lr above ~1 already diverges (recorded as such, which is worth studying);
-#: far beyond, the step overflows float32 (torch converts lr / (1 - beta1) to it) and the
-#: run ends in an internal error instead of a divergence.
-MAX_LR = 1e4
-LR_WHY = "Adam moves each weight by about lr a step: above ~1 a run diverges"
-#: The most batches grad-norms averages its gradients over: the average's noise falls as
-#: 1/sqrt(N), 1% of one batch's at 10,000; each batch's data seed is recorded in config.json.
-MAX_BATCHES = 10_000
-#: The deepest model a command builds. The deepest published stacks are 1,000 layers
-#: (DeepNet); past this, the per-layer rule checks and the 2L + 1 rows a run records per
-#: configuration grow without bound (--layers 1e8 filled memory before any block ran).
-MAX_LAYERS = 100_000
-#: The most heads the large-width prediction (tinit.mf) draws per sequence at each
-#: attention: its Monte Carlo error falls as 1/sqrt(draws), below 0.01% of a layer's
-#: branch variance at 10,000; each draw costs about 4 T^3 multiply-adds.
-MAX_MF_DRAWS = 10_000
-
-
-class ConfigError(ValueError):
-    """An invalid configuration value. ``field`` names the offending config field."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field = field
-        self.message = message
-
-
-def _check_choice(name: str, value: Any, literal: Any) -> None:
-    """``value`` is one of a ``Literal``'s arguments (or of a registry's names)."""
-    allowed = tuple(literal) if isinstance(literal, dict) else get_args(literal)
-    if value not in allowed:
-        raise ConfigError(name, f"{value!r} is not one of {', '.join(map(repr, allowed))}")
-
-
-def _is_real(value: Any) -> bool:
-    """A real number (int or float), not a bool (True is an int to Python)."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _check_real(name: str, value: Any, low: float, strict: bool) -> None:
-    """A finite real number above ``low`` (``strict``) or at least ``low``."""
-    ok = _is_real(value) and math.isfinite(value) and (value > low if strict else value >= low)
-    if not ok:
-        bound = f"> {low:g}" if strict else f">= {low:g}"
-        raise ConfigError(name, f"must be a finite number {bound}, got {value!r}")
-
-
-def _check_bool(name: str, value: Any, optional: bool = False) -> None:
-    if not (isinstance(value, bool) or (optional and value is None)):
-        allowed = "True, False or None" if optional else "True or False"
-        raise ConfigError(name, f"must be {allowed}, got {value!r}")
-
-
-def _check_positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(name, f"must be a whole number >= 1, got {value!r}")
-
-
-def check_count(name: str, value: Any, most: int, least: int = 1, why: str = "") -> None:
-    """A whole number in ``least..most``, checked before anything is built from it (a
-    list of ``value`` items is never made first)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
-        raise ConfigError(name, f"must be a whole number from {least} to {most:,}{why}, got {value!r}")
-
-
-def check_lr(name: str, value: Any) -> None:
-    """A learning rate: a finite number in (0, MAX_LR]."""
-    if not (_is_real(value) and math.isfinite(value) and 0 < value <= MAX_LR):
-        raise ConfigError(name, f"must be a number > 0 and <= {MAX_LR:g} ({LR_WHY}), got {value!r}")
 
 
 def swiglu_hidden(d_model: int, multiple_of: int = 64) -> int:
@@ -209,7 +142,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "d_model", "n_heads", "vocab_size", "max_seq_len"):
-            _check_positive_int(name, getattr(self, name))
+            check_positive_int(name, getattr(self, name))
         check_count("n_layers", self.n_layers, MAX_LAYERS, why=" (DeepNet's 1,000 is the deepest published)")
         for name in ("norm", "norm_position", "ffn", "positions", "attention", "branch"):
             if not isinstance(getattr(self, name), str):
@@ -217,16 +150,16 @@ class ModelConfig:
         if self.d_model % self.n_heads:
             raise ConfigError("n_heads", f"{self.n_heads} does not divide d_model {self.d_model}")
         if self.n_kv_heads is not None:
-            _check_positive_int("n_kv_heads", self.n_kv_heads)
+            check_positive_int("n_kv_heads", self.n_kv_heads)
             if self.n_heads % self.n_kv_heads:
                 msg = f"{self.n_kv_heads} K/V heads do not divide {self.n_heads} heads"
                 raise ConfigError("n_kv_heads", msg)
-        _check_choice("norm", self.norm, NormKind)
-        _check_choice("norm_position", self.norm_position, PLACEMENTS)
-        _check_choice("ffn", self.ffn, FfnKind)
-        _check_choice("positions", self.positions, PositionsKind)
-        _check_choice("attention", self.attention, AttentionKind)
-        _check_choice("branch", self.branch, BranchKind)
+        check_choice("norm", self.norm, NormKind)
+        check_choice("norm_position", self.norm_position, PLACEMENTS)
+        check_choice("ffn", self.ffn, FfnKind)
+        check_choice("positions", self.positions, PositionsKind)
+        check_choice("attention", self.attention, AttentionKind)
+        check_choice("branch", self.branch, BranchKind)
         if self.positions == "rope" and self.head_dim % 2:
             # the width is to blame when no head count gives it an even head size (odd) or
             # it is too narrow for any (d_h = 1); else the head count
@@ -236,16 +169,16 @@ class ModelConfig:
         if self.d_ff is None:
             d_ff = swiglu_hidden(self.d_model) if self.ffn in GATED_FFNS else 4 * self.d_model
             object.__setattr__(self, "d_ff", d_ff)
-        _check_positive_int("d_ff", self.d_ff)
-        _check_real("norm_eps", self.norm_eps, 0, strict=False)
-        _check_real("branch_var", self.branch_var, 0, strict=False)
+        check_positive_int("d_ff", self.d_ff)
+        check_real("norm_eps", self.norm_eps, 0, strict=False)
+        check_real("branch_var", self.branch_var, 0, strict=False)
         # RoPE's angles are position * base^(-2i/d_h): base 0 makes them inf (NaN logits)
-        _check_real("rope_base", self.rope_base, 0, strict=True)
+        check_real("rope_base", self.rope_base, 0, strict=True)
         for name in ("attn_scale", "tie_embeddings", "bias"):
-            _check_bool(name, getattr(self, name))
-        _check_bool("qk_norm", self.qk_norm, optional=True)
+            check_bool(name, getattr(self, name))
+        check_bool("qk_norm", self.qk_norm, optional=True)
         if self.qk_norm_span is not None:
-            _check_choice("qk_norm_span", self.qk_norm_span, QKNormSpan)
+            check_choice("qk_norm_span", self.qk_norm_span, QKNormSpan)
         if not isinstance(self.user_set, tuple) or any(f not in STRUCTURE_FIELDS for f in self.user_set):
             allowed = ", ".join(STRUCTURE_FIELDS)
             raise ConfigError("user_set", f"must be a tuple of {allowed}, got {self.user_set!r}")
@@ -257,10 +190,14 @@ class ModelConfig:
         QK-norm and its span, FFN, norm eps and RoPE base where it fixes them, the rest
         ModelConfig's defaults. ``overrides`` are field values the user sets: they take
         precedence (and are listed in ``user_set``; :func:`tinit.model.structure.scheme_overrides`
-        names those that contradict the scheme). A ConfigError names a bad field."""
-        from .structure import from_scheme
-
-        return from_scheme(name, schemes=schemes, **overrides)
+        names those that contradict the scheme). A ConfigError names a bad field (an unknown
+        one included) or ``schemes`` that are not a tuple of Scheme values."""
+        schemes = user_schemes(schemes)
+        unknown = sorted(set(overrides) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ConfigError(unknown[0], f"ModelConfig has no field {unknown[0]!r}")
+        given = (*overrides.pop("user_set", ()), *(f for f in overrides if f in STRUCTURE_FIELDS))
+        return apply_scheme(cls(**overrides, user_set=tuple(dict.fromkeys(given))), name, schemes)
 
     @property
     def placement(self) -> Placement:
@@ -323,15 +260,15 @@ class InitConfig:
             raise ConfigError("schemes", f"must be a tuple of Scheme, got {self.schemes!r}")
         if not isinstance(self.scheme, str) or not known(self.scheme, self.schemes):
             raise ConfigError("scheme", f"{self.scheme!r} is not one of {', '.join(names(self.schemes))}")
-        _check_positive_int("base_width", self.base_width)
-        _check_positive_int("base_depth", self.base_depth)
+        check_positive_int("base_width", self.base_width)
+        check_positive_int("base_depth", self.base_depth)
         if isinstance(self.sigma, str):
             if self.sigma != "inv-sqrt-d":
                 raise ConfigError("sigma", f"must be a positive number or 'inv-sqrt-d', got {self.sigma!r}")
-        elif not (_is_real(self.sigma) and math.isfinite(self.sigma) and self.sigma > 0):
+        elif not (is_real(self.sigma) and math.isfinite(self.sigma) and self.sigma > 0):
             raise ConfigError("sigma", f"must be a positive number or 'inv-sqrt-d', got {self.sigma!r}")
         if self.embed_std is not None:
-            _check_real("embed_std", self.embed_std, 0, strict=True)
+            check_real("embed_std", self.embed_std, 0, strict=True)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError("seed", f"must be a whole number >= 0, got {self.seed!r}")
 
@@ -407,17 +344,17 @@ class RunConfig:
     extra: dict[str, Any] = field(default_factory=dict)  # command-specific settings, recorded
 
     def __post_init__(self) -> None:
-        _check_positive_int("batch", self.batch)
-        _check_positive_int("seq_len", self.seq_len)
+        check_positive_int("batch", self.batch)
+        check_positive_int("seq_len", self.seq_len)
         if not isinstance(self.dtype, str):
             raise ConfigError("dtype", f"must be a string, got {self.dtype!r}")
-        _check_choice("dtype", self.dtype, DTypeName)
+        check_choice("dtype", self.dtype, DTypeName)
         if not isinstance(self.device, str) or (
             self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:")
         ):
             raise ConfigError("device", f"{self.device!r} is not one of 'auto', 'cpu', 'cuda', 'cuda:N'")
-        _check_bool("stream", self.stream, optional=True)
-        _check_bool("tf32", self.tf32)
+        check_bool("stream", self.stream, optional=True)
+        check_bool("tf32", self.tf32)
         if self.data_seed is not None and (
             isinstance(self.data_seed, bool) or not isinstance(self.data_seed, int) or self.data_seed < 0
         ):

@@ -2,8 +2,7 @@
 
 :func:`resolve` turns (scheme, role, the rule's variables) into a :class:`Draw`: the
 distribution, the std, the truncation bound and the std the draws really have. tinit's
-own init, ``tinit inits``, ``audit --expect`` and ``audit --init`` all call it (through
-:mod:`tinit.model.schemes`, which re-exports these names). :func:`environment` gives the
+own init, ``tinit inits``, ``audit --expect`` and ``audit --init`` all call it. :func:`environment` gives the
 variables for a parameter of tinit's model; the audit builds its own from the shapes.
 """
 
@@ -12,12 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from .formula import Formula, FormulaError
-
-if TYPE_CHECKING:
-    from .schemes import Rule, Scheme
+from .schemes import Rule, Scheme
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,9 @@ panel=MODEL, min=1))``), read by :mod:`tinit.cli.options`, which makes the optio
 command that takes the field's config (docs/design.md §2, §12). Pure data: no typer, no
 torch, so the configs stay importable on their own and ``tinit --help`` stays fast.
 
-The value checks here raise ``ValueError`` with the message the user sees; the CLI turns
-it into a usage error naming the option (exit 2)."""
+The value checks a declaration names (``callback=positive``) are
+:mod:`tinit.model.checks`'s."""
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,45 +42,3 @@ def flag(*decls: str, help: str, panel: str, param: str | None = None, negates: 
 def flag_of(f: Any) -> Flag | None:
     """The option declared on a dataclass field, or None (the field has no option)."""
     return f.metadata.get("flag")
-
-
-# --- checks of values that a type alone does not say (they raise ValueError) ---
-
-
-def positive(value: float | None) -> float | None:
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{value} is not a positive number")
-    return value
-
-
-def nonneg(value: float) -> float:
-    if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"{value} is not a finite number >= 0")
-    return value
-
-
-def sigma(value: str) -> float | str:
-    if value == "inv-sqrt-d":
-        return value
-    try:
-        x = float(value)
-    except ValueError:
-        x = math.nan
-    if not (math.isfinite(x) and x > 0):
-        raise ValueError(f"{value!r} is not a positive number or 'inv-sqrt-d'")
-    return x
-
-
-def on_off(value: str) -> bool:
-    if value not in ("on", "off"):
-        raise ValueError(f"{value!r}: give on or off")
-    return value == "on"
-
-
-def learning_rate(value: float) -> float:
-    """A learning rate: a positive number up to MAX_LR (tinit.model.config says why)."""
-    from .config import LR_WHY, MAX_LR
-
-    if not (math.isfinite(value) and 0 < value <= MAX_LR):
-        raise ValueError(f"{value} is not a number > 0 and <= {MAX_LR:g} ({LR_WHY})")
-    return value

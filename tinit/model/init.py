@@ -38,8 +38,9 @@ import torch
 from torch import nn
 
 from .config import InitConfig, ModelConfig
+from .draws import Draw, environment, ffn_of, resolve
 from .roles import role_of, role_shape
-from .schemes import Draw, bias_role, environment, ffn_of, resolve
+from .schemes import bias_role
 
 
 def role_shape_of(cfg: ModelConfig, role: str, init: InitConfig | None = None) -> tuple[int, ...]:

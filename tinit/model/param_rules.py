@@ -30,7 +30,8 @@ import math
 from typing import Any
 
 from .config import ConfigError, InitConfig
-from .schemes import PARAM_GROUPS, GroupRule, ParamRules, environment, evaluate
+from .draws import environment, evaluate
+from .schemes import PARAM_GROUPS, GroupRule, ParamRules
 
 
 def group_of(name: str, ndim: int) -> str:

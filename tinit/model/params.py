@@ -108,7 +108,8 @@ def count_params(cfg: ModelConfig, scheme="naive") -> ParamCount:
     is None, adds ReZero's learned gain and sub-LN's inner norms, and may run its own
     FFN)."""
     from .catalogue import get_scheme
-    from .schemes import Scheme, ffn_of
+    from .draws import ffn_of
+    from .schemes import Scheme
 
     sch = scheme if isinstance(scheme, Scheme) else get_scheme(scheme)
     d, V = cfg.d_model, cfg.vocab_size

@@ -17,8 +17,9 @@ import numpy as np
 import torch
 
 from .config import InitConfig, ModelConfig
+from .draws import environment
 from .formula import Formula, FormulaError
-from .schemes import Scheme, environment
+from .schemes import Scheme
 
 
 @functools.lru_cache(maxsize=64)

@@ -44,6 +44,7 @@ from pathlib import Path
 
 from ..userfile import UserFileError, parse_toml, read_text
 from .catalogue import check_user_scheme
+from .draws import resolve
 from .formula import VARIABLES, Formula, FormulaError
 from .placements import PLACEMENTS
 from .roles import LINEAR_ROLES, ROLES
@@ -54,7 +55,6 @@ from .schemes import (
     Rule,
     Scheme,
     param_rules,
-    resolve,
     scheme,
 )
 

@@ -13,8 +13,8 @@ FFN); and what its theory needs: how each branch's variance depends on depth
 :func:`resolve` is the one way to turn (scheme, role, the rule's variables) into what
 is drawn: distribution, std, truncation bound and the std the draws really have.
 tinit's own init, ``tinit inits``, ``audit --expect`` and ``audit --init`` all call it.
-It lives, with the rule's variables (:func:`environment`), in :mod:`tinit.model.draws`;
-this module re-exports those names.
+It lives, with the rule's variables (:func:`environment`), in :mod:`tinit.model.draws`,
+which reads the schemes defined here.
 
 A scheme is a frozen value that pickles (its formulas travel as text), so a run's
 config carries a user's scheme (``--init-file``) to any process: there is no
@@ -33,15 +33,6 @@ import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from .draws import (
-    Draw,
-    effective_std,
-    environment,
-    evaluate,
-    evaluate_optional,
-    ffn_of,
-    resolve,
-)
 from .formula import VARIABLES, Formula, FormulaError
 from .placements import PLACEMENTS
 from .roles import LINEAR_ROLES, MATRIX_ROLES, ROLES
@@ -377,7 +368,6 @@ def bias_role(scheme: Scheme, owner: str) -> str:
 
 
 __all__ = [
-    "DISTRIBUTIONS", "Draw", "GroupRule", "MATRIX_ROLES", "PARAM_GROUPS", "ParamRules", "ROLES", "RULE_VARS",
-    "Rule", "RuleTable", "Scheme", "effective_std", "bias_role", "environment", "evaluate",
-    "evaluate_optional", "ffn_of", "param_rules", "resolve", "rule", "scheme",
+    "DISTRIBUTIONS", "GroupRule", "MATRIX_ROLES", "PARAM_GROUPS", "ParamRules", "ROLES", "RULE_VARS", "Rule",
+    "RuleTable", "Scheme", "bias_role", "param_rules", "rule", "scheme",
 ]  # fmt: skip

@@ -4,7 +4,7 @@ An init scheme (:mod:`tinit.model.schemes`) says how every weight is drawn and w
 multipliers the forward applies; its upstream code also fixes part of the model's
 *structure*: the norm placement, whether the head is tied to the embedding, the norm
 kind and eps, biases, QK-norm and its span (per head or across the full width), its own
-FFN, the RoPE base. :func:`from_scheme` (``ModelConfig.from_scheme``) is the one
+FFN, the RoPE base. ``ModelConfig.from_scheme`` (:func:`apply_scheme` over the defaults) is the one
 resolution from a scheme's name to that model, as litgpt's ``Config.from_name`` is for a
 checkpoint's: the scheme's structure over ModelConfig's defaults, with the fields the
 user sets on top. The CLI builds every configuration of a run through it
@@ -12,7 +12,7 @@ user sets on top. The CLI builds every configuration of a run through it
 grids), so the library and the CLI build the same model for the same words.
 
 Precedence: a field the user sets (``ModelConfig.user_set``: the CLI puts there the
-options given on the command line, :func:`from_scheme` its keyword arguments) wins over
+options given on the command line, ``ModelConfig.from_scheme`` its keyword arguments) wins over
 the scheme, even where the upstream never does it (nanochat tied): such an override is
 honoured, never refused, and recorded (:func:`scheme_overrides`: config.json's
 ``structure`` and the terminal's header name it). A scheme's own FFN (nanochat's relu^2,
@@ -31,11 +31,17 @@ from collections.abc import Iterable
 from typing import Any
 
 from .catalogue import get_scheme
-from .config import STRUCTURE_FIELDS, ConfigError, ModelConfig
-from .schemes import Scheme, ffn_of
+from .checks import ConfigError
+from .draws import ffn_of
+from .schemes import Scheme
+
+#: The fields of a ModelConfig an init scheme's upstream may fix: :meth:`ModelConfig.from_scheme`
+#: takes them from the scheme unless the user set them (``ModelConfig.user_set``).
+STRUCTURE_FIELDS = ("norm_position", "tie_embeddings", "norm", "bias", "qk_norm", "qk_norm_span", "ffn",
+                    "d_ff", "norm_eps", "rope_base")  # fmt: skip
 
 
-def _schemes(schemes: Iterable[Scheme]) -> tuple[Scheme, ...]:
+def user_schemes(schemes: Iterable[Scheme]) -> tuple[Scheme, ...]:
     """The user's schemes as a tuple of Scheme values; anything else (a number, a string,
     one Scheme not in a tuple, a tuple holding a name) a ConfigError naming ``schemes``."""
     how = "give a tuple of Scheme values (tinit.model.scheme_file.load_scheme returns one)"
@@ -52,7 +58,7 @@ def _schemes(schemes: Iterable[Scheme]) -> tuple[Scheme, ...]:
 
 
 def _scheme(scheme: str | Scheme, schemes: Iterable[Scheme] = ()) -> Scheme:
-    schemes = _schemes(schemes)
+    schemes = user_schemes(schemes)
     if isinstance(scheme, Scheme):
         return scheme
     if not isinstance(scheme, str):
@@ -63,9 +69,7 @@ def _scheme(scheme: str | Scheme, schemes: Iterable[Scheme] = ()) -> Scheme:
         raise ConfigError("scheme", str(exc.args[0])) from None
 
 
-def scheme_structure(
-    scheme: str | Scheme, cfg: ModelConfig, schemes: Iterable[Scheme] = ()
-) -> dict[str, Any]:
+def scheme_structure(scheme: str | Scheme, cfg, schemes: Iterable[Scheme] = ()) -> dict[str, Any]:
     """The fields of :data:`STRUCTURE_FIELDS` the scheme's upstream fixes, at ``cfg``'s
     shape (its FFN's width may depend on d): field -> value. A field the upstream leaves
     open is absent."""
@@ -93,9 +97,7 @@ def scheme_structure(
     return out
 
 
-def apply_scheme(
-    cfg: ModelConfig, scheme: str | Scheme, schemes: Iterable[Scheme] = (), **set_now: Any
-) -> ModelConfig:
+def apply_scheme(cfg, scheme: str | Scheme, schemes: Iterable[Scheme] = (), **set_now: Any):
     """``cfg`` with the scheme's structure on every structure field the user did not set
     (``cfg.user_set``), after ``set_now`` (fields the caller sets for this configuration,
     e.g. the grid's placement, which count as set by the user)."""
@@ -115,23 +117,7 @@ def apply_scheme(
     return dataclasses.replace(base, **fixed) if fixed else base
 
 
-def from_scheme(name: str, *, schemes: Iterable[Scheme] = (), **overrides: Any) -> ModelConfig:
-    """The whole model the scheme ``name`` runs upstream (see the module's docstring):
-    ModelConfig's defaults, the scheme's structure, then ``overrides`` (field values the
-    user sets, which take precedence). A ConfigError names an unknown field or a bad value
-    (``schemes`` not a tuple of Scheme values included)."""
-    schemes = _schemes(schemes)
-    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(ModelConfig)})
-    if unknown:
-        raise ConfigError(unknown[0], f"ModelConfig has no field {unknown[0]!r}")
-    given = (*overrides.pop("user_set", ()), *(f for f in overrides if f in STRUCTURE_FIELDS))
-    user = tuple(dict.fromkeys(given))
-    return apply_scheme(ModelConfig(**overrides, user_set=user), name, schemes)
-
-
-def scheme_overrides(
-    name: str | Scheme, cfg: ModelConfig, schemes: Iterable[Scheme] = ()
-) -> dict[str, tuple[Any, Any]]:
+def scheme_overrides(name: str | Scheme, cfg, schemes: Iterable[Scheme] = ()) -> dict[str, tuple[Any, Any]]:
     """The structure fields on which ``cfg`` contradicts the scheme: field ->
     (the scheme's value, the config's). QK-norm left to the scheme (None) agrees."""
     s = _scheme(name, schemes)
@@ -147,7 +133,7 @@ def scheme_overrides(
     return out
 
 
-def structure_record(name: str | Scheme, cfg: ModelConfig, schemes: Iterable[Scheme] = ()) -> dict[str, Any]:
+def structure_record(name: str | Scheme, cfg, schemes: Iterable[Scheme] = ()) -> dict[str, Any]:
     """What config.json records of one configuration's structure: the fields the scheme
     fixed (``from_scheme``: field -> value, as built) and those the user overrode
     (``overridden``: field -> {"scheme": value, "user": value})."""
@@ -160,7 +146,7 @@ def structure_record(name: str | Scheme, cfg: ModelConfig, schemes: Iterable[Sch
     }
 
 
-def describe_structure(scheme: str | Scheme, cfg: ModelConfig, schemes: Iterable[Scheme] = ()) -> str:
+def describe_structure(scheme: str | Scheme, cfg, schemes: Iterable[Scheme] = ()) -> str:
     """The model ``cfg`` builds under the scheme, in words, for ``tinit inits NAME``:
     placement, tying, norm, biases, QK-norm and its span, FFN, soft-caps, embedding scale
     (each marked "(set)" where the user overrode the scheme)."""
@@ -208,7 +194,7 @@ def override_lines(records: dict[str, dict[str, Any]]) -> list[str]:
 _WARNED: set[tuple[str, str]] = set()
 
 
-def structure_warning(scheme: Scheme, cfg: ModelConfig) -> str | None:
+def structure_warning(scheme: Scheme, cfg) -> str | None:
     """The message, once per process for each scheme and set of contradictions, when
     ``cfg`` contradicts ``scheme``'s structure on fields the user did not set
     (``cfg.user_set``): a model built so is not the one the scheme's upstream runs
@@ -228,5 +214,5 @@ def structure_warning(scheme: Scheme, cfg: ModelConfig) -> str | None:
     )
 
 
-__all__ = ["apply_scheme", "describe_structure", "from_scheme", "override_lines", "scheme_overrides",
-           "scheme_structure", "structure_record", "structure_warning"]  # fmt: skip
+__all__ = ["STRUCTURE_FIELDS", "apply_scheme", "describe_structure", "override_lines", "scheme_overrides",
+           "scheme_structure", "structure_record", "structure_warning", "user_schemes"]  # fmt: skip

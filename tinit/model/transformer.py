@@ -53,8 +53,8 @@ from torch import nn
 from .block import Block, Probe, backout_of, block_multipliers, times
 from .build import build_block, materialize, meta_embedding, stream_blocks, to_empty
 from .config import InitConfig, ModelConfig
+from .draws import environment, evaluate, evaluate_optional
 from .layers import make_norm, rope_cache
-from .schemes import environment, evaluate, evaluate_optional
 from .structure import structure_warning
 
 #: The block's names and the start-up's stay importable from here (their modules are

@@ -45,9 +45,10 @@ import torch
 from torch import nn
 
 from ...model.catalogue import get_scheme
+from ...model.draws import Draw, resolve
 from ...model.init import fill_, generator
 from ...model.roles import AUDIT_MATRIX_ROLES, ROLE, rule_role, widths_of
-from ...model.schemes import Draw, Scheme, resolve
+from ...model.schemes import Scheme
 from ..driver import Meter, Run
 from ..measure.grad_norms import stream_frame
 from ..measure.grad_norms import summarize as grad_summarize

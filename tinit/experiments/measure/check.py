@@ -42,7 +42,8 @@ from ...criteria import (  # noqa: F401 (ITEMS and the CHECK_ defaults: re-expor
     ITEMS,
     z_quantile,
 )
-from ...model.config import MAX_LAYERS, ConfigError, InitConfig, ModelConfig, RunConfig, check_count
+from ...model.checks import MAX_LAYERS, check_count
+from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ...model.init import role_std
 from ...model.transformer import Transformer
 from ..configs import configure

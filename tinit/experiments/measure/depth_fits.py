@@ -19,8 +19,8 @@ from ... import theory
 from ...criteria import LAW_TOL, SPREAD_K, TRANSFER_FROM, TRANSFER_TOL
 from ...model.catalogue import get_scheme
 from ...model.config import ConfigError, InitConfig, ModelConfig
+from ...model.draws import environment, evaluate, resolve
 from ...model.init import role_shape_of
-from ...model.schemes import environment, evaluate, resolve
 
 #: Quantities averaged over seeds in depth_sweep_summary.csv (``<q>_mean``, ``<q>_se``).
 SUMMARY_QUANTITIES = (

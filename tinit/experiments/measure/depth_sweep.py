@@ -28,7 +28,8 @@ import pandas as pd
 
 from ...criteria import LAW_TOL, SPREAD_K, TRANSFER_TOL
 from ...model.catalogue import get_scheme, known
-from ...model.config import MAX_SEEDS, InitConfig, ModelConfig, RunConfig, check_count
+from ...model.checks import MAX_SEEDS, check_count
+from ...model.config import InitConfig, ModelConfig, RunConfig
 from ..configs import check_configs, grid, parse_layers
 from ..device import resolve_device
 from ..driver import Meter, run_plan, sub_progress

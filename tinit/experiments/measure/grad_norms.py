@@ -35,7 +35,8 @@ import pandas as pd
 import torch
 
 from ... import theory
-from ...model.config import MAX_BATCHES, ConfigError, InitConfig, ModelConfig, RunConfig, check_count
+from ...model.checks import MAX_BATCHES, check_count
+from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ...model.init import draw_seed
 from ...model.placements import Placement, get_placement, normed_stream_names
 from ...model.transformer import Transformer

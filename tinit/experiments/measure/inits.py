@@ -10,8 +10,9 @@ import pandas as pd
 
 from ...model.catalogue import get_scheme, names
 from ...model.config import GATED_FFNS, InitConfig, ModelConfig, RunConfig
+from ...model.draws import environment, evaluate, ffn_of, resolve
 from ...model.init import role_shape_of
-from ...model.schemes import MATRIX_ROLES, environment, evaluate, ffn_of, resolve
+from ...model.schemes import MATRIX_ROLES
 from ...model.structure import apply_scheme, structure_record
 from ..configs import check_configs
 from ..driver import Run

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ...model.config import MAX_SEEDS, ConfigError, InitConfig, ModelConfig, RunConfig, check_count, check_lr
+from ...model.checks import MAX_SEEDS, check_count, check_lr
+from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ..driver import extended
 from ..result import ExperimentResult, Partial, Progress
 from .data import TrainData

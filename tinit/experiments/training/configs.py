@@ -7,8 +7,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ...model.config import ConfigError, check_lr
-from ...model.flags import TRAIN, flag, learning_rate, on_off, positive
+from ...model.checks import check_lr, learning_rate, on_off, positive
+from ...model.config import ConfigError
+from ...model.flags import TRAIN, flag
 
 #: coord-check's --help section
 CHECK = "Coordinate check"

@@ -38,7 +38,8 @@ import torch
 import torch.nn.functional as F
 
 from ...model.catalogue import placements_for
-from ...model.config import MAX_SEEDS, ConfigError, InitConfig, ModelConfig, RunConfig, check_count
+from ...model.checks import MAX_SEEDS, check_count
+from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ...model.param_rules import optimizer_groups, rules_summary
 from ...model.params import count_params
 from ...model.structure import apply_scheme
