@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from tinit.cli import app
 from tinit.cli.configs import Options
-from tinit.cli.options import options_of
+from tinit.cli.registry import options_of
 from tinit.model.config import InitConfig, ModelConfig
 from tinit.model.params import count_params, gqa_attention_saving
 from tinit.model.presets import PRESETS, get_preset

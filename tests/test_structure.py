@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from tinit.cli import app
 from tinit.cli.configs import Options
-from tinit.cli.options import options_of
+from tinit.cli.registry import options_of
 from tinit.experiments.configs import configure, grid
 from tinit.model.catalogue import CATALOGUE, get_scheme
 from tinit.model.config import ConfigError, InitConfig, ModelConfig

@@ -5,7 +5,6 @@ line on stderr and exit code 2; a run that fails part-way keeps what it measured
 says why, and exits 1. The commands are those of :data:`registry.COMMANDS`.
 """
 
-import importlib
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
@@ -16,8 +15,7 @@ from .. import process
 from ..interrupt import interrupted
 from .clickcompat import Abort, ClickException, UsageError, plain_message, stray_after_comma
 from .help import Command, HelpContext
-from .options import command
-from .registry import COMMANDS
+from .registry import COMMANDS, command
 
 
 class _OneLineErrors(TyperGroup):
@@ -127,18 +125,11 @@ def _root(
         raise typer.Exit()
 
 
-def _register() -> None:
-    # in the registry's order, which is the order of `tinit --help`
-    for c in COMMANDS:
-        module = importlib.import_module(f"{__name__}.{c.module}")
-        function = getattr(module, c.function)
-        if not c.passes_options:  # (tinit sweep's options are its function's parameters)
-            function = command(c, function, getattr(module, "OPTIONS", ()))
-        settings = {"allow_extra_args": True, "ignore_unknown_options": True} if c.passes_options else None
-        app.command(c.name, short_help=c.short_help, cls=Command, context_settings=settings)(function)
-
-
-_register()
+# in the registry's order, which is the order of `tinit --help`
+for _row in COMMANDS:
+    app.command(_row.name, short_help=_row.short_help, cls=Command, context_settings=_row.context_settings)(
+        command(_row)
+    )
 
 
 def main() -> None:

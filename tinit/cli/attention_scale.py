@@ -1,14 +1,14 @@
 """``tinit attention-scale``: attention-logit variance and softmax sharpness at init,
 with and without the 1/sqrt(d_h) scale."""
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 import typer
 
 from ..model.config import ConfigError
+from . import options as opt
 from .common import positive_int_list
 from .configs import Options, configs_or_exit
-from .options import Param
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -50,22 +50,7 @@ def attention_scale_table(frame: "pd.DataFrame", title: str = "") -> "Table":
     return t
 
 
-OPTIONS = (
-    Param(
-        "head_dims",
-        Annotated[
-            str,
-            typer.Option(
-                "--head-dims",
-                help="Head sizes d_h, a comma list. --heads is held fixed, so the model input "
-                "has d_model = heads * d_h.",
-                metavar="INT,INT,...",
-                show_default=True,
-            ),
-        ],
-        "16,32,64,128,256",
-    ),
-)
+OPTIONS = (opt.HEAD_DIMS,)
 
 
 def attention_scale(opts: Options) -> None:

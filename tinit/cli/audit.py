@@ -11,6 +11,7 @@ from rich.text import Text
 from ..model.catalogue import alias_note
 from ..model.catalogue import names as scheme_names
 from ..model.config import ConfigError
+from . import options as opt
 from .configs import Options, configs_or_exit
 from .options import Param
 
@@ -18,8 +19,6 @@ if TYPE_CHECKING:
     from ..experiments.audit.audit import Expectation
 
 AUDIT = "Audit"
-#: The shared default of --seq-len here; a model with fewer positions gets its own.
-SEQ_LEN = 128
 #: The catalogue's schemes as --expect and --init list them (scaled is gpt2's alias).
 SCHEMES_HELP = ", ".join(scheme_names(custom=False)) + f" ({alias_note()}); 'tinit inits' describes each"
 
@@ -97,21 +96,6 @@ OPTIONS = (
                 "checkpoints.csv.",
                 rich_help_panel=AUDIT,
                 metavar="PATH",
-            ),
-        ],
-        None,
-    ),
-    Param(
-        "data",
-        Annotated[
-            str | None,
-            typer.Option(
-                "--data",
-                help="With --checkpoint: the tokens, as tinit train reads them (stdlib, a text file, a "
-                "nanoGPT .bin: its first held-out batch; a text tokenized by an HF folder's own tokenizer "
-                "when it has one, offline); default: uniform random ids from --seed.",
-                rich_help_panel=AUDIT,
-                metavar="SOURCE",
             ),
         ],
         None,
@@ -203,33 +187,6 @@ OPTIONS = (
         "none",
     ),
     Param(
-        "sigma",
-        Annotated[
-            float | None,
-            typer.Option(
-                "--sigma",
-                help="Base std for --expect/--init (default: the model's initializer_range, else 0.02).",
-                rich_help_panel=AUDIT,
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-    Param(
-        "vocab",
-        Annotated[
-            int | None,
-            typer.Option(
-                "--vocab",
-                help="Vocabulary size of the random tokens (default: the model's).",
-                min=2,
-                rich_help_panel=AUDIT,
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-    Param(
         "z_max",
         Annotated[
             float,
@@ -251,18 +208,7 @@ OPTIONS = (
         ],
         0.01,
     ),
-    Param(
-        "grads",
-        Annotated[
-            bool,
-            typer.Option(
-                "--grads/--no-grads",
-                help="Also measure gradient norms (one backward).",
-                rich_help_panel=AUDIT,
-            ),
-        ],
-        True,
-    ),
+    opt.GRADS,
 )
 
 
@@ -284,7 +230,7 @@ def audit(opts: Options) -> None:
     if opts.given("spectral"):
         raise typer.BadParameter("only applies with --checkpoint", param_hint="'--spectral'")
     hf, set_, module, sites = opts.hf, opts.set_, opts.module, opts.sites
-    expect, reinit, sigma, vocab, z_max = opts.expect, opts.reinit, opts.sigma, opts.vocab, opts.z_max
+    expect, reinit, sigma, vocab, z_max = opts.expect, opts.reinit, opts.sigma, opts.vocab_size, opts.z_max
     rtol, grads, seq_len = opts.rtol, opts.grads, opts.seq_len
     from ..experiments.audit.audit import Expectation, ModelError, run_audit
     from ..experiments.audit.loaders import (
@@ -325,8 +271,10 @@ def audit(opts: Options) -> None:
         for name, value in (("--z-max", z_max), ("--rtol", rtol)):
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigError(name, f"must be a finite number >= 0, got {value}")
-        if sigma is not None and not (math.isfinite(sigma) and sigma > 0):
-            raise ConfigError("--sigma", f"must be a positive number, got {sigma}")
+        if sigma is not None and not (isinstance(sigma, float) and math.isfinite(sigma) and sigma > 0):
+            raise ConfigError("--sigma", f"give a positive number (the audited model's std), got {sigma!r}")
+        if vocab is not None and vocab < 2:
+            raise ConfigError("--vocab", f"the random tokens need a vocabulary of >= 2, got {vocab}")
         custom = opts.custom_schemes
         exp_scheme = _scheme(expect, "--expect", ("declared",), custom)
         rec_scheme = _scheme(reinit, "--init", ("none",), custom)

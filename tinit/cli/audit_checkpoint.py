@@ -16,8 +16,10 @@ from ..model.config import ConfigError
 from .clickcompat import given
 from .configs import Options, configs_or_exit
 
-#: Options of ``tinit audit`` that belong to the fresh-model audit only.
-FRESH_ONLY = ("set_", "module", "sites", "reinit", "vocab", "grads", "z_max", "rtol", "sigma")
+#: Options of ``tinit audit`` that belong to the fresh-model audit only (parameter: flag).
+FRESH_ONLY = {"set_": "--set", "module": "--module", "sites": "--sites", "reinit": "--init",
+              "vocab_size": "--vocab", "grads": "--grads", "z_max": "--z-max", "rtol": "--rtol",
+              "sigma": "--sigma"}  # fmt: skip
 
 
 def audit_checkpoint(ctx: typer.Context, opts: Options, checkpoint: str, hf: str | None, data: str | None,
@@ -30,9 +32,8 @@ def audit_checkpoint(ctx: typer.Context, opts: Options, checkpoint: str, hf: str
     from .runner import Outputs, execute
 
     def prepare():
-        for name in FRESH_ONLY:
+        for name, flag in FRESH_ONLY.items():
             if name in opts.values and given(ctx, name):
-                flag = "--" + name.rstrip("_").replace("_", "-").replace("reinit", "init")
                 raise ConfigError(flag, "measures a freshly built model; it does not apply with --checkpoint")
         from ..experiments.audit.spectral import METHODS
 

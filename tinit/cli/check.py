@@ -6,7 +6,8 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from ..criteria import CHECK_ALPHA, CHECK_DEEP_LAYERS, CHECK_HEAD_DIMS
+from ..criteria import CHECK_ALPHA, CHECK_DEEP_LAYERS
+from . import options as opt
 from .common import positive_int_list
 from .configs import Options, configs_or_exit
 from .options import Param
@@ -34,19 +35,7 @@ OPTIONS = (
         ],
         CHECK_DEEP_LAYERS,
     ),
-    Param(
-        "head_dims",
-        Annotated[
-            str,
-            typer.Option(
-                "--head-dims",
-                help="Head sizes d_h of item (e), a comma list.",
-                metavar="16,64,...",
-                rich_help_panel=CHECK,
-            ),  # fmt: skip
-        ],
-        ",".join(map(str, CHECK_HEAD_DIMS)),
-    ),
+    opt.HEAD_DIMS,
     Param(
         "alpha",
         Annotated[

@@ -5,7 +5,6 @@ from . import options as opt
 from .configs import Options, configs_or_exit
 from .options import TRAIN
 from .training import (
-    SAVE_STEPS,
     checkpoint_text,
     checkpointing,
     data_for,
@@ -19,17 +18,12 @@ from .training import (
 OPTIONS = (
     opt.option("shallow", int, "--shallow", help="Layers of the small model.", panel=TRAIN, default=4, min=1),
     opt.option("deep", int, "--deep", help="Layers of the deep stacks.", panel=TRAIN, default=24, min=1),
-    opt.option("seeds", int, "--seeds", panel=TRAIN, default=5, min=2, max=opt.MAX_SEEDS,
-               help="Seeds per configuration (>= 2: each verdict needs a standard error)."),
-    opt.option("lr", float, "--lr", help="Ordinary peak lr.", panel=TRAIN, default=1e-2,
-               callback=opt.learning_rate),
-    opt.option("warmup", int, "--warmup", panel=TRAIN, default=50, min=0,
-               help="Ordinary warmup steps (and the unstable setting's comparison)."),
+    opt.SEEDS,
     opt.option("high_lr", float, "--high-lr", help="The deliberately unstable peak lr.", panel=TRAIN,
                default=1.5e-2, callback=opt.learning_rate),
     opt.option("tol", float, "--tol", panel=TRAIN, default=0.02, callback=opt.positive,
                help="Smallest final-loss difference that counts (nats)."),
-    SAVE_STEPS,
+    opt.SAVE_STEPS,
 )  # fmt: skip
 
 

@@ -2,25 +2,11 @@
 the first steps of training, per scheme, with a verdict (microsoft/mup's coord check,
 both axes)."""
 
-from ..experiments.training.configs import CHECK
 from . import options as opt
 from .configs import Options, configs_or_exit
 from .training import parse_widths
 
-OPTIONS = (
-    opt.WIDTHS,
-    opt.DEPTHS,
-    opt.option(
-        "seeds",
-        int,
-        "--seeds",
-        help="Seeds per (scheme, width, depth): --seed, --seed+1, ...",
-        panel=CHECK,
-        default=3,
-        min=1,
-        max=opt.MAX_SEEDS,
-    ),  # fmt: skip
-)
+OPTIONS = (opt.SEEDS,)
 
 
 def coord_check(opts: Options) -> None:

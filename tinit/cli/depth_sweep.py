@@ -10,39 +10,12 @@ from .configs import Options, configs_or_exit
 from .options import Param
 
 SWEEP = "Sweep"
-DEFAULT_LAYERS = "1,2,4,8,12,24,48,80"
 
 
 OPTIONS = (
-    opt.DEPTHS,  # default DEFAULT_LAYERS
     opt.MF_DRAWS,
-    Param(
-        "seeds",
-        Annotated[
-            int,
-            typer.Option(
-                "--seeds",
-                help="Independent seeds per depth (weights and tokens re-drawn): --seed, --seed+1, ...",
-                min=1,
-                max=opt.MAX_SEEDS,
-                rich_help_panel=SWEEP,
-                show_default=True,
-            ),
-        ],
-        3,
-    ),
-    Param(
-        "no_grads",
-        Annotated[
-            bool,
-            typer.Option(
-                "--no-grads",
-                help="Skip the gradients (grad_ratio left empty); about 3x faster.",
-                rich_help_panel=SWEEP,
-            ),
-        ],
-        False,
-    ),
+    opt.SEEDS,
+    opt.GRADS,
     Param(
         "transfer_from",
         Annotated[
@@ -74,7 +47,7 @@ def depth_sweep(opts: Options) -> None:
     Writes depth_sweep.csv, depth_sweep_summary.csv, depth_sweep_fit.csv,
     depth_sweep.png and config.json to a new run folder.
     """
-    layers, seeds, no_grads, transfer_from = opts.layers, opts.seeds, opts.no_grads, opts.transfer_from
+    layers, seeds, grads, transfer_from = opts.layers, opts.seeds, opts.grads, opts.transfer_from
     from ..experiments.configs import parse_layers
     from ..experiments.measure.depth_sweep import depth_sweep_plan, run_depth_sweep, transfer_reference
     from ..experiments.measure.grad_norms import require_gradients
@@ -86,10 +59,10 @@ def depth_sweep(opts: Options) -> None:
         lambda: (
             opts.model_config(n_layers=depths[-1]),
             opts.init_config(),
-            opts.run_config(layers=layers, depths=depths, seeds=seeds, grads=not no_grads, transfer_from=ref),
+            opts.run_config(layers=layers, depths=depths, seeds=seeds, grads=grads, transfer_from=ref),
         )
     )
-    if not no_grads:
+    if grads:
         configs_or_exit(lambda: require_gradients(model, run))  # before the run folder exists
     title = describe(opts, model).replace(f"L={model.n_layers}", f"L={_depths(depths)}")
     title += f", {seeds} seed{'s' if seeds > 1 else ''}"
@@ -104,7 +77,7 @@ def depth_sweep(opts: Options) -> None:
             seeds,
             opts.inits,
             opts.placements,
-            not no_grads,
+            grads,
             progress,
             on_partial,
             ref,
@@ -128,7 +101,7 @@ def depth_sweep(opts: Options) -> None:
             ],
         ),
         plan=lambda: depth_sweep_plan(
-            model, init_cfg, run, depths, seeds, opts.inits, opts.placements, not no_grads, ref
+            model, init_cfg, run, depths, seeds, opts.inits, opts.placements, grads, ref
         ),
     )
 

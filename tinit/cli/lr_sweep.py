@@ -5,10 +5,7 @@ import typer
 
 from . import options as opt
 from .configs import Options
-from .options import TRAIN
 from .training import (
-    SAVE_STEPS,
-    WARMUPS,
     checkpoint_text,
     checkpointing,
     data_args,
@@ -18,15 +15,7 @@ from .training import (
     variance_figure,
 )
 
-OPTIONS = (
-    opt.DEPTHS,
-    opt.option("seeds", int, "--seeds", help="Seeds per configuration.", panel=TRAIN, default=1, min=1,
-               max=opt.MAX_SEEDS),
-    opt.option("lr", str, "--lr", help="Peak learning rates, a comma list.", metavar="1e-3,...", panel=TRAIN,
-               default="1e-3,3e-3,1e-2,3e-2"),
-    WARMUPS,
-    SAVE_STEPS,
-)  # fmt: skip
+OPTIONS = (opt.SEEDS, opt.SAVE_STEPS)
 
 
 def lr_sweep(opts: Options) -> None:

@@ -82,48 +82,12 @@ OPTIONS = (
         "256,1024",
     ),
     Param(
-        "d_models",
-        Annotated[
-            str,
-            typer.Option("--d-model", help="Normalised widths d, a comma list.", metavar="INT,INT,..."),
-        ],
-        "256,1024,4096",
-    ),
-    Param(
         "repeats",
         Annotated[
             int,
             typer.Option("--repeats", help="Timed samples per measurement; the median is reported.", min=1),
         ],
         10,
-    ),
-    Param("warmup", Annotated[int, typer.Option("--warmup", help="Untimed calls before timing.", min=0)], 3),
-    Param(
-        "compile",
-        Annotated[
-            bool | None,
-            typer.Option(
-                "--compile/--no-compile",
-                help="Also time torch.compile'd norms (default: on with CUDA, off on the CPU, where "
-                "inductor's C++ build takes 15-60 s). A failed compile is recorded as unavailable.",
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-    Param(
-        "timing_threads",
-        Annotated[
-            int,
-            typer.Option(
-                "--threads",
-                help="CPU threads while timing. One gives steady numbers on a shared or busy CPU; "
-                "give more to time multi-threaded kernels.",
-                min=1,
-                show_default=True,
-            ),
-        ],
-        1,
     ),
 )
 
@@ -137,15 +101,14 @@ def norms(opts: Options) -> None:
     Writes norms_behaviour.csv, norms_timing.csv, norms_ratio.csv, norms.png and
     config.json to a new run folder.
     """
-    rows, d_models, repeats = opts.rows, opts.d_models, opts.repeats
-    warmup, compile = opts.warmup, opts.compile
-    timing_threads = opts.timing_threads
+    rows, widths, repeats = opts.rows, opts.widths, opts.repeats
+    warmup, compile, threads = opts.warmup, opts.compile, opts.threads
     from ..experiments.bench.norms import run_norms
     from ..results.plot_norms import plot_norms
     from .runner import Outputs, execute
 
     rows_list = positive_int_list(rows, "--rows")
-    d_list = positive_int_list(d_models, "--d-model")
+    d_list = positive_int_list(widths, "--d-model")
 
     def title(r) -> str:
         n = r.meta["torch_threads"]
@@ -166,7 +129,7 @@ def norms(opts: Options) -> None:
             seed=opts.seed,
             warmup=warmup,
             compile=compile,
-            threads=timing_threads,
+            threads=threads,
             on_partial=on_partial,
         ),  # fmt: skip
         Outputs(

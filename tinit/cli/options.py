@@ -1,22 +1,21 @@
-"""Every option, declared once, and the commands built from them (docs/design.md §2, §12).
+"""Every option, declared once (docs/design.md §2, §12).
 
 An option that sets a config field is declared on that field (its dataclass metadata,
-:mod:`tinit.model.flags`): ``ModelConfig``, ``InitConfig``, ``RunConfig``,
-``TrainConfig`` and ``CoordConfig`` each make a **group** of options, the field's name
-being the parameter's (``n_layers``; a negating flag has its own, ``untie``). The options
-that set no field as they are (``--preset``, ``--init``, ``--pre-norm``, ``--out``,
-``--threads``, the training data, the lists of depths and widths) are declared here.
+:mod:`tinit.model.flags`): ``ModelConfig``, ``InitConfig``, ``RunConfig`` and
+``TrainConfig`` each make a **group** of options, the field's name being the parameter's
+(``n_layers``; a negating flag has its own, ``untie``). A field's flag may also declare
+its **list form** (``--layers 1,2,4`` as ``layers``; ``--d-model 64,128`` as ``widths``;
+``--lr``, ``--warmup``), which the commands that run one value after another take
+instead. The options that set no field as they are (``--preset``, ``--init``,
+``--pre-norm``, ``--out``, ``--threads``, ``--seeds``, the training data, ...) are
+declared here.
 
-A command is a registry row (:mod:`tinit.cli.registry`: the groups it takes, the options
-it leaves out, its own defaults) and a body ``f(opts)`` in ``tinit/cli/<name>.py`` with
-that module's ``OPTIONS`` (the options only it takes, as :class:`Param`). :func:`command`
-makes the Typer command from them: its parameters (own options first, then the groups'),
-and an :class:`~tinit.cli.configs.Options` value for the body.
+A command takes the options of the groups its registry row names (:mod:`tinit.cli.registry`),
+the shared ones its module lists in ``OPTIONS`` and its own (:class:`Param`, declared
+there); the row gives its own defaults and, where an option means something narrower
+for it, its own help. No option is declared twice (tests/test_cli_options.py)."""
 
-Adding a shared option that sets a config field: its field, with ``flag(...)`` metadata;
-every command taking the field's config then takes it, a ConfigError about it names it,
-and a preset may set it."""
-
+import copy
 import dataclasses
 import functools
 import inspect
@@ -69,6 +68,7 @@ class Option:
     fields: tuple[str, ...] = ()  # the fields it decides (the first: the one it sets as it is)
     negates: str | None = None  # the field it sets to its negation (--untie: tie_embeddings)
     lists: str | None = None  # the field whose values it takes as a comma list (--d-model 64,128)
+    many: "Option | None" = None  # its list form (--layers 1,2,4 for --layers 4), when it has one
 
     @property
     def flag(self) -> str:
@@ -76,9 +76,17 @@ class Option:
         decls = [d for d in (self.info.default, *(self.info.param_decls or ())) if isinstance(d, str)]
         return next((d.split("/")[0] for d in decls if d.startswith("--")), self.param)
 
-    def param_of(self, default: Any) -> inspect.Parameter:
-        return inspect.Parameter(self.param, inspect.Parameter.KEYWORD_ONLY, default=default,
-                                 annotation=Annotated[self.type, self.info])  # fmt: skip
+    def param_of(self, default: Any, help: str | None = None) -> inspect.Parameter:
+        """The parameter Typer reads, at a command's ``default`` (and with its ``help``)."""
+        return _parameter(self.param, self.type, self.info, default, help)
+
+
+def _parameter(name: str, type_: Any, info: Any, default: Any, help: str | None) -> inspect.Parameter:
+    if help is not None:
+        info = copy.copy(info)
+        info.help = help
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                             annotation=Annotated[type_, info])  # fmt: skip
 
 
 def option(param: str, type_: Any, *decls: str, help: str, panel: str | None, default: Any = None,
@@ -88,10 +96,6 @@ def option(param: str, type_: Any, *decls: str, help: str, panel: str | None, de
     kw.setdefault("show_default", True)
     info = typer.Option(*decls, help=help, rich_help_panel=panel, **kw)
     return Option(param, type_, info, default, fields, negates, lists)
-
-
-def argument(param: str, type_: Any, *, help: str, default: Any = None, **kw: Any) -> Option:
-    return Option(param, type_, typer.Argument(help=help, **kw), default)
 
 
 def from_field(f: dataclasses.Field, hints: dict, spec: Flag) -> Option:
@@ -104,11 +108,17 @@ def from_field(f: dataclasses.Field, hints: dict, spec: Flag) -> Option:
         default = spec.default
     else:
         default = (not f.default) if spec.negates else f.default
-    return option(
+    one = option(
         spec.param or f.name, spec.type or hints[f.name], *spec.decls, help=spec.help, panel=spec.panel,
         default=default, fields=() if spec.negates else (f.name,), negates=f.name if spec.negates else None,
         **kw,
     )  # fmt: skip
+    if spec.many is None:
+        return one
+    m = spec.many
+    many = option(m.param, str, *spec.decls, help=m.help, panel=spec.panel, default=str(default),
+                  fields=(f.name, *m.also), lists=f.name, metavar=m.metavar)  # fmt: skip
+    return dataclasses.replace(one, many=many)
 
 
 def group(cls: Any, *extra: Option, order: Iterable[str] = ()) -> tuple[Option, ...]:
@@ -201,17 +211,6 @@ PRESET = option(
     metavar="NAME", help="Shape of a known model: " + ", ".join(PRESETS) + ". Sets the model options it "
     "defines (not batch or --seq-len); options given explicitly override it.",
 )  # fmt: skip
-#: --layers as the depths a command runs one after the other (depth-sweep, train,
-#: lr-sweep, coord-check), parsed by experiments.configs.parse_layers
-DEPTHS = option(
-    "layers", str, "--layers", "-L", panel=MODEL, fields=("n_layers",), lists="n_layers",
-    help="Depths to sweep: a comma list (1,2,4,12,80), an arithmetic range start:stop:step (12:96:12, "
-    "stop included), a geometric range start:stop:xFACTOR (4:128:x2), or a mix.",
-)  # fmt: skip
-#: --d-model as the widths a command runs one after the other (lr-sweep, coord-check)
-WIDTHS = option("widths", str, "--d-model", panel=MODEL, fields=("d_model", "d_ff"), lists="d_model",
-                metavar="48,96,...", help="Widths d: a comma list (64,128,256), each divisible by --heads; "
-                "each width takes its default FFN width.")  # fmt: skip
 PRE_NORM = option("pre_norm", bool, "--pre-norm", panel=MODEL, default=False,
                   help="Run pre-norm configurations (neither flag: both).")  # fmt: skip
 POST_NORM = option("post_norm", bool, "--post-norm", panel=MODEL, default=False,
@@ -264,8 +263,30 @@ EVAL_BATCHES = option("eval_batches", int, "--eval-batches", panel=DATA, min=1, 
                       help="Held-out batches per evaluation (fixed set).")  # fmt: skip
 
 
+#: --seeds: depth-sweep, the training commands, coord-check (each with its own default)
+SEEDS = option(
+    "seeds", int, "--seeds", panel=INIT, fields=("seeds",), default=1, min=1, max=MAX_SEEDS,
+    help="Seeds per configuration: --seed, --seed+1, ... (each draws the weights, and the tokens or the "
+    "batch order, anew; a training run's data stays that of --seed).",
+)  # fmt: skip
+#: --grads/--no-grads: depth-sweep's gradient ratio, audit's gradient norms
+GRADS = option("grads", bool, "--grads/--no-grads", panel=RUN, default=True,
+               help="Also measure the gradients (one backward per configuration).")  # fmt: skip
+#: --head-dims: the head sizes d_h of attention-scale and of check's item (e)
+HEAD_DIMS = option("head_dims", str, "--head-dims", panel=MODEL, default="16,64", metavar="INT,INT,...",
+                   help="Head sizes d_h, a comma list.")  # fmt: skip
+#: --save-steps: train, lr-sweep, claims
+SAVE_STEPS = option(
+    "save_steps", str | None, "--save-steps", panel=TRAIN, default=None, metavar="0,100,final",
+    show_default=False,
+    help="Save each run's weights at these steps (0: the init; final: the last step) as safetensors with a "
+    "JSON of the model, scheme and seed, in checkpoints/RUN/ of the run folder (tinit audit --checkpoint "
+    "reads them).",
+)  # fmt: skip
+
+
 def _groups() -> dict[str, tuple[Option, ...]]:
-    from ..experiments.training.configs import CoordConfig, TrainConfig
+    from ..experiments.training.configs import TrainConfig
 
     model_order = ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size", "norm", "ffn", "positions",
                    "attention", "untie", "bias", "no_attn_scale", "pre_norm", "post_norm", "norm_positions",
@@ -284,70 +305,34 @@ def _groups() -> dict[str, tuple[Option, ...]]:
         "output": (OUT, FORMAT, QUIET),
         "data": (DATA_SOURCE, MARKOV_K, EVAL_BATCHES),
         "train": group(TrainConfig),
-        "coord": group(CoordConfig),
     }
 
 
 #: The option groups a registry row names, by name.
 GROUPS = _groups()
-#: Every option declared here or on a config (the list options included).
-DECLARED: tuple[Option, ...] = (*(o for g in GROUPS.values() for o in g), DEPTHS, WIDTHS, MF_DRAWS)
+#: The options that are in no group: a command's module lists those it takes in its OPTIONS.
+UNGROUPED: tuple[Option, ...] = (MF_DRAWS, SEEDS, GRADS, HEAD_DIMS, SAVE_STEPS)
+#: Every option declared here or on a config, the list forms included.
+DECLARED: tuple[Option, ...] = (
+    *(o for g in GROUPS.values() for o in g),
+    *(o.many for g in GROUPS.values() for o in g if o.many is not None),
+    *UNGROUPED,
+)
 
 
 class Param(NamedTuple):
-    """A command's own option: its parameter name, ``Annotated[type, typer.Option(...)]``
-    and default, as the command's module declares it in ``OPTIONS``."""
+    """A command's own option (one no other command takes): its parameter name,
+    ``Annotated[type, typer.Option(...)]`` (or ``typer.Argument``) and default, as the
+    command's module declares it in ``OPTIONS``."""
 
     name: str
     annotation: Any
     default: Any = None
 
+    def param_of(self, default: Any, help: str | None = None) -> inspect.Parameter:
+        type_, info = self.annotation.__origin__, self.annotation.__metadata__[0]
+        return _parameter(self.name, type_, info, default, help)
 
-def parameters(row: Any, own: Iterable[Param | Option]) -> tuple[list[inspect.Parameter], tuple[Option, ...]]:
-    """A command's parameters, in --help's order (its own options, then the groups' in the
-    row's order), and the declared options among them (for Options: names and fields)."""
-    params: list[inspect.Parameter] = []
-    declared: list[Option] = []
-    for o in own:
-        if isinstance(o, Option):
-            declared.append(o)
-            params.append(o.param_of(row.defaults.get(o.param, o.default)))
-        else:
-            kind = inspect.Parameter.KEYWORD_ONLY
-            params.append(inspect.Parameter(o.name, kind, default=o.default, annotation=o.annotation))
-    lists = {o.param: o for o in (DEPTHS, WIDTHS)}
-    for name in row.groups:
-        for o in GROUPS[name]:
-            o = lists[row.replace[o.param]] if o.param in row.replace else o
-            if o.param in row.skip or (row.only and o.param not in row.only):
-                continue
-            declared.append(o)
-            params.append(o.param_of(row.defaults.get(o.param, o.default)))
-    return params, tuple(declared)
-
-
-def command(row: Any, body: Callable, own: Iterable[Param | Option] = ()) -> Callable:
-    """The Typer command of a registry row: the parameters of :func:`parameters`, its help
-    the body's docstring; a call makes the Options value and hands it to the body."""
-    from .configs import Options
-
-    params, declared = parameters(row, own)
-
-    def run(**values: Any) -> None:
-        body(Options(values, declared))
-
-    run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    run.__doc__, run.__name__ = body.__doc__, body.__name__
-    return run
-
-
-def options_of(name: str) -> tuple[Option, ...]:
-    """The declared options of the command ``name`` (for an Options value made outside a
-    call of it: tests, a library caller replaying a command line)."""
-    import importlib
-
-    from .registry import COMMANDS
-
-    row = next(c for c in COMMANDS if c.name == name)
-    own = getattr(importlib.import_module(f"tinit.cli.{row.module}"), "OPTIONS", ())
-    return parameters(row, own)[1]
+    @property
+    def param(self) -> str:
+        return self.name

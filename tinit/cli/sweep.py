@@ -16,10 +16,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..model.config import ConfigError
-from .clickcompat import given
+from . import options as opt
 from .common import CONSOLE, SWEEP_CAPTURE
-from .configs import OptionError, configs_or_exit
-from .registry import SWEEPABLE
+from .configs import OptionError, Options, configs_or_exit
+from .options import Param
 
 EXECUTOR, SLURM, RESUME = "Executor", "SLURM (--executor slurm)", "Resume"
 #: The sweep's own options, recorded so --resume reuses what was not given again.
@@ -38,11 +38,12 @@ def _err(message: str, option: str) -> typer.BadParameter:
     return typer.BadParameter(message, param_hint=f"'{option}'")
 
 
-def capture_plan(ctx: typer.Context, command: str, args: list[str]):
+def capture_plan(ctx: typer.Context, command: str, args: list[str], sweepable: tuple[str, ...],
+                 quiet: bool = False):  # fmt: skip
     """Parse ``tinit COMMAND ARGS`` exactly as the command does and return its plan
-    (points), its options and its outputs, running nothing."""
-    if command not in SWEEPABLE:
-        raise _err(f"{command!r} cannot be swept; choose from {', '.join(SWEEPABLE)}", "COMMAND")
+    (points), its options (quiet when the sweep is) and its outputs, running nothing."""
+    if command not in sweepable:
+        raise _err(f"{command!r} cannot be swept; choose from {', '.join(sweepable)}", "COMMAND")
     root = ctx.find_root()
     sub = root.command.get_command(root, command)  # type: ignore[attr-defined]
     got: dict = {}
@@ -57,7 +58,8 @@ def capture_plan(ctx: typer.Context, command: str, args: list[str]):
         SWEEP_CAPTURE.reset(token)
     if not got:  # --help was printed
         raise typer.Exit(0)
-    return configs_or_exit(got["plan"]), got["opts"], got["outputs"]
+    opts = got["opts"].replace(quiet=True) if quiet else got["opts"]
+    return configs_or_exit(got["plan"]), opts, got["outputs"]
 
 
 def _slurm_args(values: list[str]) -> dict[str, str]:
@@ -101,132 +103,197 @@ def _progress(quiet: bool, description: str, total: int):
     return bar, update
 
 
-def sweep(
-    ctx: typer.Context,
-    command: Annotated[
-        str | None,
-        typer.Argument(
-            help=f"The command to sweep: {', '.join(SWEEPABLE)}; its options follow it.",
-            metavar="COMMAND [ITS OPTIONS]",
-            show_default=False,
-        ),  # fmt: skip
-    ] = None,
-    executor: Annotated[
-        Literal["local", "slurm"],
-        typer.Option(
-            "--executor",
-            help="local: worker processes here; slurm: one job array via submitit.",
-            rich_help_panel=EXECUTOR,
-        ),  # fmt: skip
-    ] = "local",
-    workers: Annotated[
-        int | None,
-        typer.Option(
-            "--workers",
-            help="Local worker processes (default: one per GPU, else one per CPU "
-            "core); with several GPUs each worker is pinned to one.",
-            min=1,
-            rich_help_panel=EXECUTOR,
-            show_default=False,
-        ),  # fmt: skip
-    ] = None,
-    dry_run: Annotated[
-        bool,
-        typer.Option(
-            "--dry-run",
-            help="Print the points and what would be run or submitted (the sbatch "
-            "script); run nothing, write nothing.",
-            rich_help_panel=EXECUTOR,
-        ),  # fmt: skip
-    ] = False,
-    partition: Annotated[
-        str | None,
-        typer.Option("--partition", help="SLURM partition.", rich_help_panel=SLURM, show_default=False),
-    ] = None,
-    gpus_per_job: Annotated[
-        int | None,
-        typer.Option(
-            "--gpus-per-job", help="GPUs per array task.", min=0, rich_help_panel=SLURM, show_default=False
-        ),
-    ] = None,
-    cpus_per_job: Annotated[
-        int | None,
-        typer.Option(
-            "--cpus-per-job",
-            help="CPUs per array task [1].",
-            min=1,
-            rich_help_panel=SLURM,
-            show_default=False,
-        ),
-    ] = None,
-    mem: Annotated[
-        str | None,
-        typer.Option(
-            "--mem", help="Memory per array task, e.g. 16G.", rich_help_panel=SLURM, show_default=False
-        ),
-    ] = None,
-    time_limit: Annotated[
-        str | None,
-        typer.Option(
-            "--time",
-            help="Time limit per array task: minutes, HH:MM:SS or D-HH:MM (SLURM's forms).",
-            rich_help_panel=SLURM,
-            show_default=False,
-        ),
-    ] = None,
-    array_parallelism: Annotated[
-        int | None,
-        typer.Option(
-            "--array-parallelism",
-            help="Most tasks running at once.",
-            min=1,
-            rich_help_panel=SLURM,
-            show_default=False,
-        ),
-    ] = None,
-    account: Annotated[
-        str | None,
-        typer.Option("--account", help="SLURM account.", rich_help_panel=SLURM, show_default=False),
-    ] = None,
-    qos: Annotated[
-        str | None,
-        typer.Option("--qos", help="SLURM quality of service.", rich_help_panel=SLURM, show_default=False),
-    ] = None,
-    slurm_arg: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--slurm-arg",
-            help="Any other sbatch option as KEY=VALUE (repeatable), e.g. constraint=a100.",
-            rich_help_panel=SLURM,
-            show_default=False,
-        ),
-    ] = None,
-    points_per_job: Annotated[
-        int,
-        typer.Option(
-            "--points-per-job",
-            help="Points one array task runs one after the other (fewer, longer tasks).",
-            min=1,
-            rich_help_panel=SLURM,
-        ),
-    ] = 1,
-    quiet: Annotated[
-        bool,
-        typer.Option("--quiet", "-q", help="Print only the run folder's path.", rich_help_panel=EXECUTOR),
-    ] = False,
-    resume: Annotated[
-        Path | None,
-        typer.Option(
-            "--resume",
-            help="Run only the missing or failed points of "
-            "the sweep in RUN_DIR (its command and options are in its "
-            "config.json), then gather again.",
-            metavar="RUN_DIR",
-            rich_help_panel=RESUME,
-            show_default=False,
-        ),
-    ] = None,
-) -> None:
+OPTIONS = (
+    Param(
+        "command",
+        Annotated[
+            str | None,
+            typer.Argument(
+                help="The command to sweep; its options follow it.",
+                metavar="COMMAND [ITS OPTIONS]",
+                show_default=False,
+            ),  # fmt: skip
+        ],
+        None,
+    ),
+    Param(
+        "executor",
+        Annotated[
+            Literal["local", "slurm"],
+            typer.Option(
+                "--executor",
+                help="local: worker processes here; slurm: one job array via submitit.",
+                rich_help_panel=EXECUTOR,
+            ),  # fmt: skip
+        ],
+        "local",
+    ),
+    Param(
+        "workers",
+        Annotated[
+            int | None,
+            typer.Option(
+                "--workers",
+                help="Local worker processes (default: one per GPU, else one per CPU "
+                "core); with several GPUs each worker is pinned to one.",
+                min=1,
+                rich_help_panel=EXECUTOR,
+                show_default=False,
+            ),  # fmt: skip
+        ],
+        None,
+    ),
+    Param(
+        "dry_run",
+        Annotated[
+            bool,
+            typer.Option(
+                "--dry-run",
+                help="Print the points and what would be run or submitted (the sbatch "
+                "script); run nothing, write nothing.",
+                rich_help_panel=EXECUTOR,
+            ),  # fmt: skip
+        ],
+        False,
+    ),
+    Param(
+        "partition",
+        Annotated[
+            str | None,
+            typer.Option("--partition", help="SLURM partition.", rich_help_panel=SLURM, show_default=False),
+        ],
+        None,
+    ),
+    Param(
+        "gpus_per_job",
+        Annotated[
+            int | None,
+            typer.Option(
+                "--gpus-per-job",
+                help="GPUs per array task.",
+                min=0,
+                rich_help_panel=SLURM,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    Param(
+        "cpus_per_job",
+        Annotated[
+            int | None,
+            typer.Option(
+                "--cpus-per-job",
+                help="CPUs per array task [1].",
+                min=1,
+                rich_help_panel=SLURM,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    Param(
+        "mem",
+        Annotated[
+            str | None,
+            typer.Option(
+                "--mem", help="Memory per array task, e.g. 16G.", rich_help_panel=SLURM, show_default=False
+            ),
+        ],
+        None,
+    ),
+    Param(
+        "time_limit",
+        Annotated[
+            str | None,
+            typer.Option(
+                "--time",
+                help="Time limit per array task: minutes, HH:MM:SS or D-HH:MM (SLURM's forms).",
+                rich_help_panel=SLURM,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    Param(
+        "array_parallelism",
+        Annotated[
+            int | None,
+            typer.Option(
+                "--array-parallelism",
+                help="Most tasks running at once.",
+                min=1,
+                rich_help_panel=SLURM,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    Param(
+        "account",
+        Annotated[
+            str | None,
+            typer.Option("--account", help="SLURM account.", rich_help_panel=SLURM, show_default=False),
+        ],
+        None,
+    ),
+    Param(
+        "qos",
+        Annotated[
+            str | None,
+            typer.Option(
+                "--qos", help="SLURM quality of service.", rich_help_panel=SLURM, show_default=False
+            ),
+        ],
+        None,
+    ),
+    Param(
+        "slurm_arg",
+        Annotated[
+            list[str] | None,
+            typer.Option(
+                "--slurm-arg",
+                help="Any other sbatch option as KEY=VALUE (repeatable), e.g. constraint=a100.",
+                rich_help_panel=SLURM,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    Param(
+        "points_per_job",
+        Annotated[
+            int,
+            typer.Option(
+                "--points-per-job",
+                help="Points one array task runs one after the other (fewer, longer tasks).",
+                min=1,
+                rich_help_panel=SLURM,
+            ),
+        ],
+        1,
+    ),
+    opt.QUIET,
+    Param(
+        "resume",
+        Annotated[
+            Path | None,
+            typer.Option(
+                "--resume",
+                help="Run only the missing or failed points of "
+                "the sweep in RUN_DIR (its command and options are in its "
+                "config.json), then gather again.",
+                metavar="RUN_DIR",
+                rich_help_panel=RESUME,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+)
+
+
+def sweep(opts: Options, sweepable: tuple[str, ...]) -> None:
     """Run COMMAND's grid (depths x seeds x inits x norm positions) as independent points
     on local worker processes or as one SLURM job array, and gather them into one run
     folder: points/NAME/ per point and the command's merged CSVs and plots, equal to what
@@ -238,10 +305,9 @@ def sweep(
     from ..results.rundir import OutputError, new_run_dir
     from ..sweep.folder import read_sweep_record, set_aside_merged
 
-    values = {"executor": executor, "workers": workers, "partition": partition, "gpus_per_job": gpus_per_job,
-              "cpus_per_job": cpus_per_job, "mem": mem, "time_limit": time_limit,
-              "array_parallelism": array_parallelism, "account": account, "qos": qos,
-              "slurm_arg": list(slurm_arg or []), "points_per_job": points_per_job}  # fmt: skip
+    ctx, command, resume, executor = opts.ctx, opts.command, opts.resume, opts.executor
+    values = {name: opts.values[name] for name in SWEEP_OPTIONS}
+    values["slurm_arg"] = list(values["slurm_arg"] or [])
     args = list(ctx.args)
     previous_runs = None
     if resume is not None:
@@ -253,19 +319,18 @@ def sweep(
             doc = read_sweep_record(resume)
         except (OSError, ValueError) as exc:
             raise _err(f"{resume} is not a sweep's run folder ({exc})", "--resume") from None
-        command, args, previous_runs = _resumable(doc["sweep"], resume)
+        command, args, previous_runs = _resumable(doc["sweep"], resume, sweepable)
         recorded = previous_runs[-1].get("cli_options", {}) if previous_runs else {}
-        if executor != recorded.get("executor") and given(ctx, "executor"):
+        if executor != recorded.get("executor") and opts.given("executor"):
             recorded = {}  # another executor: the last run's executor options do not apply
         for name in SWEEP_OPTIONS:  # what was not given again comes from the last run
-            if name in recorded and not given(ctx, name):
+            if name in recorded and not opts.given(name):
                 values[name] = recorded[name]
     if command is None:
-        raise _err(f"give the command to sweep ({', '.join(SWEEPABLE)}) and its options, or --resume RUN_DIR",
+        raise _err(f"give the command to sweep ({', '.join(sweepable)}) and its options, or --resume RUN_DIR",
                    "COMMAND")  # fmt: skip
-    plan, opts, outputs = capture_plan(ctx, command, args)
-    if quiet:
-        opts = opts.replace(quiet=True)
+    dry_run = opts.dry_run
+    plan, opts, outputs = capture_plan(ctx, command, args, sweepable, quiet=opts.quiet)
     executor_ = _executor(values, opts, plan, dry_run)
     if dry_run:
         _print_dry_run(plan, executor_, values)
@@ -324,12 +389,12 @@ def sweep(
         raise typer.Exit(1)
 
 
-def _resumable(record, run_dir: Path) -> tuple[str, list[str], list[dict]]:
+def _resumable(record, run_dir: Path, sweepable: tuple[str, ...]) -> tuple[str, list[str], list[dict]]:
     """The command, its arguments and the runs of a sweep's record (config.json's
     ``sweep``), each checked: a record edited or cut short is a one-line error."""
     ok = isinstance(record, dict)
     command, args, runs = (record.get(k) for k in ("command", "args", "runs")) if ok else (None,) * 3
-    if not (command in SWEEPABLE and isinstance(args, list) and all(isinstance(a, str) for a in args)
+    if not (command in sweepable and isinstance(args, list) and all(isinstance(a, str) for a in args)
             and isinstance(runs, list) and all(isinstance(r, dict) for r in runs)):  # fmt: skip
         raise _err(f"{run_dir}/config.json has no usable sweep record (its command, args and runs); "
                    "start a new sweep instead", "--resume")  # fmt: skip

@@ -3,19 +3,9 @@
 
 from . import options as opt
 from .configs import Options
-from .options import TRAIN
-from .training import SAVE_STEPS, WARMUPS, checkpoint_text, checkpointing, grid, rules_notes, variance_figure
+from .training import checkpoint_text, checkpointing, grid, rules_notes, variance_figure
 
-OPTIONS = (
-    opt.DEPTHS,
-    opt.option("seeds", int, "--seeds", panel=TRAIN, default=1, min=1, max=opt.MAX_SEEDS,
-               help="Seeds per configuration: --seed, --seed+1, ... (init and batch order re-drawn; the data "
-               "stays that of --seed)."),
-    opt.option("lr", str, "--lr", help="Peak learning rates, a comma list.", metavar="1e-2,...", panel=TRAIN,
-               default="1e-2"),
-    WARMUPS,
-    SAVE_STEPS,
-)  # fmt: skip
+OPTIONS = (opt.SEEDS, opt.SAVE_STEPS)
 
 
 def train(opts: Options) -> None:

@@ -9,25 +9,10 @@ import typer
 
 from ..model.checks import LR_WHY, MAX_LR
 from ..model.config import ConfigError
-from . import options as opt
 from .configs import Options, configs_or_exit
-from .options import TRAIN
 
 if TYPE_CHECKING:
     from ..experiments.training.trainer import TrainConfig
-
-
-#: --warmup of train and lr-sweep (claims takes one warmup, its own option)
-WARMUPS = opt.option("warmup", str, "--warmup", help="Warmup steps, a comma list.", metavar="30,...",
-                     panel=TRAIN, default="30")  # fmt: skip
-#: --save-steps of train, lr-sweep and claims.
-SAVE_STEPS = opt.option(
-    "save_steps", str | None, "--save-steps", panel=TRAIN, default=None, metavar="0,100,final",
-    show_default=False,
-    help="Save each run's weights at these steps (0: the init; final: the last step) as safetensors with a "
-    "JSON of the model, scheme and seed, in checkpoints/RUN/ of the run folder (tinit audit --checkpoint "
-    "reads them).",
-)  # fmt: skip
 
 
 def checkpointing(opts: Options):
@@ -92,7 +77,7 @@ def warmups_within(opts: Options, warmups: list[int], steps: int) -> list[int]:
     it at step w): a --warmup longer than --steps is refused (the lr it reports as the peak
     would never be reached); the default warmup of a shorter run is cut to --steps."""
     long = [w for w in warmups if w > steps]
-    if long and opts.given("warmup"):
+    if long and (opts.given("warmups") or opts.given("warmup")):
         raise typer.BadParameter(
             f"{long[0]} is longer than --steps {steps}: the peak lr would never be reached; give a "
             f"warmup <= {steps}", param_hint="'--warmup'",
@@ -178,8 +163,8 @@ def grid(opts: Options):
     data and the runs' title."""
     from ..experiments.configs import parse_layers
 
-    lrs = floats(opts.lr, "--lr", MAX_LR, f" ({LR_WHY})")
-    warmups = ints(opts.warmup, "--warmup")
+    lrs = floats(opts.lrs, "--lr", MAX_LR, f" ({LR_WHY})")
+    warmups = ints(opts.warmups, "--warmup")
     warmups = warmups_within(opts, warmups, opts.steps)
     depths = configs_or_exit(lambda: parse_layers(opts.layers))
 

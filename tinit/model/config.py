@@ -30,7 +30,7 @@ from .checks import (
     positive,
     sigma_value,
 )
-from .flags import INIT, MODEL, RUN, flag
+from .flags import INIT, MODEL, RUN, Many, flag
 from .placements import PLACEMENTS, Placement
 from .schemes import Scheme
 from .structure import STRUCTURE_FIELDS, apply_scheme, user_schemes
@@ -61,10 +61,14 @@ class ModelConfig:
     # L: the stack performs 2L residual additions
     n_layers: int = field(default=12, metadata=flag(
         "--layers", "-L", panel=MODEL, min=1, help="Number of layers L (2L residual additions).",
+        many=Many("layers", "Depths to sweep: a comma list (1,2,4,12,80), an arithmetic range start:stop:step "
+                  "(12:96:12, stop included), a geometric range start:stop:xFACTOR (4:128:x2), or a mix."),
     ))  # fmt: skip
     # residual-stream width d
     d_model: int = field(default=256, metadata=flag(
         "--d-model", panel=MODEL, min=1, help="Residual-stream width d.",
+        many=Many("widths", "Widths d: a comma list (64,128,256), each divisible by --heads; each width takes "
+                  "its default FFN width.", "48,96,...", also=("d_ff",)),
     ))  # fmt: skip
     # must divide d_model; d_h = d_model / n_heads
     n_heads: int = field(default=4, metadata=flag(

@@ -18,6 +18,19 @@ FIELD_DEFAULT: Any = type("FieldDefault", (), {"__repr__": lambda self: "FIELD_D
 
 
 @dataclass(frozen=True)
+class Many:
+    """The list form of a field's option, for the commands that run one value after
+    another (depths, widths, learning rates): the same flag taking a comma list, under
+    its own parameter name (``--layers``: ``layers``; the field's own, ``n_layers``, is
+    the one value)."""
+
+    param: str
+    help: str
+    metavar: str | None = None
+    also: tuple[str, ...] = ()  # other fields the list decides (each width its own d_ff)
+
+
+@dataclass(frozen=True)
 class Flag:
     """The command-line option of one config field."""
 
@@ -28,15 +41,17 @@ class Flag:
     negates: bool = False  # a flag setting the field to its negation (--untie: tie_embeddings)
     type: Any = None  # the option's type when not the field's (--sigma takes a string)
     default: Any = FIELD_DEFAULT  # the option's default when not the field's (a negation's: its negation)
+    many: Many | None = None  # its list form, for the commands that take a list of the field's values
     #: other click/typer keywords: min, max, metavar, show_default, and ``parser`` (the
     #: string given) or ``callback`` (the converted value): checks that raise ValueError
     kw: dict[str, Any] = field(default_factory=dict)
 
 
 def flag(*decls: str, help: str, panel: str, param: str | None = None, negates: bool = False,
-         type: Any = None, default: Any = FIELD_DEFAULT, **kw: Any) -> dict[str, Flag]:  # fmt: skip
+         type: Any = None, default: Any = FIELD_DEFAULT, many: Many | None = None,
+         **kw: Any) -> dict[str, Flag]:  # fmt: skip
     """The metadata of a field set by the option ``decls``."""
-    return {"flag": Flag(decls, help, panel, param, negates, type, default, kw)}
+    return {"flag": Flag(decls, help, panel, param, negates, type, default, many, kw)}
 
 
 def flag_of(f: Any) -> Flag | None:

@@ -5,17 +5,10 @@ is every training command's optimizer and schedule (train, lr-sweep, claims);
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
 
 from ...model.checks import check_lr, learning_rate, on_off, positive
 from ...model.config import ConfigError
-from ...model.flags import TRAIN, flag
-
-#: coord-check's --help section
-CHECK = "Coordinate check"
-_EPS_HELP = ("AdamW's eps, added to the root of the second moment; a scheme's optimizer rules scale it "
-             "per group (completep, depth-mup: by depth; megatron-mup: / m).")  # fmt: skip
-ADAM_EPS = flag("--adam-eps", panel=TRAIN, callback=positive, help=_EPS_HELP)
+from ...model.flags import TRAIN, Many, flag
 
 
 @dataclass(frozen=True)
@@ -25,8 +18,16 @@ class TrainConfig:
     steps: int = field(default=300, metadata=flag(
         '--steps', panel=TRAIN, min=1, help="Optimizer steps per run.",
     ))  # fmt: skip
-    lr: float = 1e-2  # peak learning rate
-    warmup: int = 30  # steps of linear warmup from lr/warmup to lr; 0: none
+    # peak learning rate
+    lr: float = field(default=1e-2, metadata=flag(
+        "--lr", panel=TRAIN, callback=learning_rate, help="Peak learning rate.",
+        many=Many("lrs", "Peak learning rates, a comma list.", "1e-2,..."),
+    ))  # fmt: skip
+    # steps of linear warmup from lr/warmup to lr; 0: none
+    warmup: int = field(default=30, metadata=flag(
+        "--warmup", panel=TRAIN, min=0, help="Warmup steps: the lr rises linearly to its peak over them.",
+        many=Many("warmups", "Warmup steps, a comma list.", "30,..."),
+    ))  # fmt: skip
     # decoupled, on matrices only (norm gains and biases are not decayed)
     weight_decay: float = field(default=0.1, metadata=flag(
         "--weight-decay", panel=TRAIN, min=0.0, help="AdamW decoupled weight decay (matrices only).",
@@ -36,7 +37,11 @@ class TrainConfig:
         help="Cosine decay ends at this fraction of the peak lr.",
     ))  # fmt: skip
     # AdamW's eps (torch's default); a scheme's optimizer rules scale it per group
-    eps: float = field(default=1e-8, metadata=ADAM_EPS)
+    eps: float = field(default=1e-8, metadata=flag(
+        "--adam-eps", panel=TRAIN, callback=positive,
+        help="AdamW's eps, added to the root of the second moment; a scheme's optimizer rules scale it per "
+        "group (completep, depth-mup: by depth; megatron-mup: / m).",
+    ))  # fmt: skip
     beta1: float = 0.9
     beta2: float = 0.95
     # max global gradient norm; 0: no clipping (the norm is still recorded)
@@ -68,7 +73,7 @@ class TrainConfig:
         "naive, ...) train with one lr either way.",
     ))  # fmt: skip
     compile: bool = field(default=False, metadata=flag(
-        "--compile", panel=TRAIN, help="torch.compile the model (for long GPU runs).",
+        "--compile/--no-compile", type=bool | None, panel=TRAIN, help="torch.compile the model (for long GPU runs).",
     ))  # fmt: skip
     autocast: bool = field(default=True, metadata=flag(
         "--no-autocast", param="no_autocast", negates=True, panel=TRAIN,
@@ -107,24 +112,14 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class CoordConfig:
-    """The training of a coordinate check and its data (the Markov language)."""
+    """The training of a coordinate check and its data (the Markov language). Its options
+    are TrainConfig's of the same names (``--steps --lr --param-rules --adam-eps``, with
+    coord-check's own defaults: tinit.cli.registry)."""
 
-    steps: int = field(default=4, metadata=flag(
-        "--steps", help="Optimizer steps; the RMS is recorded at steps 0..N.", panel=CHECK, min=1,
-    ))  # fmt: skip
-    # constant Adam lr (mup's Transformer example checks Adam at 0.01)
-    lr: float = field(default=1e-2, metadata=flag(
-        "--lr", panel=CHECK, callback=learning_rate,
-        help="Constant Adam learning rate (the scheme's rules scale it per group).",
-    ))  # fmt: skip
-    # the scheme's optimizer rules (per-group lr); off: one lr ("on"/"off" too)
-    param_rules: bool = field(default=True, metadata=flag(
-        "--param-rules", type=Literal["on", "off"], default="on", panel=CHECK,
-        help="on: each scheme's optimizer rules (muP's lr / m on hidden matrices); off: one lr for every "
-        "parameter, to show what the rules do.",
-    ))  # fmt: skip
-    eps: float = field(default=1e-8, metadata=flag("--adam-eps", panel=CHECK, callback=positive,
-                                                   help=_EPS_HELP))  # fmt: skip
+    steps: int = 4  # optimizer steps; the RMS is recorded at steps 0..N
+    lr: float = 1e-2  # constant Adam lr (mup's Transformer example checks Adam at 0.01)
+    param_rules: bool = True  # the scheme's optimizer rules (per-group lr); off: one lr ("on"/"off" too)
+    eps: float = 1e-8  # AdamW's eps, scaled per group by the scheme's rules
     markov_k: int = 4  # successors per token of the Markov language
 
     def __post_init__(self) -> None:
