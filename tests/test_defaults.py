@@ -103,7 +103,7 @@ def test_grid_defaults():
     assert cli("grad-norms")["--batches"] == kw(grad_norms.run_grad_norms)["batches"]
     ds, lib = cli("depth-sweep"), kw(depth_sweep.run_depth_sweep)
     assert ints(ds["--layers"]) == tuple(lib["layers"]) and ds["--seeds"] == lib["seeds"]
-    assert ds["--transfer-from"] == lib["transfer_from"] and (not ds["--no-grads"]) == lib["grads"]
+    assert ds["--transfer-from"] == lib["transfer_from"] and ds["--grads"] == lib["grads"]
 
 
 def test_attention_scale_norms_and_audit_defaults():

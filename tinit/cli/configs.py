@@ -15,12 +15,14 @@ import typer
 
 from ..model.catalogue import parse_init_list
 from ..model.config import STRUCTURE_FIELDS, ConfigError, InitConfig, ModelConfig, RunConfig
-from ..model.presets import get_preset
 from .clickcompat import current_context, given
 from .init_file import load_init_file
 from .options import DECLARED, Option
 
 C = TypeVar("C")
+#: The model fields an option sets: a preset's value of one reaches the model as that
+#: option's default (tinit.cli.options' --preset), never past an option given.
+SET_BY_OPTIONS = frozenset(f for o in DECLARED for f in (*o.fields, o.negates) if f)
 
 
 def default_threads() -> int:
@@ -96,29 +98,29 @@ class Options:
         ctx = self.ctx
         return ctx is not None and name in ctx.params and given(ctx, name)
 
-    def config(self, cls: Callable[..., C], **override: Any) -> C:
-        """``cls`` (a config dataclass) from the values by field name, a field a flag negates
-        (tie_embeddings: --untie) from that flag, then ``override``."""
+    def fields(self, cls: Any) -> dict[str, Any]:
+        """The values of ``cls``'s fields (a config dataclass) by field name, a field a flag
+        negates (tie_embeddings: --untie) from that flag."""
         negated = {o.negates: o.param for o in self.options if o.negates and o.param in self.values}
         kw = {}
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        for f in dataclasses.fields(cls):
             if f.name in self.values:
                 kw[f.name] = self.values[f.name]
             elif f.name in negated:
                 kw[f.name] = not self.values[negated[f.name]]
-        return cls(**{**kw, **override})
+        return kw
+
+    def config(self, cls: Callable[..., C], **override: Any) -> C:
+        """``cls`` (a config dataclass) from :meth:`fields`, then ``override``."""
+        return cls(**{**self.fields(cls), **override})
 
     def model_config(self, **override: Any) -> ModelConfig:
-        """The model: the options' fields, the sequence cache sized by --seq-len; with --preset
-        also its fields that no option sets (RoPE base, norm eps) and its context."""
+        """The model: the options' fields, the sequence cache sized by --seq-len, ``override``
+        on top; with --preset also its fields that no option sets (RoPE base, norm eps) and
+        its context (``ModelConfig.from_preset``)."""
         kw: dict[str, Any] = {"max_seq_len": self.values["seq_len"]} if "seq_len" in self.values else {}
-        if self.values.get("preset") is not None:
-            preset = get_preset(self.values["preset"])
-            set_by_options = {f for o in DECLARED for f in (*o.fields, o.negates) if f}
-            kw.update({f: v for f, v in preset.model.items() if f not in set_by_options})
-            # the context sizes the learned table (a run may use less)
-            kw["max_seq_len"] = max(kw.get("max_seq_len", ModelConfig.max_seq_len), preset.context)
-        return self.config(ModelConfig, **{**kw, **override, "user_set": self.user_set})
+        kw.update(self.fields(ModelConfig), **override, user_set=self.user_set)
+        return ModelConfig.from_preset(self.values.get("preset"), leave=SET_BY_OPTIONS, **kw)
 
     @property
     def user_set(self) -> tuple[str, ...]:

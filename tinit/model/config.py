@@ -32,6 +32,7 @@ from .checks import (
 )
 from .flags import INIT, MODEL, RUN, Many, flag
 from .placements import PLACEMENTS, Placement
+from .presets import get_preset
 from .schemes import Scheme
 from .structure import STRUCTURE_FIELDS, apply_scheme, user_schemes
 
@@ -61,14 +62,15 @@ class ModelConfig:
     # L: the stack performs 2L residual additions
     n_layers: int = field(default=12, metadata=flag(
         "--layers", "-L", panel=MODEL, min=1, help="Number of layers L (2L residual additions).",
-        many=Many("layers", "Depths to sweep: a comma list (1,2,4,12,80), an arithmetic range start:stop:step "
-                  "(12:96:12, stop included), a geometric range start:stop:xFACTOR (4:128:x2), or a mix."),
+        many=Many("layers", "Depths to sweep: a comma list (1,2,4,12,80), an arithmetic range "
+                  "start:stop:step (12:96:12, stop included), a geometric range start:stop:xFACTOR "
+                  "(4:128:x2), or a mix."),
     ))  # fmt: skip
     # residual-stream width d
     d_model: int = field(default=256, metadata=flag(
         "--d-model", panel=MODEL, min=1, help="Residual-stream width d.",
-        many=Many("widths", "Widths d: a comma list (64,128,256), each divisible by --heads; each width takes "
-                  "its default FFN width.", "48,96,...", also=("d_ff",)),
+        many=Many("widths", "Widths d: a comma list (64,128,256), each divisible by --heads; each width "
+                  "takes its default FFN width.", "48,96,...", also=("d_ff",)),
     ))  # fmt: skip
     # must divide d_model; d_h = d_model / n_heads
     n_heads: int = field(default=4, metadata=flag(
@@ -202,6 +204,21 @@ class ModelConfig:
             raise ConfigError(unknown[0], f"ModelConfig has no field {unknown[0]!r}")
         given = (*overrides.pop("user_set", ()), *(f for f in overrides if f in STRUCTURE_FIELDS))
         return apply_scheme(cls(**overrides, user_set=tuple(dict.fromkeys(given))), name, schemes)
+
+    @classmethod
+    def from_preset(cls, name: str | None, *, leave: Iterable[str] = (), **fields: Any) -> ModelConfig:
+        """The model of the preset ``name`` (:mod:`tinit.model.presets`; None: the defaults)
+        with ``fields`` on top: the preset's fields but those in ``leave`` (the caller
+        decides them), and a sequence cache of at least the preset's context (a learned
+        position table of that many rows; a run may use fewer). A ConfigError names a bad
+        field; an unknown preset is a KeyError naming the choices."""
+        if name is None:
+            return cls(**fields)
+        preset = get_preset(name)
+        leave = set(leave)
+        kw = {**{f: v for f, v in preset.model.items() if f not in leave}, **fields}
+        kw["max_seq_len"] = max(kw.get("max_seq_len", cls.max_seq_len), preset.context)
+        return cls(**kw)
 
     @property
     def placement(self) -> Placement:

@@ -73,7 +73,8 @@ class TrainConfig:
         "naive, ...) train with one lr either way.",
     ))  # fmt: skip
     compile: bool = field(default=False, metadata=flag(
-        "--compile/--no-compile", type=bool | None, panel=TRAIN, help="torch.compile the model (for long GPU runs).",
+        "--compile/--no-compile", type=bool | None, panel=TRAIN,
+        help="torch.compile the model (for long GPU runs).",
     ))  # fmt: skip
     autocast: bool = field(default=True, metadata=flag(
         "--no-autocast", param="no_autocast", negates=True, panel=TRAIN,
