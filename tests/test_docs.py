@@ -41,6 +41,15 @@ def _links(page: Path) -> list[str]:
     return LINK.findall(text)
 
 
+def test_the_generated_parts_are_the_codes():
+    """The README's catalogue table and options.md's table of options are what the code
+    declares: a scheme or an option added, renamed or changed fails here until the command
+    named rewrites them."""
+    from tinit.cli.reference import REWRITE, stale
+
+    assert not stale(ROOT), f"stale, rewrite with: {REWRITE}"
+
+
 def test_readme_is_short_enough_to_finish():
     assert len((ROOT / "README.md").read_text().splitlines()) <= 300
 

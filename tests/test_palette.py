@@ -1,8 +1,9 @@
-"""Colours and markers keyed by scheme name (results/palette.py): the classic four keep
-their reserved colours and nothing else takes them, a scheme keeps its colour when
-another is added, a scheme outside the catalogue gets a colour of its own that is none
-of the reserved ones however many there are, and the same name draws the same in every
-figure and process."""
+"""Colours and markers (results/palette.py): the classic four keep their reserved colours
+and nothing else takes them, a catalogue scheme takes its place's colour (a scheme
+appended to the catalogue, a 31st or a 60th, gets one of its own and changes no other's),
+a scheme outside the catalogue gets a colour of its own that is none of the reserved
+ones however many there are, and the same name draws the same in every figure and
+process."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 from tinit.model import catalogue
 from tinit.model.placements import PLACEMENTS
 from tinit.results import palette
-from tinit.results.palette import CONFIG_COLORS, SCHEME_STYLES, USER_COLORS, config_style, scheme_name, shades
+from tinit.results.palette import CONFIG_COLORS, SCHEME_COLORS, USER_COLORS, config_style, scheme_name, shades
 
 RESERVED = {mpl.colors.to_hex(c) for c in CONFIG_COLORS.values()}
 #: More user schemes than USER_COLORS has colours, and than colours x markers.
@@ -56,24 +57,35 @@ def test_catalogue_schemes_distinct_and_never_reserved(placement):
             assert _hex(s["color"]) not in RESERVED, (n, placement)
 
 
-def test_every_catalogue_scheme_has_a_colour_of_its_own_in_the_table():
-    assert set(SCHEME_STYLES) == set(catalogue.CATALOGUE)
-    # a user's scheme never shares a catalogue scheme's colour
-    assert not {_hex(c) for c in USER_COLORS} & {_hex(c) for c, _m in SCHEME_STYLES.values()}
+def test_the_catalogue_order_gives_the_colours():
+    """The i-th scheme is drawn in the palette's i-th colour, and no user scheme's colour
+    is one of them."""
+    for i, name in enumerate(catalogue.CATALOGUE):
+        assert config_style(name, "pre")["color"] == SCHEME_COLORS[i], name
+    assert not {_hex(c) for c in USER_COLORS} & {_hex(c) for c in SCHEME_COLORS}
     assert not {_hex(c) for c in USER_COLORS} & RESERVED
 
 
-def test_a_scheme_keeps_its_colour_when_another_is_added(monkeypatch):
-    """A scheme added at the front of the catalogue (where a position-based palette
-    would shift every colour after it) changes no other scheme's colour or marker."""
+def _appended(n: int) -> dict:
+    """The catalogue with ``n`` copies of gpt2 appended under new names."""
+    new = {f"zz-new-{j}": dataclasses.replace(catalogue.CATALOGUE["gpt2"], name=f"zz-new-{j}", aliases=())
+           for j in range(n)}  # fmt: skip
+    return {**catalogue.CATALOGUE, **new}
+
+
+def test_a_scheme_appended_has_its_own_colour_and_changes_no_other(monkeypatch):
+    """Schemes appended to the catalogue, past the palette's list (a 31st, ..., a 70th),
+    each get a colour of their own, never a reserved one nor a user scheme's; every
+    scheme before them keeps its colour and marker."""
     before = {(n, p): config_style(n, p) for n in catalogue.CATALOGUE for p in PLACEMENTS}
-    new = dataclasses.replace(catalogue.CATALOGUE["gpt2"], name="aaa-new", aliases=())
-    monkeypatch.setattr(catalogue, "CATALOGUE", {"aaa-new": new, **catalogue.CATALOGUE})
+    monkeypatch.setattr(catalogue, "CATALOGUE", _appended(40))
     palette.scheme_name.cache_clear()
     try:
-        after = {key: config_style(*key) for key in before}
-        assert after == before
-        assert _hex(config_style("aaa-new", "pre")["color"]) not in RESERVED
+        assert {key: config_style(*key) for key in before} == before
+        colours = [_hex(config_style(n, "pre")["color"]) for n in catalogue.CATALOGUE]
+        assert len(set(colours)) == len(colours) == len(SCHEME_COLORS) + 40
+        new = colours[len(SCHEME_COLORS) :]
+        assert not set(new) & (RESERVED | {_hex(c) for c in USER_COLORS}), new
     finally:
         palette.scheme_name.cache_clear()
 

@@ -273,8 +273,8 @@ SEEDS = option(
 GRADS = option("grads", bool, "--grads/--no-grads", panel=RUN, default=True,
                help="Also measure the gradients (one backward per configuration).")  # fmt: skip
 #: --head-dims: the head sizes d_h of attention-scale and of check's item (e)
-HEAD_DIMS = option("head_dims", str, "--head-dims", panel=MODEL, default="16,64", metavar="INT,INT,...",
-                   help="Head sizes d_h, a comma list.")  # fmt: skip
+HEAD_DIMS = option("head_dims", str, "--head-dims", panel=MODEL, default="16,32,64,128,256",
+                   metavar="INT,INT,...", help="Head sizes d_h, a comma list.")  # fmt: skip
 #: --save-steps: train, lr-sweep, claims
 SAVE_STEPS = option(
     "save_steps", str | None, "--save-steps", panel=TRAIN, default=None, metavar="0,100,final",

@@ -109,7 +109,6 @@ MEASURING: tuple[Command, ...] = (
             groups=MODEL_RUN,
             only=OUTPUT | {"preset", "n_heads", "vocab_size", "norm", "positions", "attention", "sigma",
                            "seed", "seq_len", "batch", "device", "dtype", "tf32", "threads"},
-            defaults={"head_dims": "16,32,64,128,256"},
             help={"head_dims": "Head sizes d_h, a comma list. --heads is held fixed, so the model input has "
                   "d_model = heads * d_h."}),
     Command("norms", norms.norms, norms.OPTIONS,

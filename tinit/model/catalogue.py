@@ -101,7 +101,84 @@ MEGATRON_MUP_RULES = param_rules(
 )
 
 
-_BASE = [
+def _lm(base: Scheme, name: str) -> Scheme:
+    """A torchscale entry as its language-model example runs it: fairseq's
+    no_scale_embedding is False there, so the decoder multiplies the embedding by sqrt(d)
+    (DecoderConfig alone leaves no_scale_embedding True: x1, the base entry)."""
+    return dataclasses.replace(
+        base, name=name, aliases=(), embed_mult=Formula("sqrt(d)"),
+        description=f"{base.description} As torchscale's language-model example runs it: the embedding "
+        "output x sqrt(d) (no_scale_embedding False; DecoderConfig alone, the entry without -lm, leaves "
+        "it x1).",
+        upstream=(*base.upstream,
+                  f"{TORCHSCALE} examples/fairseq/models/language_modeling.py (no_scale_embedding False)",
+                  f"{TORCHSCALE} torchscale/architecture/decoder.py (embed_scale)"),
+        not_modelled=base.not_modelled.replace(_LM_NOTE, ""),
+    )  # fmt: skip
+
+
+_GEMMA_NOTE = (
+    "every weight N(0, sigma^2) (HF _init_weights), RMSNorm gains applied as (1 + w) with w "
+    "initialised to 0, embedding output x sqrt(d), GeGLU FFN (gelu-tanh gate)"
+)
+#: HF Gemma 1/2/3 configs: tie_word_embeddings True, attention_bias False, rms_norm_eps 1e-6.
+_GEMMA_STRUCTURE = {"tied": True, "bias": False, "norm": "rmsnorm", "norm_eps": 1e-6}
+
+#: The torchscale entries the -lm entries derive from (their language-model example).
+_DEEPNET_TORCHSCALE = scheme(
+    "deepnet-torchscale",
+    "DeepNet as torchscale runs it: its attention's reset_parameters is never called, so q, k, v, o keep "
+    "nn.Linear's U(±1/sqrt(fan_in)), then v, o, fc1 (gate, up), fc2 (down) are divided by (8L)^(1/4); "
+    "DecoderConfig's deepnorm sets encoder_normalize_before where the decoder reads "
+    "decoder_normalize_before, so the decoder runs PRE-norm with alpha = (2L)^(1/4) on every addition: "
+    "the stream grows like alpha^(4L) (3.7e16 at L = 12). Embedding and untied head N(1/sqrt(d)).",
+    ["microsoft/torchscale torchscale/architecture/config.py DecoderConfig.postprocessing"],
+    {
+        **_all(rule(_LINEAR_DEFAULT, "uniform"), ("q", "k")),
+        **_all(rule(f"{_LINEAR_DEFAULT} * (8 * L)^(-1/4)", "uniform"), ("v", "o", "gate", "up", "down")),
+        **_all(rule("1 / sqrt(d)"), ("embed", "pos", "head")),
+    },
+    upstream=[
+        f"{TORCHSCALE} torchscale/architecture/decoder.py (Decoder.__init__ deepnorm, "
+        "DecoderLayer.residual_connection, build_output_projection)",
+        f"{TORCHSCALE} torchscale/architecture/config.py (DecoderConfig.postprocessing)",
+        f"{TORCHSCALE} torchscale/component/multihead_attention.py (reset_parameters, never called)",
+    ],
+    stream_mult="(2 * L)^(1/4)",
+    **_TORCHSCALE_MODEL,
+    depth_factor=("1 / (8 * L)", "(8 * L)^(-3/2)"),
+    closed_form="a^(4L) v0 + s^2 sum_k a^(2(2L-k)) r_k, a = (2L)^(1/4)",
+)
+_MAGNETO = scheme(
+    "magneto",
+    "torchscale's default decoder (sub-LN, Magneto; deepnorm off): pre-norm plus a norm inside each "
+    "branch, before o and before down; nn.Linear's U(±1/sqrt(fan_in)) everywhere, v, o, fc1 (gate, up) "
+    "and fc2 (down) times sqrt(log 2L). The inner norm cancels v's and fc1's scale, so each branch "
+    "carries o's and down's log 2L. Embedding and untied head N(1/sqrt(d)).",
+    ["Wang et al. 2022 (arXiv 2210.06423)"],
+    {
+        **_all(rule(_LINEAR_DEFAULT, "uniform"), ("q", "k")),
+        **_all(rule(f"{_LINEAR_DEFAULT} * sqrt(log(2 * L))", "uniform"), ("v", "o", "gate", "up", "down")),
+        **_all(rule("1 / sqrt(d)"), ("embed", "pos", "head")),
+    },
+    upstream=[
+        f"{TORCHSCALE} torchscale/architecture/decoder.py (Decoder.__init__ subln)",
+        f"{TORCHSCALE} torchscale/component/multihead_attention.py (inner_attn_ln)",
+        f"{TORCHSCALE} torchscale/component/feedforward_network.py (ffn_layernorm)",
+    ],
+    subln=True,
+    **_TORCHSCALE_MODEL,
+    aliases=("subln",),
+    depth_factor=("log(2 * L)", "log(2 * L)"),
+    closed_form="v0 + 2L log(2L) s^2",
+)
+
+
+#: Every scheme, once, in the catalogue's order: the order of `tinit inits`, `--init all`, the
+#: README's table and the figures' colours (tinit.results.palette: the i-th scheme's colour
+#: is the palette's i-th). The original eighteen first, then the schemes added from their
+#: upstream code in the order they came: a new scheme is one entry, appended.
+CATALOGUE_LIST: list[Scheme] = [
     scheme(
         "naive",
         "Every matrix N(0, sigma^2), no depth scaling (HF Llama, Qwen2, OLMo2 _init_weights).",
@@ -239,9 +316,6 @@ _BASE = [
         not_modelled="clip_qkv (off in OLMo 2's configs); document masking",
         closed_form="v0 + 2L (normed branches)",
     ),
-]
-
-_DEPTH = [
     scheme(
         "deepnet",
         "DeepNet (the paper, decoder-only): Xavier normal with gain 1 on q, k and gain beta = (8L)^(-1/4) on "
@@ -262,55 +336,6 @@ _DEPTH = [
         placement="post",
         depth_factor=("1 / (8 * L)", "(8 * L)^(-3/2)"),
         closed_form="alpha^2 + s^2 (8L)^(-3/2) (post)",
-    ),
-    scheme(
-        "deepnet-torchscale",
-        "DeepNet as torchscale runs it: its attention's reset_parameters is never called, so q, k, v, o keep "
-        "nn.Linear's U(±1/sqrt(fan_in)), then v, o, fc1 (gate, up), fc2 (down) are divided by (8L)^(1/4); "
-        "DecoderConfig's deepnorm sets encoder_normalize_before where the decoder reads "
-        "decoder_normalize_before, so the decoder runs PRE-norm with alpha = (2L)^(1/4) on every addition: "
-        "the stream grows like alpha^(4L) (3.7e16 at L = 12). Embedding and untied head N(1/sqrt(d)).",
-        ["microsoft/torchscale torchscale/architecture/config.py DecoderConfig.postprocessing"],
-        {
-            **_all(rule(_LINEAR_DEFAULT, "uniform"), ("q", "k")),
-            **_all(rule(f"{_LINEAR_DEFAULT} * (8 * L)^(-1/4)", "uniform"), ("v", "o", "gate", "up", "down")),
-            **_all(rule("1 / sqrt(d)"), ("embed", "pos", "head")),
-        },
-        upstream=[
-            f"{TORCHSCALE} torchscale/architecture/decoder.py (Decoder.__init__ deepnorm, "
-            "DecoderLayer.residual_connection, build_output_projection)",
-            f"{TORCHSCALE} torchscale/architecture/config.py (DecoderConfig.postprocessing)",
-            f"{TORCHSCALE} torchscale/component/multihead_attention.py (reset_parameters, never called)",
-        ],
-        stream_mult="(2 * L)^(1/4)",
-        **_TORCHSCALE_MODEL,
-        depth_factor=("1 / (8 * L)", "(8 * L)^(-3/2)"),
-        closed_form="a^(4L) v0 + s^2 sum_k a^(2(2L-k)) r_k, a = (2L)^(1/4)",
-    ),
-    scheme(
-        "magneto",
-        "torchscale's default decoder (sub-LN, Magneto; deepnorm off): pre-norm plus a norm inside each "
-        "branch, before o and before down; nn.Linear's U(±1/sqrt(fan_in)) everywhere, v, o, fc1 (gate, up) "
-        "and fc2 (down) times sqrt(log 2L). The inner norm cancels v's and fc1's scale, so each branch "
-        "carries o's and down's log 2L. Embedding and untied head N(1/sqrt(d)).",
-        ["Wang et al. 2022 (arXiv 2210.06423)"],
-        {
-            **_all(rule(_LINEAR_DEFAULT, "uniform"), ("q", "k")),
-            **_all(
-                rule(f"{_LINEAR_DEFAULT} * sqrt(log(2 * L))", "uniform"), ("v", "o", "gate", "up", "down")
-            ),
-            **_all(rule("1 / sqrt(d)"), ("embed", "pos", "head")),
-        },
-        upstream=[
-            f"{TORCHSCALE} torchscale/architecture/decoder.py (Decoder.__init__ subln)",
-            f"{TORCHSCALE} torchscale/component/multihead_attention.py (inner_attn_ln)",
-            f"{TORCHSCALE} torchscale/component/feedforward_network.py (ffn_layernorm)",
-        ],
-        subln=True,
-        **_TORCHSCALE_MODEL,
-        aliases=("subln",),
-        depth_factor=("log(2 * L)", "log(2 * L)"),
-        closed_form="v0 + 2L log(2L) s^2",
     ),
     scheme(
         "t-fixup",
@@ -415,28 +440,6 @@ _DEPTH = [
         depth_factor=("0", "0"),
         closed_form="(c_L - 0.2 c_mid)^2 v0, c <- lambda c + mu",
     ),
-]
-
-
-def _lm(base: Scheme, name: str) -> Scheme:
-    """A torchscale entry as its language-model example runs it: fairseq's
-    no_scale_embedding is False there, so the decoder multiplies the embedding by sqrt(d)
-    (DecoderConfig alone leaves no_scale_embedding True: x1, the base entry)."""
-    return dataclasses.replace(
-        base, name=name, aliases=(), embed_mult=Formula("sqrt(d)"),
-        description=f"{base.description} As torchscale's language-model example runs it: the embedding "
-        "output x sqrt(d) (no_scale_embedding False; DecoderConfig alone, the entry without -lm, leaves "
-        "it x1).",
-        upstream=(*base.upstream,
-                  f"{TORCHSCALE} examples/fairseq/models/language_modeling.py (no_scale_embedding False)",
-                  f"{TORCHSCALE} torchscale/architecture/decoder.py (embed_scale)"),
-        not_modelled=base.not_modelled.replace(_LM_NOTE, ""),
-    )  # fmt: skip
-
-
-_DEPTH += [_lm(_DEPTH[1], "deepnet-torchscale-lm"), _lm(_DEPTH[2], "magneto-lm")]
-
-_WIDTH = [
     scheme(
         "mup",
         "muP as the mup library applies it to a model at tinit's sigma (m = d/d0): every hidden matrix "
@@ -488,66 +491,19 @@ _WIDTH = [
         param_rules=DEPTH_MUP_RULES,
     ),
     scheme(
-        "megatron-mup",
-        "Megatron-LM with use_mup (m = d/d0, d0 = mup_base_hidden_size): hidden matrices sigma/sqrt(m), "
-        "o and "
-        "down sigma/(sqrt(2L) sqrt(m)), embedding and untied output layer N(sigma) (embedding_init_method), "
-        "logits x 1/m (mup_output_mult), softmax scale 1/kv_channels (mup_attn_scale_power 1).",
-        ["NVIDIA/Megatron-LM megatron/core/utils.py mup_scaled_init_method_normal"],
-        {
-            **_all(rule(_MUP_HIDDEN), ("q", "k", "v", "gate", "up")),
-            **_all(rule(f"{_MUP_HIDDEN} / sqrt(2 * L)"), ("o", "down")),
-        },
+        "gemma",
+        f"Gemma: {_GEMMA_NOTE}; pre-norm.",
+        ["HF transformers models/gemma/modeling_gemma.py"],
         upstream=[
-            f"{MEGATRON} megatron/core/transformer/transformer_config.py (__post_init__ use_mup)",
-            f"{MEGATRON} megatron/core/utils.py (mup_scaled_init_method_normal)",
-            f"{MEGATRON} megatron/core/models/gpt/gpt_model.py (output_layer init_method)",
+            f"{HF} src/transformers/models/gemma/modeling_gemma.py (GemmaRMSNorm, GemmaModel, "
+            "GemmaPreTrainedModel._init_weights)"
         ],
-        logit_mult="d0 / d",
-        attn_scale="1 / d_h",
-        depth_factor=("1 / (2 * L)", "1 / (2 * L)"),
-        closed_form="v0 + s^2",
-        param_rules=MEGATRON_MUP_RULES,
-    ),
-    scheme(
-        "mup-example",
-        "microsoft/mup's examples/Transformer as it runs (main.py defaults: init_var 1, d0 = 256, "
-        "MuAdam): k, v, o, up, down N(0, init_var/d), 1/sqrt(d) at every width (sigma is not used); q "
-        "zero; embedding N(0, 1) (nn.Embedding's default); untied readout zero (init_weights); tied, "
-        "set_base_shapes rescales the shared matrix (MuSharedReadout) to N(0, d/d0); logits x 1/m; "
-        "q.k/d_h; optimizer rules MuAdam's. Its model: post-norm LayerNorm blocks (torch's "
-        "TransformerEncoder, no final norm), a ReLU FFN of width d, no biases but LayerNorm's, untied by "
-        "default. Not modelled: its fixed sinusoidal positions (tinit runs --positions), its dropout 0.2, "
-        "and its layers being copies of one layer at init (TransformerEncoder deep-copies it; tinit "
-        "draws each layer).",
-        ["Yang et al. 2022 (Tensor Programs V)", "microsoft/mup examples/Transformer"],
-        {
-            "embed": rule(1),
-            **_all(rule("1 / sqrt(d)"), ("k", "v", "o", "up", "down")),
-            "q": rule(0, "zero"),
-            "head": rule(0, "zero"),
-        },
-        upstream=[
-            f"{MUP} examples/Transformer/model.py (MultiheadAttention._reset_parameters, "
-            "TransformerEncoderLayer.reset_parameters, TransformerModel.__init__, init_weights)",
-            f"{MUP} examples/Transformer/main.py (argument defaults, coord_check, --save_base_shapes)",
-            f"{MUP} mup/layer.py (MuReadout, MuSharedReadout, _rescale_parameters)",
-            f"{MUP} mup/shape.py (set_base_shapes)",
-        ],
-        tied_embed=rule("sqrt(d / d0)"),
-        logit_mult="d0 / d",
-        attn_scale="1 / d_h",
-        ffn="relu",
-        d_ff="d",
-        placement="post",
-        tied=False,
-        bias=False,
-        norm="layernorm",
-        norm_eps=1e-5,
-        not_modelled="its fixed sinusoidal positions (tinit runs --positions); dropout 0.2; its layers "
-        "being copies of one layer at init (TransformerEncoder deep-copies it; tinit draws each layer)",
-        closed_form="v0 + 2L s^2",
-        param_rules=MUP_RULES,
+        embed_mult="sqrt(d)",
+        norm_offset=1.0,
+        ffn="geglu",
+        placement="pre",
+        **_GEMMA_STRUCTURE,
+        closed_form="v0 + 2L s^2 (v0 = d sigma_emb^2)",
     ),
     scheme(
         "scaled-embed",
@@ -570,9 +526,30 @@ _WIDTH = [
         depth_factor=("1 / (2 * L)", "1 / (2 * L)"),
         closed_form="v0 + s^2",
     ),
-]
-
-_OLMO_CORE = [
+    _DEEPNET_TORCHSCALE,
+    _MAGNETO,
+    scheme(
+        "megatron-mup",
+        "Megatron-LM with use_mup (m = d/d0, d0 = mup_base_hidden_size): hidden matrices sigma/sqrt(m), "
+        "o and "
+        "down sigma/(sqrt(2L) sqrt(m)), embedding and untied output layer N(sigma) (embedding_init_method), "
+        "logits x 1/m (mup_output_mult), softmax scale 1/kv_channels (mup_attn_scale_power 1).",
+        ["NVIDIA/Megatron-LM megatron/core/utils.py mup_scaled_init_method_normal"],
+        {
+            **_all(rule(_MUP_HIDDEN), ("q", "k", "v", "gate", "up")),
+            **_all(rule(f"{_MUP_HIDDEN} / sqrt(2 * L)"), ("o", "down")),
+        },
+        upstream=[
+            f"{MEGATRON} megatron/core/transformer/transformer_config.py (__post_init__ use_mup)",
+            f"{MEGATRON} megatron/core/utils.py (mup_scaled_init_method_normal)",
+            f"{MEGATRON} megatron/core/models/gpt/gpt_model.py (output_layer init_method)",
+        ],
+        logit_mult="d0 / d",
+        attn_scale="1 / d_h",
+        depth_factor=("1 / (2 * L)", "1 / (2 * L)"),
+        closed_form="v0 + s^2",
+        param_rules=MEGATRON_MUP_RULES,
+    ),
     scheme(
         "olmo-llama",
         "OLMo-core InitMethod.llama: every weight TN(sigma, ±3 std); w_out (o), w3 (up) and w2 "
@@ -653,30 +630,6 @@ _OLMO_CORE = [
         depth_factor=("1 / (2 * L)", "1 / (2 * L)"),
         closed_form="v0 + s^2",
     ),
-]
-
-_GEMMA_NOTE = (
-    "every weight N(0, sigma^2) (HF _init_weights), RMSNorm gains applied as (1 + w) with w "
-    "initialised to 0, embedding output x sqrt(d), GeGLU FFN (gelu-tanh gate)"
-)
-#: HF Gemma 1/2/3 configs: tie_word_embeddings True, attention_bias False, rms_norm_eps 1e-6.
-_GEMMA_STRUCTURE = {"tied": True, "bias": False, "norm": "rmsnorm", "norm_eps": 1e-6}
-_GEMMA = [
-    scheme(
-        "gemma",
-        f"Gemma: {_GEMMA_NOTE}; pre-norm.",
-        ["HF transformers models/gemma/modeling_gemma.py"],
-        upstream=[
-            f"{HF} src/transformers/models/gemma/modeling_gemma.py (GemmaRMSNorm, GemmaModel, "
-            "GemmaPreTrainedModel._init_weights)"
-        ],
-        embed_mult="sqrt(d)",
-        norm_offset=1.0,
-        ffn="geglu",
-        placement="pre",
-        **_GEMMA_STRUCTURE,
-        closed_form="v0 + 2L s^2 (v0 = d sigma_emb^2)",
-    ),
     scheme(
         "gemma2",
         f"Gemma 2: {_GEMMA_NOTE}; sandwich norms (input and post-attention, pre- and "
@@ -719,24 +672,54 @@ _GEMMA = [
         "sliding window of its local layers (does not act at tinit's lengths)",
         closed_form="v0 + 2L (normed branches; v0 = d sigma_emb^2)",
     ),
+    scheme(
+        "mup-example",
+        "microsoft/mup's examples/Transformer as it runs (main.py defaults: init_var 1, d0 = 256, "
+        "MuAdam): k, v, o, up, down N(0, init_var/d), 1/sqrt(d) at every width (sigma is not used); q "
+        "zero; embedding N(0, 1) (nn.Embedding's default); untied readout zero (init_weights); tied, "
+        "set_base_shapes rescales the shared matrix (MuSharedReadout) to N(0, d/d0); logits x 1/m; "
+        "q.k/d_h; optimizer rules MuAdam's. Its model: post-norm LayerNorm blocks (torch's "
+        "TransformerEncoder, no final norm), a ReLU FFN of width d, no biases but LayerNorm's, untied by "
+        "default. Not modelled: its fixed sinusoidal positions (tinit runs --positions), its dropout 0.2, "
+        "and its layers being copies of one layer at init (TransformerEncoder deep-copies it; tinit "
+        "draws each layer).",
+        ["Yang et al. 2022 (Tensor Programs V)", "microsoft/mup examples/Transformer"],
+        {
+            "embed": rule(1),
+            **_all(rule("1 / sqrt(d)"), ("k", "v", "o", "up", "down")),
+            "q": rule(0, "zero"),
+            "head": rule(0, "zero"),
+        },
+        upstream=[
+            f"{MUP} examples/Transformer/model.py (MultiheadAttention._reset_parameters, "
+            "TransformerEncoderLayer.reset_parameters, TransformerModel.__init__, init_weights)",
+            f"{MUP} examples/Transformer/main.py (argument defaults, coord_check, --save_base_shapes)",
+            f"{MUP} mup/layer.py (MuReadout, MuSharedReadout, _rescale_parameters)",
+            f"{MUP} mup/shape.py (set_base_shapes)",
+        ],
+        tied_embed=rule("sqrt(d / d0)"),
+        logit_mult="d0 / d",
+        attn_scale="1 / d_h",
+        ffn="relu",
+        d_ff="d",
+        placement="post",
+        tied=False,
+        bias=False,
+        norm="layernorm",
+        norm_eps=1e-5,
+        not_modelled="its fixed sinusoidal positions (tinit runs --positions); dropout 0.2; its layers "
+        "being copies of one layer at init (TransformerEncoder deep-copies it; tinit draws each layer)",
+        closed_form="v0 + 2L s^2",
+        param_rules=MUP_RULES,
+    ),
+    _lm(_DEEPNET_TORCHSCALE, "deepnet-torchscale-lm"),
+    _lm(_MAGNETO, "magneto-lm"),
 ]
-
-#: The catalogue's order (the order of `tinit inits`, `--init all` and the plots' colours):
-#: the original eighteen, then the schemes added from their upstream code.
-ORDER = (
-    "naive", "gpt2", "megatron", "depth-init", "small-wang", "mitchell", "full-megatron", "olmo2", "deepnet",
-    "t-fixup", "rezero", "zero-out", "nanochat", "mup", "completep", "depth-mup", "gemma", "scaled-embed",
-    "deepnet-torchscale", "magneto", "megatron-mup", "olmo-llama", "olmo-llama-depth", "olmo-fan-in",
-    "olmo-normalized", "gemma2", "gemma3", "mup-example", "deepnet-torchscale-lm", "magneto-lm",
-)  # fmt: skip
-_BY_NAME = {s.name: s for s in (*_BASE, *_DEPTH, *_WIDTH, *_OLMO_CORE, *_GEMMA)}
-CATALOGUE_LIST = [_BY_NAME[n] for n in ORDER]
-assert len(CATALOGUE_LIST) == len(_BY_NAME)
-
 
 # --- looking schemes up -------------------------------------------
 
 CATALOGUE: dict[str, Scheme] = {s.name: s for s in CATALOGUE_LIST}
+assert len(CATALOGUE) == len(CATALOGUE_LIST), "a scheme's name is in the catalogue twice"
 ALIASES = {alias: s.name for s in CATALOGUE_LIST for alias in s.aliases}
 
 

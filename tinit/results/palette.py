@@ -1,19 +1,21 @@
 """Who is drawn how: the colour, marker and label of every configuration and category.
 
 A configuration (scheme x norm placement) has one colour and one marker in every figure
-(:func:`config_style`), keyed by the scheme's **name**, never by its place in the
-catalogue or in a figure, so a scheme keeps its colour when another is added:
+(:func:`config_style`), the same in every figure and run:
 
 - the four classic configurations have their own (:data:`CONFIG_COLORS`: naive/pre red,
   gpt2/pre blue, naive/post orange, gpt2/post green); these four colours are reserved:
   nothing else is drawn in them;
-- a catalogue scheme has its own colour and marker (:data:`SCHEME_STYLES`), shaded by
-  the placement (its ``shade``, :mod:`tinit.model.placements`) and with the placement's
-  marker where it has one (sandwich, reordered, none);
-- a scheme the table does not name (a user's ``--init-file`` scheme, a scheme added to
-  the catalogue without a colour of its own) takes one of :data:`USER_COLORS` and of
-  :data:`USER_MARKERS`, picked by a hash of its name: the same in every figure and run,
-  never a reserved colour, however many schemes there are.
+- a catalogue scheme takes the colour and marker of its place in the catalogue
+  (:func:`catalogue_style`: the i-th scheme of ``tinit.model.catalogue.CATALOGUE_LIST``
+  the i-th of :data:`SCHEME_COLORS` and :data:`SCHEME_MARKERS`; past the list a colour
+  made from its place, never a reserved one nor another scheme's), shaded by the
+  placement (its ``shade``, :mod:`tinit.model.placements`) and with the placement's
+  marker where it has one (sandwich, reordered, none). A new scheme is appended to the
+  catalogue, so every other keeps its colour;
+- a scheme outside the catalogue (a user's ``--init-file`` scheme) takes one of
+  :data:`USER_COLORS` and of :data:`USER_MARKERS`, picked by a hash of its name: the
+  same in every figure and run, never a reserved colour, however many schemes there are.
 
 An alias is its scheme (``scaled`` draws as ``gpt2``); the catalogue's own lookup
 (:func:`tinit.model.catalogue.get_scheme`) says so. Labels name the scheme as the run
@@ -43,43 +45,19 @@ CONFIG_MARKERS = {
     ("naive", "post"): "^",
     ("gpt2", "post"): "v",
 }
-#: Each catalogue scheme's (colour, marker) at pre-norm, by name. naive red and gpt2 blue
-#: are the classic configurations'; every other colour avoids red, blue, orange and green,
-#: so those four still mean the classic ones. A new scheme takes a colour no entry has.
-SCHEME_STYLES = {
-    "naive": ("#d62728", "o"),
-    "gpt2": ("#1f77b4", "s"),
-    "megatron": ("#9467bd", "^"),
-    "depth-init": ("#8c564b", "v"),
-    "small-wang": ("#e377c2", "<"),
-    "mitchell": ("#7f7f7f", ">"),
-    "full-megatron": ("#bcbd22", "p"),
-    "olmo2": ("#17becf", "h"),
-    "deepnet": ("#393b79", "*"),
-    "t-fixup": ("#637939", "d"),
-    "rezero": ("#8c6d31", "o"),
-    "zero-out": ("#843c39", "s"),
-    "nanochat": ("#7b4173", "^"),
-    "mup": ("#5254a3", "v"),
-    "completep": ("#b5cf6b", "<"),
-    "depth-mup": ("#e7969c", ">"),
-    "gemma": ("#de9ed6", "p"),
-    "scaled-embed": ("#000000", "h"),
-    "deepnet-torchscale": ("#6b6ecf", "*"),
-    "magneto": ("#cedb9c", "d"),
-    "megatron-mup": ("#a55194", "o"),
-    "olmo-llama": ("#c49c94", "s"),
-    "olmo-llama-depth": ("#dbdb8d", "^"),
-    "olmo-fan-in": ("#9edae5", "v"),
-    "olmo-normalized": ("#756bb1", "<"),
-    "gemma2": ("#636363", ">"),
-    "gemma3": ("#bd9e39", "p"),
-    "mup-example": ("#ce6dbd", "h"),
-    "deepnet-torchscale-lm": ("#8ca252", "*"),
-    "magneto-lm": ("#9c9ede", "d"),
-}
-#: Colours of the schemes :data:`SCHEME_STYLES` does not name: none reserved, none a
-#: catalogue scheme's, each dark enough to show as a translucent measured line.
+#: The catalogue schemes' colours at pre-norm, in catalogue order: naive red and gpt2 blue
+#: are the classic configurations'; every other avoids red, blue, orange and green, so those
+#: four still mean the classic ones.
+SCHEME_COLORS = (
+    "#d62728", "#1f77b4", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79",
+    "#637939", "#8c6d31", "#843c39", "#7b4173", "#5254a3", "#b5cf6b", "#e7969c", "#de9ed6", "#000000",
+    "#6b6ecf", "#cedb9c", "#a55194", "#c49c94", "#dbdb8d", "#9edae5", "#756bb1", "#636363", "#bd9e39",
+    "#ce6dbd", "#8ca252", "#9c9ede",
+)  # fmt: skip
+#: Their markers, in turn along the catalogue.
+SCHEME_MARKERS = ("o", "s", "^", "v", "<", ">", "p", "h", "*", "d")
+#: Colours of the schemes outside the catalogue: none reserved, none a catalogue scheme's,
+#: each dark enough to show as a translucent measured line.
 USER_COLORS = ("#4b0082", "#008080", "#e7298a", "#984ea3", "#a65628", "#b8860b", "#2f4f4f", "#9932cc",
                "#808000", "#e6ab02")  # fmt: skip
 #: Their markers (none of the placements' own, nor one with a fixed meaning: x, *, |).
@@ -128,9 +106,55 @@ def scheme_name(init: str) -> str:
         return init
 
 
+def catalogue_index(name: str) -> int | None:
+    """The place of the scheme ``name`` (the catalogue's name) in the catalogue; None
+    for a scheme outside it."""
+    from ..model.catalogue import CATALOGUE
+
+    return next((i for i, n in enumerate(CATALOGUE) if n == name), None)
+
+
+#: Hues (degrees) a made colour keeps away from: the reserved red, orange, green, blue.
+_RESERVED_HUES = (0.0, 30.0, 120.0, 205.0)
+
+
+@functools.cache
+def _made_colors(n: int) -> tuple[str, ...]:
+    """The first ``n`` made colours: golden-angle steps round the hue circle at three
+    lightnesses, each at least 20 degrees of hue from a reserved colour and none a listed
+    one (of :data:`SCHEME_COLORS`, :data:`USER_COLORS`, the reserved)."""
+    import colorsys
+
+    taken = {c.lower() for c in (*SCHEME_COLORS, *USER_COLORS, *CONFIG_COLORS.values())}
+    out: list[str] = []
+    k = 0
+    while len(out) < n:
+        hue = (k * 137.50776405) % 360
+        light = (0.38, 0.52, 0.30)[k % 3]
+        k += 1
+        if min(abs((hue - r + 180) % 360 - 180) for r in _RESERVED_HUES) < 20:
+            continue
+        color = mcolors.to_hex(colorsys.hls_to_rgb(hue / 360, light, 0.6))
+        if color not in taken:
+            taken.add(color)
+            out.append(color)
+    return tuple(out)
+
+
+def catalogue_style(index: int) -> tuple[str, str]:
+    """The colour and marker of the catalogue's ``index``-th scheme (at pre-norm):
+    :data:`SCHEME_COLORS`, then made colours (a 31st scheme has its own, never a reserved
+    one); :data:`SCHEME_MARKERS` in turn."""
+    if index < len(SCHEME_COLORS):
+        color = SCHEME_COLORS[index]
+    else:
+        color = _made_colors(index - len(SCHEME_COLORS) + 1)[-1]
+    return color, SCHEME_MARKERS[index % len(SCHEME_MARKERS)]
+
+
 def _user_style(name: str) -> tuple[str, str]:
-    """A colour and marker for a scheme outside :data:`SCHEME_STYLES`, by its name alone
-    (a stable hash: the same in every process, unlike ``hash``)."""
+    """A colour and marker for a scheme outside the catalogue, by its name alone (a
+    stable hash: the same in every process, unlike ``hash``)."""
     h = int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big")
     return USER_COLORS[h % len(USER_COLORS)], USER_MARKERS[(h // len(USER_COLORS)) % len(USER_MARKERS)]
 
@@ -164,16 +188,13 @@ def config_style(init: str, norm_position: str) -> dict:
     key = (name, norm_position)
     if key in CONFIG_COLORS:
         return {"color": CONFIG_COLORS[key], "marker": CONFIG_MARKERS[key]}
-    color, marker = SCHEME_STYLES.get(name) or _user_style(name)
+    index = catalogue_index(name)
+    color, marker = _user_style(name) if index is None else catalogue_style(index)
     placement = PLACEMENTS.get(norm_position)
     if placement is not None:
         color = mcolors.to_hex(shade(color, placement.shade))
         marker = placement.marker or marker
     return {"color": color, "marker": marker}
-
-
-def config_color(init: str, norm_position: str) -> str:
-    return config_style(init, norm_position)["color"]
 
 
 def placement_label(norm_position: str) -> str:
