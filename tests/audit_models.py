@@ -91,7 +91,7 @@ def broken_model() -> TinyLM:
     return model
 
 
-def off_recipe_model() -> TinyLM:
+def off_scheme_model() -> TinyLM:
     """As good_model, but layers.2.mlp.2.weight drawn at std 0.05 instead of 0.02."""
     model = good_model()
     with torch.no_grad():

@@ -91,7 +91,7 @@ def test_family_sites_roles_and_stream(built, family):
 def test_declared_init_passes_for_every_family(built):
     for family, (model, sites, _tr, roles, _t) in built.items():
         rng = model.config.initializer_range
-        exp = Expectation(sites.declared_recipe or "naive", rng, rng, "declared")
+        exp = Expectation(sites.declared_scheme or "naive", rng, rng, "declared")
         w = audit_weights(model, roles, exp, sites)
         assert set(w["verdict"]) == {"ok"}, (family, w[w["verdict"] != "ok"][["param", "std", "expected"]])
 
@@ -117,18 +117,18 @@ def test_llama_fails_gpt2_on_exactly_o_and_down_and_passes_naive(built):
     bad = w[w["verdict"] != "ok"]
     assert sorted(bad["param"]) == sorted(n for n, _ in model.named_parameters()
                                           if n.endswith(("o_proj.weight", "down_proj.weight")))  # fmt: skip
-    assert set(bad["verdict"]) == {"off-recipe"}
+    assert set(bad["verdict"]) == {"off-scheme"}
     assert set(audit_weights(model, roles, Expectation("naive", 0.02, 0.02, "naive"), sites)["verdict"]) == {
         "ok"
     }
 
 
-def test_recipe_beside_as_built(built):
+def test_scheme_beside_as_built(built):
     model, sites, _tr, roles, tokens = built["llama"]
     res = run_audit(model, sites, roles, tokens, Expectation("naive", 0.02, 0.02, "n"),
                     scheme=Expectation("scaled", 0.02, 0.02, "s"))  # fmt: skip
     assert list(res["summary"]["init"]) == ["as-built", "scaled"]
-    assert res.meta["recipe_weights_deviating"] == 0 and res.meta["recipe_kept_as_built"] == []
+    assert res.meta["scheme_weights_deviating"] == 0 and res.meta["scheme_kept_as_built"] == []
     s = res["summary"].set_index("init")["branch_var_mean"]
     assert s["scaled"] < s["as-built"]  # o and down at 1/sqrt(2L) of the std: smaller branches
     assert set(res["grad_norms"]["init"]) == {"as-built", "scaled"}

@@ -149,7 +149,7 @@ def test_without_transformers_hf_says_how_to_install(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("factory", "param", "verdict"),
     [
-        ("off_recipe_model", "layers.2.mlp.2.weight", "off-recipe"),
+        ("off_scheme_model", "layers.2.mlp.2.weight", "off-scheme"),
         ("constant_model", "layers.1.attn.qkv.weight", "constant"),
         ("non_finite_model", "layers.0.mlp.0.weight", "non-finite"),
         ("broken_model", "layers.0.attn.out.weight", "zero"),

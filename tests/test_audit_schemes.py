@@ -12,7 +12,8 @@ from helpers import figures_built_not_saved
 from typer.testing import CliRunner
 
 from tinit.cli import app
-from tinit.experiments.audit.audit import DEVIATING, Expectation, audit_weights, run_audit
+from tinit.criteria import DEVIATING
+from tinit.experiments.audit.audit import Expectation, audit_weights, run_audit
 from tinit.experiments.audit.roles import classify_roles
 from tinit.experiments.audit.sites import find_sites
 from tinit.model.catalogue import names
@@ -109,8 +110,8 @@ def test_audit_init_draws_each_schemes_own_distribution(naive_audited, scheme):
     # asserted, and 32 tokens' forwards of the model and its twin were a quarter of the time
     tokens = tokens[:1, :4]
     res = run_audit(model, sites, roles, tokens, Expectation("naive", 0.02, 0.02, "n"), scheme, grads=False)
-    assert res.meta["recipe_weights_deviating"] == 0, scheme
-    assert res.meta["recipe_kept_as_built"] == []
+    assert res.meta["scheme_weights_deviating"] == 0, scheme
+    assert res.meta["scheme_kept_as_built"] == []
     twin = dict(model.named_parameters())  # the original is untouched: a deep copy was re-drawn
     assert float(twin["blocks.0.attn.q.weight"].detach().std()) == pytest.approx(0.02, rel=0.02)
 
@@ -152,7 +153,7 @@ def test_the_re_drawn_twin_has_the_distribution(naive_audited, scheme, role, dis
 @pytest.mark.parametrize("scheme", ["zero-out", "nanochat", "mup"])
 def test_zero_expectations_are_judged_by_equality(naive_audited, scheme):
     """A role the scheme draws as exactly 0 (zero-out's o and down, nanochat's, muP's q) is
-    ok when every element is 0 and off-recipe otherwise: no division by the expected 0."""
+    ok when every element is 0 and off-scheme otherwise: no division by the expected 0."""
     model, sites, roles, _ = _model_and_roles(scheme)
     w = audit_weights(model, roles, Expectation(scheme, 0.02, 0.02, "x"), sites).set_index("param")
     zero = "blocks.0.attn.q.weight" if scheme == "mup" else "blocks.0.attn.o.weight"
@@ -161,7 +162,7 @@ def test_zero_expectations_are_judged_by_equality(naive_audited, scheme):
     assert not w["verdict"].isin(DEVIATING).any()
     naive, sites, roles, _ = naive_audited  # the same check of non-zero weights fails
     v = audit_weights(naive, roles, Expectation(scheme, 0.02, 0.02, "x"), sites).set_index("param")
-    assert v.loc[zero, "verdict"] == "off-recipe"
+    assert v.loc[zero, "verdict"] == "off-scheme"
 
 
 USER_SCHEME = """
@@ -186,7 +187,7 @@ def build():
 def test_audit_expects_a_user_scheme(tmp_path, monkeypatch):
     """--init-file is offered to audit because --expect may name its scheme: a model
     built with a per-layer user scheme passes against it (exit 0) and fails against
-    naive, whose o/down std is sigma at every layer (exit 3, o and down off-recipe)."""
+    naive, whose o/down std is sigma at every layer (exit 3, o and down off-scheme)."""
     figures_built_not_saved(monkeypatch)  # (the verdicts are the CSV's and the exit code's)
     toml = tmp_path / "s.toml"
     toml.write_text(USER_SCHEME)

@@ -16,6 +16,7 @@ from tinit.experiments.audit.tensors import CheckpointError
 from tinit.experiments.audit.trained import run_checkpoint_audit
 from tinit.experiments.measure.variance import run_variance
 from tinit.experiments.training.data import load_data
+from tinit.experiments.training.grid import TrainGrid
 from tinit.experiments.training.saving import parse_save_steps
 from tinit.experiments.training.train import run_train
 from tinit.experiments.training.trainer import TrainConfig
@@ -36,9 +37,9 @@ def trained(tmp_path_factory):
     data = load_data("markov", vocab=64, seq_len=16, batch=8, seed=0)
     listed = []
     for scheme, position in (("gpt2", "pre"), ("naive", "post")):
-        res = run_train(MODEL, InitConfig(seed=3), RunConfig(device="cpu"), TrainConfig(steps=12, warmup=2),
-                        data, [scheme], [position], [3], [3], on_checkpoint=writer,
-                        save_steps="0,6,final")  # fmt: skip
+        grid = TrainGrid(MODEL, InitConfig(seed=3), RunConfig(device="cpu"), TrainConfig(steps=12, warmup=2),
+                         data, [scheme], [position], [3], [3])  # fmt: skip
+        res = run_train(grid, on_checkpoint=writer, save_steps="0,6,final")
         listed += res.meta["checkpoints"]
     return d, listed, writer
 
@@ -140,8 +141,8 @@ def test_init_file_scheme_travels_with_its_checkpoints(tmp_path):
     scheme = load_scheme(toml)
     data = load_data("markov", vocab=64, seq_len=16, batch=8, seed=0)
     init, tcfg = InitConfig(seed=3, schemes=(scheme,)), TrainConfig(steps=2, warmup=1)
-    run_train(MODEL, init, RunConfig(device="cpu"), tcfg, data, ["halfway"], ["pre"], [3], [3],
-              on_checkpoint=CheckpointWriter(tmp_path / "run"), save_steps="0,final")  # fmt: skip
+    grid = TrainGrid(MODEL, init, RunConfig(device="cpu"), tcfg, data, ["halfway"], ["pre"], [3], [3])
+    run_train(grid, on_checkpoint=CheckpointWriter(tmp_path / "run"), save_steps="0,final")
     toml.unlink()
     found = find_checkpoints(tmp_path / "run")
     ck = found.checkpoints[0]

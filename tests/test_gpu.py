@@ -37,7 +37,7 @@ def test_streamed_equals_built_on_cuda(overlap, dtype):
         assert torch.equal(built(tokens), streamed(tokens))
 
 
-def test_weights_drawn_on_cuda_match_the_recipe():
+def test_weights_drawn_on_cuda_match_the_scheme():
     """The per-(seed, layer, role) draws happen on the device: their spread is the
     scheme's std (sample std of n normals has relative SE 1/sqrt(2n); allow 6 SE)."""
     cfg = ModelConfig(n_layers=2, d_model=256, n_heads=4, vocab_size=256)

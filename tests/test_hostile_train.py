@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from tinit.cli import app
 from tinit.experiments.result import IncompleteRun, Stopped
 from tinit.experiments.training.data import load_data
+from tinit.experiments.training.grid import TrainGrid
 from tinit.experiments.training.lr_sweep import run_lr_sweep
 from tinit.experiments.training.train import run_specs
 from tinit.experiments.training.trainer import RunSpec, TrainConfig
@@ -288,19 +289,10 @@ def test_a_stopped_lr_sweep_keeps_the_optimum_of_each_finished_depth():
 
     model = ModelConfig(n_layers=2, d_model=16, n_heads=2, vocab_size=32)
     with pytest.raises(IncompleteRun) as info:
-        run_lr_sweep(
-            model,
-            InitConfig(),
-            RunConfig(device="cpu"),
-            TrainConfig(steps=steps, probe_points=0),
-            data,
-            ["scaled"],
-            ["pre"],
-            [1, 2],
-            [0],
-            [1e-3, 3e-3, 1e-2, 3e-2],
-            progress=progress,
-        )
+        train = TrainConfig(steps=steps, probe_points=0)
+        grid = TrainGrid(model, InitConfig(), RunConfig(device="cpu"), train, data, ["scaled"], ["pre"],
+                         [1, 2], [0], [1e-3, 3e-3, 1e-2, 3e-2])  # fmt: skip
+        run_lr_sweep(grid, progress=progress)
     res = info.value.result
     assert res.complete is False and len(res["runs"]) == 4
     optimum = res["lr_optimum"]

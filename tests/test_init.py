@@ -28,7 +28,7 @@ def _model(cfg, scheme, **init_kw):
                     tie_embeddings=False, positions="learned", vocab_size=256, max_seq_len=64),
     ],
 )  # fmt: skip
-def test_every_parameter_std_matches_recipe(cfg, scheme):
+def test_every_parameter_std_matches_scheme(cfg, scheme):
     model = _model(cfg, scheme)
     # the scheme written out by hand (GPT-2's, docs/design.md §10), not read from the code:
     # every matrix and embedding N(0, 0.02^2); the scaled scheme divides W_O and W_down by

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from tinit.experiments.training.data import load_data
+from tinit.experiments.training.grid import TrainGrid
 from tinit.experiments.training.train import run_train
 from tinit.experiments.training.trainer import (
     RATIO_COLUMNS,
@@ -101,7 +102,9 @@ def test_step_matches_a_bare_adamw_step():
 def _run(data, steps=12, seeds=(0,), inits=("naive", "scaled"), positions=("pre", "post"), **kw):
     model = _tiny()
     train = TrainConfig(steps=steps, lr=kw.pop("lr", 3e-3), warmup=2, eval_every=4, probe_points=2, **kw)
-    return run_train(model, InitConfig(), CPU, train, data, list(inits), list(positions), [2], list(seeds))
+    return run_train(
+        TrainGrid(model, InitConfig(), CPU, train, data, list(inits), list(positions), [2], list(seeds))
+    )
 
 
 def test_same_seed_same_train_csv_and_records_are_complete(tmp_path):
@@ -185,7 +188,7 @@ def test_four_layers_reach_the_entropy_floor_at_cpu_defaults():
     data = load_data("markov", vocab=64, seq_len=32, batch=16, seed=0, eval_batches=4)
     model = ModelConfig(n_layers=4, d_model=48, n_heads=4, vocab_size=64)
     train = TrainConfig(steps=300, lr=1e-2, warmup=30, eval_every=300, probe_points=0)
-    res = run_train(model, InitConfig(), CPU, train, data, ["scaled"], ["pre"], [4], [0])
+    res = run_train(TrainGrid(model, InitConfig(), CPU, train, data, ["scaled"], ["pre"], [4], [0]))
     r = res["runs"].iloc[0]
     floor = data.floor
     assert r["initial_eval_loss"] > 2 * floor  # from well above: ln 64 = 4.16 against H
@@ -198,28 +201,18 @@ def test_training_refuses_non_float32_and_a_small_vocab():
     data = load_data("markov", vocab=32, seq_len=8, batch=2, seed=0, eval_batches=1)
     with pytest.raises(ConfigError):
         run_train(
-            _tiny(),
-            InitConfig(),
-            dataclasses.replace(CPU, dtype="float64"),
-            TrainConfig(steps=1),
-            data,
-            ["naive"],
-            ["pre"],
-            [1],
-            [0],
-        )
+            TrainGrid(
+                _tiny(), InitConfig(), dataclasses.replace(CPU, dtype="float64"), TrainConfig(steps=1), data,
+                ["naive"], ["pre"], [1], [0],
+            )
+        )  # fmt: skip
     with pytest.raises(ConfigError) as e:
         run_train(
-            dataclasses.replace(_tiny(), vocab_size=16),
-            InitConfig(),
-            CPU,
-            TrainConfig(steps=1),
-            data,
-            ["naive"],
-            ["pre"],
-            [1],
-            [0],
-        )
+            TrainGrid(
+                dataclasses.replace(_tiny(), vocab_size=16), InitConfig(), CPU, TrainConfig(steps=1), data,
+                ["naive"], ["pre"], [1], [0],
+            )
+        )  # fmt: skip
     assert e.value.field == "vocab_size"
 
 
@@ -233,8 +226,9 @@ def test_each_finished_run_is_handed_over_before_the_next_starts():
         result = so_far()
         seen.append((result.complete, len(result["runs"]), sorted(result["train"]["seed"].unique())))
 
-    res = run_train(ModelConfig(n_layers=1, d_model=16, n_heads=2, vocab_size=16), InitConfig(),
-                    RunConfig(device="cpu"), TrainConfig(steps=2, eval_every=1, probe_points=0),
-                    data, ["naive"], ["pre"], [1], [0, 1, 2], on_partial=on_partial)  # fmt: skip
+    grid = TrainGrid(ModelConfig(n_layers=1, d_model=16, n_heads=2, vocab_size=16), InitConfig(),
+                     RunConfig(device="cpu"), TrainConfig(steps=2, eval_every=1, probe_points=0),
+                     data, ["naive"], ["pre"], [1], [0, 1, 2])  # fmt: skip
+    res = run_train(grid, on_partial=on_partial)
     assert seen == [(False, 1, [0]), (False, 2, [0, 1])]
     assert res.complete and len(res["runs"]) == 3

@@ -93,6 +93,7 @@ def test_sweep_lr_sweep_points_run_a_user_scheme(tmp_path):
 def test_run_train_takes_a_user_scheme(tmp_path):
     """The library: run_train with the scheme carried by the InitConfig."""
     from tinit.experiments.training.data import load_data
+    from tinit.experiments.training.grid import TrainGrid
     from tinit.experiments.training.train import run_train
     from tinit.experiments.training.trainer import TrainConfig
     from tinit.model.config import InitConfig, ModelConfig, RunConfig
@@ -101,9 +102,9 @@ def test_run_train_takes_a_user_scheme(tmp_path):
     path, name = scheme_file(tmp_path, OPT_OK)
     scheme = load_scheme(path)
     data = load_data("markov", vocab=64, seq_len=16, batch=2, seed=0, eval_batches=1)
-    r = run_train(ModelConfig(n_layers=2, d_model=32, n_heads=2, vocab_size=64),
-                  InitConfig(schemes=(scheme,)), RunConfig(device="cpu", seq_len=16, batch=2),
-                  TrainConfig(steps=2, eval_every=1), data, [name], ["pre"], [2], [0])  # fmt: skip
+    r = run_train(TrainGrid(ModelConfig(n_layers=2, d_model=32, n_heads=2, vocab_size=64),
+                            InitConfig(schemes=(scheme,)), RunConfig(device="cpu", seq_len=16, batch=2),
+                            TrainConfig(steps=2, eval_every=1), data, [name], ["pre"], [2], [0]))  # fmt: skip
     assert r.complete and set(r["runs"]["init"]) == {name}
     hidden = next(g for g in r.meta["param_groups"][f"{name}/pre"] if g["name"] == "hidden_matrix")
     assert hidden["lr"] == pytest.approx(TrainConfig().lr * 256 / 32)
@@ -265,6 +266,7 @@ def test_a_rule_the_run_does_not_apply_is_not_refused(tmp_path):
 
 def test_run_train_refuses_a_bad_rule_before_any_step(tmp_path):
     from tinit.experiments.training.data import load_data
+    from tinit.experiments.training.grid import TrainGrid
     from tinit.experiments.training.train import run_train
     from tinit.experiments.training.trainer import TrainConfig
     from tinit.model.config import ConfigError, InitConfig, ModelConfig, RunConfig
@@ -274,9 +276,10 @@ def test_run_train_refuses_a_bad_rule_before_any_step(tmp_path):
     data = load_data("markov", vocab=64, seq_len=16, batch=2, seed=0, eval_batches=1)
     steps = []
     with pytest.raises(ConfigError) as err:
-        run_train(ModelConfig(n_layers=2, d_model=32, n_heads=2, vocab_size=64),
-                  InitConfig(schemes=(load_scheme(path),)), RunConfig(device="cpu", seq_len=16, batch=2),
-                  TrainConfig(steps=2, eval_every=1), data, [name], ["pre"], [2], [0],
-                  progress=lambda done, total: steps.append(done))  # fmt: skip
+        init = InitConfig(schemes=(load_scheme(path),))
+        run = RunConfig(device="cpu", seq_len=16, batch=2)
+        grid = TrainGrid(ModelConfig(n_layers=2, d_model=32, n_heads=2, vocab_size=64), init, run,
+                         TrainConfig(steps=2, eval_every=1), data, [name], ["pre"], [2], [0])  # fmt: skip
+        run_train(grid, progress=lambda done, total: steps.append(done))
     assert err.value.field == "init_file" and "(L-2)^2 is 0 at L=2" in err.value.message
     assert steps == []

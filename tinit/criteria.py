@@ -5,6 +5,12 @@ from __future__ import annotations
 
 from statistics import NormalDist
 
+#: The audit's verdicts that fail it (exit code 3; ``ok`` and ``unchecked`` do not): a
+#: std or constant other than the scheme's, PyTorch's default left in place, all zeros,
+#: one constant, a NaN or inf (tinit.experiments.audit.audit applies them,
+#: tinit.results.report_audit explains them).
+DEVIATING = ("off-scheme", "pytorch-default", "zero", "constant", "non-finite")
+
 #: The columns that name a configuration of a training run, first in every frame of one
 #: (tinit.experiments.training.trainer); the results layer labels runs by those that vary.
 TRAIN_CONFIG_COLUMNS = ["init", "norm_position", "norm", "ffn", "tied", "n_layers", "d_model", "d_ff", "seed",

@@ -51,7 +51,7 @@ def _declared(model, sites, sigma: float | None) -> "Expectation":
     config = getattr(model, "config", None)
     rng = getattr(config, "initializer_range", None)
     if isinstance(rng, int | float):
-        scheme = sites.declared_recipe or "naive"
+        scheme = sites.declared_scheme or "naive"
         rule = f" with {sites.declared_rule}" if sites.declared_rule else ""
         s = float(rng) if sigma is None else sigma
         what = f"initializer_range {rng:g}" if sigma is None else f"--sigma {s:g}"
@@ -218,7 +218,7 @@ def audit(opts: Options) -> None:
     (variance.csv, summary.csv, as `tinit variance`) and gradient norms (grad_norms.csv,
     as `tinit grad-norms`), with audit.md and plots.
 
-    Exit codes: 0 every weight ok; 3 some weight deviates (off-recipe, pytorch-default,
+    Exit codes: 0 every weight ok; 3 some weight deviates (off-scheme, pytorch-default,
     zero, constant, non-finite); 2 bad input; 1 the run failed part-way.
     """
     if opts.checkpoint is not None:

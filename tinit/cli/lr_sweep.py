@@ -44,7 +44,8 @@ def lr_sweep(opts: Options) -> None:
     ds = parse_widths(opts)
     # several widths each take their default FFN width (a preset's d_ff is one width's)
     opts = opts.replace(d_model=ds[0], **({"d_ff": None} if len(ds) > 1 else {}))
-    args, data, title = grid(opts)
+    train_grid, title = grid(opts, ds)
+    data = train_grid.data
     saves, writer = checkpointing(opts)
     for w in ds[1:]:  # every width a valid model (heads, RoPE's even head size)
         configs_or_exit(lambda w=w: opts.model_config(d_model=w))
@@ -69,14 +70,13 @@ def lr_sweep(opts: Options) -> None:
             raise typer.BadParameter("writes into tinit lr-sweep's run folder; tinit sweep's points save no "
                                      "checkpoints: run tinit lr-sweep --save-steps",
                                      param_hint="'--save-steps'")  # fmt: skip
-        model, init, run, tcfg, _data, *axes = args
-        return lr_sweep_plan(model, init, run, tcfg, data_args(opts), data.floor, *axes, ds)
+        return lr_sweep_plan(train_grid, data_args(opts))
 
     execute(
         "lr-sweep",
         opts,
         lambda progress, on_partial=None, run_dir=None: run_lr_sweep(
-            *args, progress, on_partial, ds, on_checkpoint=writer(run_dir), save_steps=saves
+            train_grid, progress, on_partial, on_checkpoint=writer(run_dir), save_steps=saves
         ),
         Outputs(
             figures=figures,

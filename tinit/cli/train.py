@@ -26,11 +26,12 @@ def train(opts: Options) -> None:
     from ..results.report_train import train_table
     from .runner import Outputs, execute
 
-    args, data, title = grid(opts)
+    train_grid, title = grid(opts)
+    data = train_grid.data
     saves, writer = checkpointing(opts)
 
     def experiment(progress, on_partial, run_dir):
-        return run_train(*args, progress, on_partial, on_checkpoint=writer(run_dir), save_steps=saves)
+        return run_train(train_grid, progress, on_partial, on_checkpoint=writer(run_dir), save_steps=saves)
 
     execute(
         "train",

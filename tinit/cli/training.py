@@ -157,11 +157,11 @@ def model_vocab(opts: Options, data) -> int:
     return opts.vocab_size
 
 
-def grid(opts: Options):
-    """The arguments of run_train / run_lr_sweep before ``progress`` (model, init, run,
-    training config, data, schemes, norm positions, depths, seeds, lrs, warmups), the
-    data and the runs' title."""
+def grid(opts: Options, widths: list[int] | None = None):
+    """The grid run_train / run_lr_sweep train (at ``widths``; None: the model's) and the
+    runs' title."""
     from ..experiments.configs import parse_layers
+    from ..experiments.training.grid import TrainGrid
 
     lrs = floats(opts.lrs, "--lr", MAX_LR, f" ({LR_WHY})")
     warmups = ints(opts.warmups, "--warmup")
@@ -177,8 +177,8 @@ def grid(opts: Options):
     data, model, init, run, tcfg = configs_or_exit(build)
     seed_list = list(range(opts.seed, opts.seed + opts.seeds))
     # norm positions: the user's, else each scheme its own placement (pre and post when it has none)
-    args = (model, init, run, tcfg, data, opts.inits, opts.placements, depths, seed_list, lrs, warmups)
-    return args, data, describe(opts, model, data, tcfg)
+    axes = (opts.inits, opts.placements, depths, seed_list, lrs, warmups, widths)
+    return TrainGrid(model, init, run, tcfg, data, *axes), describe(opts, model, data, tcfg)
 
 
 def describe(opts: Options, model, data, train: "TrainConfig") -> str:

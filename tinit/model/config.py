@@ -398,9 +398,9 @@ _INIT_CONFIG_INIT = InitConfig.__init__
 
 
 def _init_config_init(self: InitConfig, *args: Any, recipe: str | None = None, **kw: Any) -> None:
-    """``InitConfig(recipe=...)``: the deprecated name of ``scheme`` (one release)."""
+    """``InitConfig(scheme=...)``: the deprecated name of ``scheme`` (one release)."""
     if recipe is not None:
-        warnings.warn("InitConfig(recipe=...) is deprecated; use scheme=", DeprecationWarning, stacklevel=2)
+        warnings.warn("InitConfig(scheme=...) is deprecated; use scheme=", DeprecationWarning, stacklevel=2)
         kw["scheme"] = recipe
     _INIT_CONFIG_INIT(self, *args, **kw)
 

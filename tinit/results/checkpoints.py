@@ -117,10 +117,6 @@ class CheckpointWriter:
         except OSError:
             return None
 
-    @property
-    def total_bytes(self) -> int:
-        return sum(e["bytes"] for e in self.written)
-
 
 def human_bytes(n: int) -> str:
     """1536 -> '1.5 KiB'."""

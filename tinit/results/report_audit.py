@@ -25,13 +25,11 @@ from .style import (
 )
 from .tables import fmt, summary_table
 
-#: Verdicts that fail the audit (kept in step with tinit.experiments.audit.audit.DEVIATING).
-DEVIATING = ("off-recipe", "pytorch-default", "zero", "constant", "non-finite")
 EXIT_DEVIATING = 3
 
 VERDICT_MEANING = {
     "ok": "matches the expected std (|z| <= z_max or within rtol) or constant",
-    "off-recipe": "a std (or constant) other than the scheme's",
+    "off-scheme": "a std (or constant) other than the scheme's",
     "pytorch-default": "nn.Linear left at PyTorch's kaiming-uniform default (std 1/sqrt(3 fan_in))"
     " or nn.Embedding at N(0, 1): nobody re-initialised it",
     "zero": "every element 0",
@@ -183,7 +181,7 @@ def _finding(r) -> str:
     where = f"`{r.pattern}` (role {r.role}, {r.count} tensor{'s' if r.count > 1 else ''}, layers {r.layers})"
     std, exp = _std_range(r.std_min, r.std_max), _std_range(r.expected_min, r.expected_max)
     text = {
-        "off-recipe": f"measured std {std} where the scheme expects {exp}"
+        "off-scheme": f"measured std {std} where the scheme expects {exp}"
         f" (largest |z| {fmt(r.max_abs_z, 3)})."
         + (
             " These matrices write into the residual stream: their std sets each branch's variance and so"
@@ -246,10 +244,10 @@ def write_audit_md(frames: dict[str, pd.DataFrame], meta: dict, run_dir: Path, f
                 " rows follow the reconstruction, not the model."
             )
     if "scheme" in meta:
-        kept = meta.get("recipe_kept_as_built") or []
+        kept = meta.get("scheme_kept_as_built") or []
         lines.append(
             f"- scheme `{meta['scheme']}`: the same model re-initialised by tinit's scheme;"
-            f" {meta.get('recipe_weights_deviating')} of its parameters deviate from that scheme"
+            f" {meta.get('scheme_weights_deviating')} of its parameters deviate from that scheme"
             + (f"; {len(kept)} of unknown role kept as built" if kept else "")
             + "."
         )

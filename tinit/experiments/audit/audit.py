@@ -12,7 +12,7 @@ Three measurements of one model, as built:
    Otherwise, in order: ``non-finite`` (any NaN/inf), ``zero`` (all elements 0),
    ``constant`` (all equal, not 0), ``pytorch-default`` (an ``nn.Linear`` nobody
    re-initialised: uniform with bound 1/sqrt(fan_in), so std 1/sqrt(3 fan_in) and
-   no |w| above the bound; an ``nn.Embedding`` left at N(0, 1)), ``off-recipe``.
+   no |w| above the bound; an ``nn.Embedding`` left at N(0, 1)), ``off-scheme``.
    Norm gains and biases are constants: ``ok`` when every element equals the value.
    A parameter whose role cannot be told gets ``unchecked`` unless one of the
    scheme-free verdicts (non-finite, zero, constant, pytorch-default) applies.
@@ -44,6 +44,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from ...criteria import DEVIATING
 from ...model.catalogue import get_scheme
 from ...model.draws import Draw, resolve
 from ...model.init import fill_, generator
@@ -89,8 +90,6 @@ FULL_PATH = {
     "grad_summary": ("pred_full_stream_grad_ratio", "full_stream_grad_ratio_err"),
 }
 
-#: Verdicts that fail the audit (exit code 3); ``ok`` and ``unchecked`` do not.
-DEVIATING = ("off-recipe", "pytorch-default", "zero", "constant", "non-finite")
 AS_BUILT = "as-built"
 
 
@@ -266,7 +265,7 @@ def audit_weights(
             elif _pytorch_default(r, std, max_abs, n, expect):
                 verdict = "pytorch-default"
             else:
-                verdict = "off-recipe" if kind is not None else "unchecked"
+                verdict = "off-scheme" if kind is not None else "unchecked"
         rows.append({
             "param": r.name, "role": r.role, "layer": r.layer,
             "shape": "x".join(map(str, p.shape)) or "scalar",
@@ -401,10 +400,10 @@ def run_audit(
     if scheme is not None:
         twin = copy.deepcopy(model)
         meta["scheme"] = scheme.name
-        meta["recipe_kept_as_built"] = reinit_(twin, roles, scheme, sites, seed)
+        meta["scheme_kept_as_built"] = reinit_(twin, roles, scheme, sites, seed)
         # self-check: the re-initialised twin must pass its own scheme
         check = audit_weights(twin, roles, scheme, sites)["verdict"]
-        meta["recipe_weights_deviating"] = int(check.isin(DEVIATING).sum())
+        meta["scheme_weights_deviating"] = int(check.isin(DEVIATING).sum())
         configs.append((scheme.name, twin))
     tol = check_tolerance(model)
 

@@ -66,7 +66,7 @@ class Sites:
     parallel: bool = False  # both branches read the block input (GPT-NeoX)
     norm_position: str = "pre"  # a placement's name: "post" when the stream is renormalised after each sum
     norm_offset: float = 0.0  # norms compute (offset + w) * x_hat; Gemma: 1, so w = 0 is gain 1
-    declared_recipe: str | None = None  # the family's own init rule, in tinit's terms
+    declared_scheme: str | None = None  # the family's own init rule, in tinit's terms
     declared_rule: str = ""  # that rule in the family's own words, for the audit's report
     notes: list[str] = field(default_factory=list)
 
@@ -362,7 +362,7 @@ def find_sites(model: nn.Module, tokens: torch.Tensor, spec: str | None = None,
         parallel=parallel,
         norm_position="post" if layout.get("attn_stream") else "pre",
         norm_offset=layout.get("norm_offset", 0.0),
-        declared_recipe=layout.get("declared"),
+        declared_scheme=layout.get("declared"),
         declared_rule=layout.get("declared_rule", ""),
     )
     if parallel:

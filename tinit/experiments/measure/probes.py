@@ -56,21 +56,12 @@ def row_norms(t: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(t, dim=-1)
 
 
-def pooled_var_mean(t: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pooled (population) variance and mean over every element of t, in ``dtype``.
-
-    E[t^2] - E[t]^2, with E[t^2] as the rows' squared norms summed: accurate to ~1e-7
-    relative in float32 at 16M elements, and on the CPU about 10x faster than
-    ``torch.var_mean`` (whose full reduction is single-pass Welford).
-    """
-    total, squares, n = _sums(t, dtype)
-    return _var_mean(total, squares, n)
-
-
 def _sums(
     t: torch.Tensor, dtype: torch.dtype, norms: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """The two reductions of :func:`pooled_var_mean`: sum(t), sum(t^2) and the count.
+    """The two reductions of a pooled (population) variance and mean, E[t^2] - E[t]^2:
+    sum(t), sum(t^2) and the count (accurate to ~1e-7 relative in float32 at 16M elements,
+    and on the CPU about 10x faster than ``torch.var_mean``'s single-pass Welford).
     sum(t^2) is the sum of the rows' squared norms (``norms``, when the caller has
     them): a norm squares inside its reduction, where a dot product of t with itself
     (``linalg.vecdot``, on the CPU) writes the elementwise product out first."""
@@ -83,11 +74,6 @@ def _var_mean(total: torch.Tensor, squares: torch.Tensor, n) -> tuple[torch.Tens
     """Variance and mean from :func:`_sums` (elementwise: on one value or on a column of them)."""
     mean = total / n
     return squares / n - mean * mean, mean
-
-
-def pooled_mean_product(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """E[a * b] over every element, in ``dtype`` (row dot products, summed)."""
-    return torch.linalg.vecdot(a.to(dtype), b.to(dtype)).sum() / a.numel()
 
 
 #: What a VarianceProbe keeps per addition until :meth:`VarianceProbe.frame`: the raw

@@ -1,5 +1,6 @@
 """The grid of ``tinit train`` and ``lr-sweep`` and its checks before anything trains:
-the axes as lists of numbers (:func:`grid_axes`), the runs they make (:func:`grid_specs`:
+the grid as one value (:class:`TrainGrid`), its axes as lists of numbers
+(:func:`grid_axes`), the runs they make (:func:`grid_specs`:
 each scheme in its own placement unless placements are given), and :func:`check_specs`
 (no repeated run, the data's vocabulary, every scheme's rules at its own shape, the
 memory of the weights, their AdamW state and the per-step records)."""
@@ -47,6 +48,52 @@ def _numbers(values, field: str, whole: bool, low: float) -> list:
     if not out:
         raise ConfigError(field, "the list is empty")
     return [int(v) for v in out] if whole else [float(v) for v in out]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainGrid:
+    """A training grid, as ``run_train``, ``run_lr_sweep`` and ``lr_sweep_plan`` take it:
+    what every run shares (the model, init, run and training configs, the data) and the
+    axes it crosses, schemes x norm positions x depths x widths x lrs x warmups x seeds
+    (``norm_positions`` None: each scheme in its own placement; ``lrs``, ``warmups``
+    None: the training config's; ``widths`` None: the model's)."""
+
+    model: ModelConfig
+    init: InitConfig
+    run: RunConfig
+    train: TrainConfig
+    data: TrainData
+    schemes: Sequence[str]
+    norm_positions: Sequence[str] | None
+    depths: Sequence[int]
+    seeds: Sequence[int]
+    lrs: Sequence[float] | None = None
+    warmups: Sequence[int] | None = None
+    widths: Sequence[int] | None = None
+
+    def checked(self) -> TrainGrid:
+        """The grid with its axes as lists of numbers, checked (:func:`grid_axes`)."""
+        axes = grid_axes(self.model, self.init, self.train, self.schemes, self.norm_positions, self.depths,
+                         self.seeds, self.lrs, self.warmups, self.widths)  # fmt: skip
+        names = ("schemes", "norm_positions", "depths", "seeds", "lrs", "warmups", "widths")
+        return dataclasses.replace(self, **dict(zip(names, axes, strict=True)))
+
+    def specs(self) -> list[RunSpec]:
+        """Its runs, in order (:func:`grid_specs`)."""
+        return grid_specs(self.model, self.init, self.schemes, self.norm_positions, self.depths, self.seeds,
+                          self.lrs, self.warmups, self.widths)  # fmt: skip
+
+    def record(self) -> dict:
+        """The axes as config.json's ``grid`` records them (a checked grid's)."""
+        return {
+            "schemes": list(self.schemes),
+            "norm_positions": None if self.norm_positions is None else list(self.norm_positions),
+            "depths": list(self.depths),
+            "widths": list(self.widths or [self.model.d_model]),
+            "seeds": list(self.seeds),
+            "lrs": list(self.lrs),
+            "warmups": list(self.warmups),
+        }
 
 
 def grid_axes(model: ModelConfig, init: InitConfig, train: TrainConfig, schemes, norm_positions, depths,

@@ -29,13 +29,14 @@ import pandas as pd
 import torch
 
 from ...criteria import LR_CRITERION, LR_DRIFT_TOL, LR_LEVEL, LR_RESOLVE_TOL
-from ...model.config import InitConfig, ModelConfig, RunConfig
+from ...model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 from ..driver import extended
 from ..measure.depth_fits import fit_line
 from ..measure.verdicts import t_quantile
 from ..points import Frames, Plan, Point, grid_meta
 from ..result import ExperimentResult, Partial, Progress
-from .data import TrainData, load_data
+from .data import load_data
+from .grid import TrainGrid
 from .train import SUMMARY_COLUMNS, not_applicable, run_specs, run_train, summarize_runs
 from .trainer import OnCheckpoint, RunSpec, TrainConfig
 
@@ -253,39 +254,26 @@ def with_optima(result: ExperimentResult, per_config: int) -> ExperimentResult:
 
 
 def run_lr_sweep(
-    model: ModelConfig,
-    init: InitConfig,
-    run: RunConfig,
-    train: TrainConfig,
-    data: TrainData,
-    schemes: Sequence[str],
-    norm_positions: Sequence[str],
-    depths: Sequence[int],
-    seeds: Sequence[int],
-    lrs: Sequence[float],
-    warmups: Sequence[int] | None = None,
+    grid: TrainGrid,
     progress: Progress | None = None,
     on_partial: Partial | None = None,
-    widths: Sequence[int] | None = None,
     on_checkpoint: OnCheckpoint | None = None,
     save_steps: str | Sequence[int | str] | None = None,
 ) -> ExperimentResult:
-    """Train the grid over ``lrs`` at every depth and width (``widths``: d_model values;
-    None: the model's), then find each optimum and its drift. Adds frames
-    ``lr_optimum``, ``lr_optimum_seeds``, ``lr_drift`` and ``lr_drift_compare`` to those
-    of :func:`run_train`. ``on_checkpoint``, ``save_steps``: each run's checkpoints, as
-    :func:`run_train` saves them."""
-    n_per = len(lrs) * len(seeds)  # the runs of one (scheme, norm position, depth, width, warmup)
+    """Train the grid (a :class:`~tinit.experiments.training.grid.TrainGrid` with its
+    ``lrs``) at every lr, depth and width, then find each optimum and its drift. Adds
+    frames ``lr_optimum``, ``lr_optimum_seeds``, ``lr_drift`` and ``lr_drift_compare`` to
+    those of :func:`run_train`. ``on_checkpoint``, ``save_steps``: each run's checkpoints,
+    as :func:`run_train` saves them."""
+    if grid.lrs is None:
+        raise ConfigError("lr", "an lr sweep needs its learning rates (TrainGrid.lrs)")
+    n_per = len(grid.lrs) * len(grid.seeds)  # the runs of one (scheme, norm position, depth, width, warmup)
 
     def add(result: ExperimentResult) -> ExperimentResult:
         result.meta["lr_criterion"] = LR_CRITERION
         return with_optima(result, n_per)
 
-    return extended(
-        lambda partial: run_train(model, init, run, train, data, schemes, norm_positions, depths, seeds, lrs,
-                                  warmups, progress, partial, widths, on_checkpoint, save_steps),
-        add, on_partial,
-    )  # fmt: skip
+    return extended(lambda part: run_train(grid, progress, part, on_checkpoint, save_steps), add, on_partial)
 
 
 # --- tinit sweep lr-sweep: one point per training run -------------------------------
@@ -340,18 +328,17 @@ def sweep_not_applicable(train: TrainConfig, floor: float | None, custom: Sequen
     return rules
 
 
-def lr_sweep_plan(
-    model: ModelConfig, init: InitConfig, run: RunConfig, train: TrainConfig, data_args: dict,
-    floor: float | None, schemes: Sequence[str], norm_positions: Sequence[str], depths: Sequence[int],
-    seeds: Sequence[int], lrs: Sequence[float], warmups: Sequence[int], widths: Sequence[int] | None = None,
-) -> Plan:  # fmt: skip
+def lr_sweep_plan(grid: TrainGrid, data_args: dict) -> Plan:
     """``lr-sweep`` as one point per training run (scheme, norm position, depth, width,
-    lr, warmup, seed: :func:`lr_sweep_point`), in the single run's order; gathering
+    lr, warmup, seed: :func:`lr_sweep_point`), in the single run's order, each loading
+    the data from ``data_args`` (:func:`load_data`'s arguments) where it runs; gathering
     concatenates the runs' frames and derives the summary, optima and drifts as the
     single run does (:func:`gather_points`)."""
-    from .grid import check_schemes, grid_specs
+    from .grid import check_schemes
 
-    specs = grid_specs(model, init, schemes, norm_positions, depths, seeds, lrs, warmups, widths)
+    grid = grid.checked()
+    model, init, run, train, floor = grid.model, grid.init, grid.run, grid.train, grid.data.floor
+    specs = grid.specs()
     check_schemes(specs, data_args["seq_len"], train.param_rules)  # before any point starts
     points = [
         Point(lr_sweep_point,
@@ -360,18 +347,13 @@ def lr_sweep_plan(
               {"model": model, "init": init, "run": run, "train": train, "data_args": data_args, "spec": s})
         for s in specs
     ]  # fmt: skip
-    per_config = len(lrs) * len(seeds)
+    per_config = len(grid.lrs) * len(grid.seeds)
 
     def gather(frames: dict[str, Frames]) -> Frames:
         done = [frames[p.name] for p in points if p.name in frames]
         return gather_points(done, train, floor, per_config)
 
-    big = dataclasses.replace(model, n_layers=max(depths))
-    grid_of = {"schemes": list(schemes),
-               "norm_positions": None if norm_positions is None else list(norm_positions),
-               "depths": list(depths),
-               "widths": list(widths or [model.d_model]), "seeds": list(seeds), "lrs": list(lrs),
-               "warmups": list(warmups)}  # fmt: skip
-    meta = grid_meta(big, init, run, train=dataclasses.asdict(train), data=data_args, grid=grid_of,
+    big = dataclasses.replace(model, n_layers=max(grid.depths))
+    meta = grid_meta(big, init, run, train=dataclasses.asdict(train), data=data_args, grid=grid.record(),
                      lr_criterion=LR_CRITERION)  # fmt: skip
     return Plan("lr-sweep", points, gather, meta, sweep_not_applicable(train, floor, init.schemes))

@@ -34,7 +34,7 @@ from ..result import ExperimentResult, Partial, Progress
 from .compare import compare_schemes
 from .compare import not_applicable as compare_not_applicable
 from .data import TrainData
-from .grid import check_specs, grid_axes, grid_specs
+from .grid import TrainGrid, check_specs
 from .saving import check_disk, parse_save_steps
 from .trainer import (
     CONFIG_COLUMNS,
@@ -287,65 +287,46 @@ def zero_before(df: pd.DataFrame, custom: Sequence[Scheme] = ()):
 
 
 def run_train(
-    model: ModelConfig,
-    init: InitConfig,
-    run: RunConfig,
-    train: TrainConfig,
-    data: TrainData,
-    schemes: Sequence[str],
-    norm_positions: Sequence[str],
-    depths: Sequence[int],
-    seeds: Sequence[int],
-    lrs: Sequence[float] | None = None,
-    warmups: Sequence[int] | None = None,
+    grid: TrainGrid,
     progress: Progress | None = None,
     on_partial: Partial | None = None,
-    widths: Sequence[int] | None = None,
     on_checkpoint: OnCheckpoint | None = None,
     save_steps: str | Sequence[int | str] | None = None,
 ) -> ExperimentResult:
-    """Train the grid schemes x norm positions x depths x widths x lrs x warmups x seeds
-    on ``data`` (``widths``: d_model values, each with its default d_ff; None: the model's).
-    With two or more schemes the result has ``compare``: each against the first, paired
-    by seed. ``save_steps`` (``"0,100,final"``) with ``on_checkpoint``: each run's weights
-    at those steps (:func:`run_specs`).
+    """Train the grid (:class:`~tinit.experiments.training.grid.TrainGrid`: schemes x norm
+    positions x depths x widths x lrs x warmups x seeds on its data; ``widths``: d_model
+    values, each with its default d_ff; None: the model's). With two or more schemes the
+    result has ``compare``: each against the first, paired by seed. ``save_steps``
+    (``"0,100,final"``) with ``on_checkpoint``: each run's weights at those steps
+    (:func:`run_specs`).
 
     >>> from tinit.experiments.training.data import load_data
     >>> data = load_data("markov", vocab=64, seq_len=16, batch=8, seed=0)
-    >>> res = run_train(ModelConfig(n_layers=2, d_model=32, n_heads=2, vocab_size=64), InitConfig(),
-    ...                 RunConfig(device="cpu"), TrainConfig(steps=20), data, ["scaled"], ["pre"], [2], [0])
+    >>> model = ModelConfig(n_layers=2, d_model=32, n_heads=2, vocab_size=64)
+    >>> grid = TrainGrid(model, InitConfig(), RunConfig(device="cpu"), TrainConfig(steps=20), data,
+    ...                  ["scaled"], ["pre"], [2], [0])
+    >>> res = run_train(grid)
     >>> res["summary"]["final_eval_loss_mean"]  # doctest: +SKIP
     """
-    schemes, norm_positions, depths, seeds, lrs, warmups, widths = grid_axes(
-        model, init, train, schemes, norm_positions, depths, seeds, lrs, warmups, widths
-    )
-    specs = grid_specs(model, init, schemes, norm_positions, depths, seeds, lrs, warmups, widths)
-    saves = parse_save_steps(save_steps, train.steps)
+    grid = grid.checked()
+    specs = grid.specs()
+    saves = parse_save_steps(save_steps, grid.train.steps)
     if saves and on_checkpoint is None:
         raise ConfigError("save_steps", "needs on_checkpoint, the callback that writes the files")
+    configurations = list(dict.fromkeys((s.init.scheme, s.model.norm_position) for s in specs))
     return run_specs(
         specs,
-        train,
-        data,
-        run,
+        grid.train,
+        grid.data,
+        grid.run,
         progress,
         {
-            "grid": {
-                "schemes": list(schemes),
-                "norm_positions": None if norm_positions is None else list(norm_positions),
-                "depths": list(depths),
-                "widths": list(widths or [model.d_model]),
-                "seeds": list(seeds),
-                "lrs": list(lrs),
-                "warmups": list(warmups),
-            },
+            "grid": grid.record(),
             # per (scheme, placement): what its model took from the scheme, what the user overrode
-            "structure": structure_meta(
-                model, init, run, list(dict.fromkeys((s.init.scheme, s.model.norm_position) for s in specs))
-            ),
+            "structure": structure_meta(grid.model, grid.init, grid.run, configurations),
         },
         on_partial,
-        compare=len(schemes) > 1,
+        compare=len(grid.schemes) > 1,
         on_checkpoint=on_checkpoint if saves else None,
         save_steps=saves,
     )
