@@ -8,7 +8,7 @@ The names below are imported on first use (PEP 562), so ``import tinit`` and the
 command line's ``--help`` do not pay for torch, pandas and matplotlib.
 """
 
-from importlib import import_module
+from .lazy import lazy
 
 #: public name -> the submodule that defines it
 _LAZY = {
@@ -46,16 +46,4 @@ def _version() -> str:
         return "0.0.0+unknown"
 
 
-def __getattr__(name: str):
-    if name == "__version__":
-        value = globals()["__version__"] = _version()
-        return value
-    if name in _LAZY:
-        value = getattr(import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY) | {"__version__"})
+__getattr__, __dir__ = lazy(__name__, _LAZY, {"__version__": _version})

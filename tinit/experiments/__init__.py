@@ -11,7 +11,7 @@ dtype, tokens), :mod:`.memory` (memory limits, the streaming decision), :mod:`.c
 The names below are imported on first use (PEP 562): importing one experiment's
 module (``tinit.experiments.points`` to plan a sweep, say) does not import the others."""
 
-from importlib import import_module
+from ..lazy import lazy
 
 #: public name -> the submodule that defines it
 _LAZY = {
@@ -28,13 +28,4 @@ __all__ += ["run_check", "run_params"]
 __all__ += ["run_audit"]
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy(__name__, _LAZY)

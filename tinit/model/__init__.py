@@ -3,8 +3,7 @@
 The configs are plain dataclasses and import at once; the torch parts (init schemes,
 the stack) are imported on first use, so option parsing and ``--help`` need no torch."""
 
-from importlib import import_module
-
+from ..lazy import lazy
 from .config import ConfigError, InitConfig, ModelConfig, RunConfig, swiglu_hidden
 
 _LAZY = {
@@ -20,13 +19,4 @@ __all__ = [
 ]  # fmt: skip
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy(__name__, _LAZY)
