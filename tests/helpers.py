@@ -186,53 +186,118 @@ def children_of(pid: int) -> list[int]:
     return sorted(out)
 
 
-@contextmanager
-def act_when(ready: Callable[[], bool], act: Callable[[], None], timeout: float = 120):
-    """While inside, another thread polls ``ready()`` (every 10 ms, for ``timeout`` s) and
-    calls ``act()`` once when it holds: a signal to this process or a kill of a worker,
-    from outside an in-process run, as another process would send it."""
-    import threading
-    import time
+#: The tiny model of the CLI tests: d 16, 2 heads, 8 tokens, batch 2, vocabulary 32.
+TINY = ["--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]
 
-    done = threading.Event()
 
-    def poll() -> None:
-        deadline = time.monotonic() + timeout
-        while not done.is_set() and time.monotonic() < deadline:
-            if ready():
+def tiny(layers: int | None = None, **over: str) -> list[str]:
+    """The tiny model's arguments (:data:`TINY`), at ``layers`` and with ``over`` (by
+    option: ``vocab="16"``) in place of its values."""
+    args = dict(zip(TINY[::2], TINY[1::2], strict=True))
+    args.update({"--" + k.replace("_", "-"): str(v) for k, v in over.items()})
+    out = [x for kv in args.items() for x in kv]
+    return ["--layers", str(layers), *out] if layers is not None else out
+
+
+def at_sweep_update(patch, ready: Callable[[dict], bool], act: Callable[[], None]) -> list:
+    """Call ``act()`` once, inside the sweep, at its first progress update
+    (``tinit.sweep.run.run_sweep``'s ``update``, after a point changed state) at which
+    ``ready(counts)`` holds (``counts``: points by state, done, running, queued, failed).
+    The sweep waits while ``act`` runs, so what it acts on (a worker, the points still to
+    run) is there: no poller racing the points. ``patch`` is pytest's monkeypatch (or
+    anything with its ``setattr``). Returns a list that holds True once it acted."""
+    from tinit.sweep import run as sweep_run
+
+    real, acted = sweep_run.run_sweep, []
+
+    def run_sweep(plan, executor, run_dir, args, update=lambda info: None, *rest, **kw):
+        def hooked(info):
+            update(info)
+            if not acted and ready(sweep_run.counts(info)):
+                acted.append(True)
                 act()
-                return
-            time.sleep(0.01)
 
-    thread = threading.Thread(target=poll, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join(timeout=10)
+        return real(plan, executor, run_dir, args, hooked, *rest, **kw)
+
+    patch.setattr(sweep_run, "run_sweep", run_sweep)
+    return acted
 
 
-def sigterm_when(
-    cmd: list[str], env: dict, ready: Callable[[], bool], timeout: float = 120
-) -> tuple[int, str, str]:
-    """Start ``cmd``, wait (it still running, within ``timeout``) until ``ready()``, send
-    it SIGTERM and return (exit code, stdout, stderr); the process is killed in any case."""
-    import signal
+def at_rows_written(patch, ready: Callable[[int], bool], act: Callable[[], None]) -> list:
+    """Call ``act()`` once, right after the run's writer (``tinit.cli.runner.RunWriter``)
+    has put rows on disk for the ``n``-th time with ``ready(n)``: the run goes on only
+    once ``act`` returns."""
+    from tinit.cli import runner
+
+    real, acted, writes = runner.RunWriter.partial, [], []
+
+    def partial(self, so_far):
+        before = self.last
+        real(self, so_far)
+        if self.last is not before:
+            writes.append(1)
+            if not acted and ready(len(writes)):
+                acted.append(True)
+                act()
+
+    patch.setattr(runner.RunWriter, "partial", partial)
+    return acted
+
+
+#: A real `python -m tinit ARGS` process that sends itself SIGNAL at an event of its run
+#: (:func:`signalled_run`): the tests' helpers installed, then tinit's own main.
+_SIGNALLED = """
+import os, signal, sys, types
+sys.path.insert(0, {tests!r})
+import helpers
+patch = types.SimpleNamespace(setattr=setattr)
+if {figures!r}:
+    helpers.figures_built_not_saved(patch)
+sig = getattr(signal, {sig!r})
+
+
+def send():
+    if {children!r}:  # who this process has started (its workers), for the test to watch
+        with open({children!r}, "w") as f:
+            f.write(" ".join(map(str, helpers.children_of(os.getpid()))))
+    if {group!r}:
+        os.killpg(os.getpgrp(), sig)
+    else:
+        os.kill(os.getpid(), sig)
+
+
+if {event!r} == "sweep":
+    helpers.at_sweep_update(patch, lambda c: c["done"] >= {n!r}, send)
+else:
+    helpers.at_rows_written(patch, lambda n: n >= {n!r}, send)
+import runpy
+runpy.run_module("tinit", run_name="__main__", alter_sys=True)
+"""
+
+
+def signalled_run(args: list[str], env: dict, sig: str, event: str, n: int, group: bool = False,
+                  figures: bool = False, children: Path | None = None, timeout: float = 600,
+                  **popen):  # fmt: skip
+    """Run ``tinit ARGS`` in a real process that sends ``sig`` (``"SIGTERM"``) to itself,
+    or to its whole process group (``group``: what closing a terminal does with SIGHUP),
+    when its sweep has ``n`` points done (``event="sweep"``) or its rows have been written
+    ``n`` times (``event="rows"``): an event of the run itself, never a guess at its pace.
+    With ``children``, the pids of the processes it has started then (its workers) are
+    written to that file first. Returns the finished ``subprocess.Popen`` and its
+    (stdout, stderr); ``timeout`` guards against a hang only."""
     import subprocess
-    import time
+    import sys
 
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    code = _SIGNALLED.format(tests=str(ROOT / "tests"), figures=figures, sig=sig, group=group, event=event,
+                             n=n, children=str(children) if children else None)  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **popen)  # fmt: skip
     try:
-        deadline = time.monotonic() + timeout
-        while not ready():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.01)
-        proc.send_signal(signal.SIGTERM)
         stdout, stderr = proc.communicate(timeout=timeout)
     finally:
-        proc.kill()
-    return proc.returncode, stdout, stderr
+        if proc.poll() is None:
+            proc.kill()
+    return proc, stdout, stderr
 
 
 def skip_module_without(package: str) -> None:

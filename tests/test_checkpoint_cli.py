@@ -6,7 +6,7 @@ import json
 
 import pandas as pd
 import pytest
-from helpers import act_when, assert_one_line_error, figures_built_not_saved
+from helpers import assert_one_line_error, figures_built_not_saved
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -145,16 +145,15 @@ def test_claims_runs_get_folders_of_their_own(monkeypatch):
     assert named["scaled-pre-L1-d16-lr0.01-w30-seed1-gelu"] == "GELU FFN 4d shallow" and len(named) == 18
 
 
-def test_sigterm_while_saving_keeps_the_checkpoints_written(tmp_path):
-    """A `tinit train` saving at every step, sent SIGTERM once four checkpoints exist
-    (writing one is a large part of each step here: the signal lands inside a write or
-    between two, where the test does not choose): exit 1, config.json incomplete and naming
-    the signal; every checkpoint it lists and every one complete on disk (its JSON present)
-    loads whole with its step; at most the one being written is complete but not yet
-    listed; no temporary file left, and weights without their JSON whole and skipped.
-    In process: the signal is sent by another thread, as another process would send it
-    (the handler runs in the main thread wherever the run is); a real process stopped by
-    a signal is tests/test_run_promises.py's (SIGTERM) and test_hostile_bombs.py's (SIGHUP)."""
+def test_sigterm_while_saving_keeps_the_checkpoints_written(tmp_path, monkeypatch):
+    """A `tinit train` saving at every step, sent SIGTERM as its fourth checkpoint's write
+    returns, before the run lists it (an event of the run, not a poller's guess at its
+    pace): exit 1, config.json incomplete and naming the signal; every checkpoint it lists
+    and every one complete on disk (its JSON present) loads whole with its step; at most
+    the last written is complete but not yet listed; no temporary file left, and weights
+    without their JSON whole and skipped. In process (the handler runs in the main
+    thread); a real process stopped by a signal is tests/test_run_promises.py's (SIGTERM)
+    and test_hostile_bombs.py's (SIGHUP)."""
     import os
     import signal
 
@@ -166,9 +165,18 @@ def test_sigterm_while_saving_keeps_the_checkpoints_written(tmp_path):
     steps = 3000
     args = ["train", *TINY, "--steps", str(steps), "--eval-every", str(steps), "--save-steps",
             ",".join(map(str, range(steps + 1))), "--threads", "1", "--quiet", "--out", str(out)]  # fmt: skip
-    with act_when(lambda: len(list(out.glob("checkpoints/*/step-*.json"))) >= 4,
-                  lambda: os.kill(os.getpid(), signal.SIGTERM)):  # fmt: skip
-        res = runner.invoke(app, args)
+    from tinit.results.checkpoints import CheckpointWriter
+
+    real = CheckpointWriter.__call__
+
+    def save(self, *args, **kw):  # the signal once the fourth checkpoint is on disk
+        entry = real(self, *args, **kw)
+        if len(self.written) == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return entry
+
+    monkeypatch.setattr(CheckpointWriter, "__call__", save)
+    res = runner.invoke(app, args)
     code, err = res.exit_code, res.stderr
     assert code == 1, err
     assert "stopped by SIGTERM" in err and "Traceback" not in err
@@ -179,8 +187,7 @@ def test_sigterm_while_saving_keeps_the_checkpoints_written(tmp_path):
     assert not [p for p in files if p.name.startswith(".") or p.name.endswith(".tmp")]
     complete = {p.with_suffix(".safetensors") for p in files if p.suffix == ".json"}
     listed = {out / e["file"] for e in config["checkpoints"]}
-    # four JSONs were on disk at the signal: the fourth may not be listed yet (its write is
-    # the one the signal interrupted)
+    # four JSONs were on disk at the signal: the fourth is not listed yet
     assert len(complete) >= 4 and 3 <= len(listed) < steps + 1
     assert listed <= complete and len(complete - listed) <= 1
     for f in complete:

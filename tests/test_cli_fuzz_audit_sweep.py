@@ -22,7 +22,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from helpers import act_when, children_of, figures_built_not_saved, start_fork_server
+from helpers import at_sweep_update, children_of, figures_built_not_saved, start_fork_server, tiny
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -243,20 +243,7 @@ def test_audit_never_ends_in_a_traceback(tmp_path_factory, source, chosen, value
 
 # --- sweep ----------------------------------------------------------------------------
 
-SWEEP_TINY = [
-    "--d-model",
-    "16",
-    "--heads",
-    "2",
-    "--seq-len",
-    "8",
-    "--batch",
-    "1",
-    "--vocab",
-    "16",
-    "--device",
-    "cpu",
-]
+SWEEP_TINY = [*tiny(batch=1, vocab=16), "--device", "cpu"]
 SWEEP_COMMANDS = {
     "variance": ["--layers", "2"],
     "grad-norms": ["--layers", "2"],
@@ -389,9 +376,11 @@ def test_sweep_with_a_fault_in_a_worker(tmp_path, monkeypatch, fault):
     ]
     hurt, server = [], start_fork_server()
     figures_built_not_saved(monkeypatch)  # (what is tested is the points and their rows)
-    first_point = lambda: bool(list(out.glob("points/*/config.json")))  # noqa: E731
-    with act_when(first_point, lambda: hurt_a_worker(fault, server, hurt)):
-        res = runner.invoke(app, argv)
+    # at the first point done, 15 still to run
+    at_sweep_update(
+        monkeypatch, lambda counts: counts["done"] >= 1, lambda: hurt_a_worker(fault, server, hurt)
+    )
+    res = runner.invoke(app, argv)
     assert hurt, "no worker was hurt while the points ran"
     check_sweep(res, out, argv)
     doc = json.loads((out / "config.json").read_text())

@@ -7,7 +7,14 @@ import math
 
 import pandas as pd
 import pytest
-from helpers import ROOT, assert_one_line_error, figures_built_not_saved, final_result_only, reference_page
+from helpers import (
+    ROOT,
+    assert_one_line_error,
+    figures_built_not_saved,
+    final_result_only,
+    reference_page,
+    tiny,
+)
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -29,7 +36,7 @@ def _no_png(monkeypatch):
     final_result_only(monkeypatch)
 
 
-TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]
+TINY = tiny(2)  # the tiny model at 2 layers
 
 
 def test_inits_writes_the_catalogue(tmp_path):

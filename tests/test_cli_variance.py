@@ -7,14 +7,14 @@ import json
 import pandas as pd
 import pytest
 import torch
-from helpers import assert_one_line_error, figures_built_not_saved, validation_only
+from helpers import assert_one_line_error, figures_built_not_saved, tiny, validation_only
 from typer.testing import CliRunner
 
 from tinit.cli import app
 from tinit.experiments.measure.variance import RUN_SUMMARY_COLUMNS, RUN_VARIANCE_COLUMNS
 
 runner = CliRunner()
-TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]
+TINY = tiny(2)  # the tiny model at 2 layers
 
 
 def invoke(*args):

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import assert_one_line_error, figures_built_not_saved
+from helpers import TINY, assert_one_line_error, figures_built_not_saved
 from typer.testing import CliRunner
 
 from tinit import run_depth_sweep
@@ -29,7 +29,6 @@ from tinit.experiments.result import IncompleteRun
 from tinit.model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 
 runner = CliRunner()
-TINY = ["--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "depth-sweep.md"
 
 

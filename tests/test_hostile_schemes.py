@@ -7,13 +7,12 @@ import itertools
 import math
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import ROOT, assert_one_line_error
+from helpers import ROOT, TINY, assert_one_line_error
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -22,7 +21,7 @@ from tinit.model.formula import MAX_DEPTH, MAX_NODES, Formula, FormulaError
 from tinit.model.init import draw_
 
 runner = CliRunner()
-M = ["--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]
+M = TINY  # the tiny model
 
 
 _names = itertools.count()
@@ -65,17 +64,16 @@ def test_hostile_formulas_are_one_line_errors(tmp_path, body, words):
     assert words in res.stderr
 
 
-def test_a_tower_of_powers_fails_in_milliseconds_not_hours():
+def test_a_tower_of_powers_overflows_in_floats():
     """9^9^9 hung at 100% CPU: Python built a 370-million-digit integer. In floats it
-    overflows at once (measured in a fresh process, so a hang fails on the timeout)."""
+    overflows (an integer power never does: the message says floats were used), in a fresh
+    process whose timeout guards against a hang."""
     code = (
-        "import time; from tinit.model.formula import Formula, FormulaError\n"
-        "t = time.perf_counter()\n"
-        "try:\n    Formula('9^9^9')()\nexcept FormulaError as e:\n    print(time.perf_counter() - t, e)"
+        "from tinit.model.formula import Formula, FormulaError\n"
+        "try:\n    Formula('9^9^9')()\nexcept FormulaError as e:\n    print(e)"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
-    seconds, message = res.stdout.split(" ", 1)
-    assert float(seconds) < 0.5 and "overflows" in message, res.stdout + res.stderr
+    assert "overflows" in res.stdout, res.stdout + res.stderr
 
 
 def test_formula_values_over_layers_agree_with_the_scalar_rule():
@@ -147,9 +145,10 @@ def test_a_bound_far_inside_one_std_draws_a_truncated_normal_at_once():
     gen = torch.Generator().manual_seed(0)
     for c in (1e-30, 0.05, 0.5, 0.9):
         w = torch.empty(200_000, dtype=torch.float64)
-        t0 = time.perf_counter()
+        once = torch.Generator().set_state(gen.get_state())
+        torch.empty(200_000, dtype=torch.float64).normal_(0.0, 1.0, generator=once)
         draw_(w, "trunc", 1.0, c, gen)
-        assert time.perf_counter() - t0 < 5
+        assert torch.equal(gen.get_state(), once.get_state())  # one draw of 200,000: no redraw
         assert float(w.abs().max()) <= c
         z = np.linspace(-c, c, 200_001)
         dens = np.exp(-z * z / 2)

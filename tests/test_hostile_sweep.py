@@ -14,39 +14,25 @@ import json
 import os
 import resource
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 from helpers import (
     ROOT,
-    act_when,
     assert_one_line_error,
+    at_sweep_update,
     children_of,
     figures_built_not_saved,
+    signalled_run,
     start_fork_server,
+    tiny,
 )
 from typer.testing import CliRunner
 
 from tinit.cli import app
 
 runner = CliRunner()
-TINY = [
-    "--d-model",
-    "16",
-    "--heads",
-    "2",
-    "--seq-len",
-    "8",
-    "--batch",
-    "2",
-    "--vocab",
-    "32",
-    "--device",
-    "cpu",
-]
+TINY = [*tiny(), "--device", "cpu"]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 
@@ -73,52 +59,19 @@ def _alive(pid: int) -> bool:
     return fields[0] != "Z"
 
 
-def _start_sweep(out: Path, layers: str = "2,4,8,16,32", seeds: str = "3", extra: tuple[str, ...] = ()):
-    cmd = [
-        sys.executable,
-        "-m",
-        "tinit",
-        "sweep",
-        "depth-sweep",
-        *TINY,
-        "--layers",
-        layers,
-        "--seeds",
-        seeds,
-        "--no-grads",
-        *extra,
-        "--workers",
-        "2",
-        "-q",
-        "--out",
-        str(out),
-    ]
-    return subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _wait_for_points(proc, out: Path, n: int, timeout: float = 240) -> None:
-    deadline = time.time() + timeout
-    while len(list(out.glob("points/*/config.json"))) < n:
-        assert proc.poll() is None, proc.communicate()
-        assert time.time() < deadline, "no points finished in time"
-        time.sleep(0.1)
-
-
 # SIGTERM to the sweep's process alone; SIGHUP (what closing a terminal sends) goes to the
 # whole process group, workers included: tests/test_hostile_bombs.py's
 # test_sighup_to_a_sweeps_process_group_prints_no_traceback, with these assertions
 @pytest.mark.parametrize("sig", [signal.SIGTERM])
 def test_a_signal_stops_the_sweep_keeps_its_points_and_its_workers_end(tmp_path, sig):
-    out = tmp_path / "run"
-    proc = _start_sweep(out)
-    try:
-        _wait_for_points(proc, out, 3)
-        workers = children_of(proc.pid)
-        assert workers, "the sweep has no worker processes"
-        proc.send_signal(sig)
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
+    """The sweep sends itself the signal as its third point is done (12 still to run):
+    it ends as a stop does, the finished points merged, every worker gone."""
+    out, pids = tmp_path / "run", tmp_path / "workers"
+    args = ["sweep", "depth-sweep", *TINY, "--layers", "2,4,8,16,32", "--seeds", "3", "--no-grads",
+            "--workers", "2", "-q", "--out", str(out)]  # fmt: skip
+    proc, stdout, stderr = signalled_run(args, ENV, sig.name, "sweep", 3, children=pids)
+    workers = [int(p) for p in pids.read_text().split()]
+    assert workers, "the sweep has no worker processes"
     assert proc.returncode == 1, stderr
     assert f"stopped by {sig.name}" in stderr and "Traceback" not in stderr
     assert f"tinit sweep --resume {out}" in stderr and stdout.strip() == str(out)
@@ -129,9 +82,7 @@ def test_a_signal_stops_the_sweep_keeps_its_points_and_its_workers_end(tmp_path,
     assert (out / "depth_sweep.csv").is_file() and (out / "depth_sweep.png").is_file()
     rows = (out / "depth_sweep.csv").read_text().count("\n") - 1
     assert rows == counts["done"]
-    deadline = time.time() + 10
-    while any(_alive(w) for w in workers) and time.time() < deadline:
-        time.sleep(0.1)
+    # the sweep joins its workers before it exits (they are its children: none is left a zombie)
     assert not [w for w in workers if _alive(w)], "worker processes outlived the sweep"
 
 
@@ -153,8 +104,8 @@ def test_a_killed_worker_fails_only_its_own_point(tmp_path, monkeypatch):
 
     argv = ["sweep", "depth-sweep", *TINY, "--layers", "2,4,8", "--seeds", "2", "--no-grads", "--pre-norm",
             "--workers", "2", "-q", "--out", str(out)]  # fmt: skip
-    with act_when(lambda: len(list(out.glob("points/*/config.json"))) >= 2, kill_a_worker):
-        res = runner.invoke(app, argv)  # 12 points
+    at_sweep_update(monkeypatch, lambda counts: counts["done"] >= 2, kill_a_worker)  # 10 still to run
+    res = runner.invoke(app, argv)  # 12 points
     assert killed, "no worker to kill"
     doc = config(out)
     failed = {n: p for n, p in doc["sweep"]["points"].items() if p["state"] != "done"}

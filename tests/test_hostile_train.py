@@ -12,7 +12,7 @@ import signal
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import assert_one_line_error, figures_built_not_saved
+from helpers import TINY, assert_one_line_error, figures_built_not_saved
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -25,7 +25,7 @@ from tinit.experiments.training.trainer import RunSpec, TrainConfig
 from tinit.model.config import ConfigError, InitConfig, ModelConfig, RunConfig
 
 runner = CliRunner()
-M = ["--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]
+M = TINY  # the tiny model
 QUICK = ["--steps", "3", "--eval-batches", "1", "--probe-points", "0"]
 
 

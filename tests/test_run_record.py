@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from helpers import figures_built_not_saved
+from helpers import figures_built_not_saved, tiny
 from typer.testing import CliRunner
 
 from tinit import InitConfig, ModelConfig, RunConfig, run_variance
@@ -14,7 +14,7 @@ from tinit.cli import app
 from tinit.cli.registry import COMMANDS
 
 runner = CliRunner()
-TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]
+TINY = tiny(2)  # the tiny model at 2 layers
 ONE = [*TINY, "--pre-norm", "--init", "naive"]  # one configuration
 
 #: config.json's keys that describe the invocation or the outcome, not the run's settings

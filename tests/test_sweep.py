@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import assert_one_line_error, figures_built_not_saved, slurm_polls_every
+from helpers import TINY, assert_one_line_error, figures_built_not_saved, slurm_polls_every
 from typer.testing import CliRunner
 
 from tinit.cli import app
@@ -24,7 +24,6 @@ from tinit.sweep.folder import point_dir, point_done
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
-TINY = ["--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]
 #: 12 points: 2 schemes x pre-norm x 3 depths x 2 seeds
 ACCEPT = [
     "depth-sweep",

@@ -11,11 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import one_fork_server, start_fork_server
+from helpers import TINY, one_fork_server, start_fork_server
 
 from tinit.sweep import local
-
-TINY = ["--d-model", "16", "--heads", "2", "--seq-len", "8", "--batch", "2", "--vocab", "32"]
 
 
 def group_members(pgid: int) -> list[str]:
