@@ -104,193 +104,41 @@ def _progress(quiet: bool, description: str, total: int):
 
 
 OPTIONS = (
-    Param(
-        "command",
-        Annotated[
-            str | None,
-            typer.Argument(
-                help="The command to sweep; its options follow it.",
-                metavar="COMMAND [ITS OPTIONS]",
-                show_default=False,
-            ),  # fmt: skip
-        ],
-        None,
-    ),
-    Param(
-        "executor",
-        Annotated[
-            Literal["local", "slurm"],
-            typer.Option(
-                "--executor",
-                help="local: worker processes here; slurm: one job array via submitit.",
-                rich_help_panel=EXECUTOR,
-            ),  # fmt: skip
-        ],
-        "local",
-    ),
-    Param(
-        "workers",
-        Annotated[
-            int | None,
-            typer.Option(
-                "--workers",
-                help="Local worker processes (default: one per GPU, else one per CPU "
-                "core); with several GPUs each worker is pinned to one.",
-                min=1,
-                rich_help_panel=EXECUTOR,
-                show_default=False,
-            ),  # fmt: skip
-        ],
-        None,
-    ),
-    Param(
-        "dry_run",
-        Annotated[
-            bool,
-            typer.Option(
-                "--dry-run",
-                help="Print the points and what would be run or submitted (the sbatch "
-                "script); run nothing, write nothing.",
-                rich_help_panel=EXECUTOR,
-            ),  # fmt: skip
-        ],
-        False,
-    ),
-    Param(
-        "partition",
-        Annotated[
-            str | None,
-            typer.Option("--partition", help="SLURM partition.", rich_help_panel=SLURM, show_default=False),
-        ],
-        None,
-    ),
-    Param(
-        "gpus_per_job",
-        Annotated[
-            int | None,
-            typer.Option(
-                "--gpus-per-job",
-                help="GPUs per array task.",
-                min=0,
-                rich_help_panel=SLURM,
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-    Param(
-        "cpus_per_job",
-        Annotated[
-            int | None,
-            typer.Option(
-                "--cpus-per-job",
-                help="CPUs per array task [1].",
-                min=1,
-                rich_help_panel=SLURM,
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-    Param(
-        "mem",
-        Annotated[
-            str | None,
-            typer.Option(
-                "--mem", help="Memory per array task, e.g. 16G.", rich_help_panel=SLURM, show_default=False
-            ),
-        ],
-        None,
-    ),
-    Param(
-        "time_limit",
-        Annotated[
-            str | None,
-            typer.Option(
-                "--time",
-                help="Time limit per array task: minutes, HH:MM:SS or D-HH:MM (SLURM's forms).",
-                rich_help_panel=SLURM,
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-    Param(
-        "array_parallelism",
-        Annotated[
-            int | None,
-            typer.Option(
-                "--array-parallelism",
-                help="Most tasks running at once.",
-                min=1,
-                rich_help_panel=SLURM,
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-    Param(
-        "account",
-        Annotated[
-            str | None,
-            typer.Option("--account", help="SLURM account.", rich_help_panel=SLURM, show_default=False),
-        ],
-        None,
-    ),
-    Param(
-        "qos",
-        Annotated[
-            str | None,
-            typer.Option(
-                "--qos", help="SLURM quality of service.", rich_help_panel=SLURM, show_default=False
-            ),
-        ],
-        None,
-    ),
-    Param(
-        "slurm_arg",
-        Annotated[
-            list[str] | None,
-            typer.Option(
-                "--slurm-arg",
-                help="Any other sbatch option as KEY=VALUE (repeatable), e.g. constraint=a100.",
-                rich_help_panel=SLURM,
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-    Param(
-        "points_per_job",
-        Annotated[
-            int,
-            typer.Option(
-                "--points-per-job",
-                help="Points one array task runs one after the other (fewer, longer tasks).",
-                min=1,
-                rich_help_panel=SLURM,
-            ),
-        ],
-        1,
-    ),
+    Param("command", Annotated[str | None, typer.Argument(
+        help="The command to sweep; its options follow it.", metavar="COMMAND [ITS OPTIONS]",
+        show_default=False,
+    )], None),
+    opt.option("executor", Literal["local", "slurm"], "--executor", panel=EXECUTOR, default="local",
+               help="local: worker processes here; slurm: one job array via submitit."),
+    opt.option("workers", int | None, "--workers", panel=EXECUTOR, min=1, show_default=False,
+               help="Local worker processes (default: one per GPU, else one per CPU core); with several GPUs "
+               "each worker is pinned to one."),
+    opt.option("dry_run", bool, "--dry-run", panel=EXECUTOR, default=False, show_default=False,
+               help="Print the points and what would be run or submitted (the sbatch script); run nothing, "
+               "write nothing."),
+    opt.option("partition", str | None, "--partition", panel=SLURM, show_default=False,
+               help="SLURM partition."),
+    opt.option("gpus_per_job", int | None, "--gpus-per-job", panel=SLURM, min=0, show_default=False,
+               help="GPUs per array task."),
+    opt.option("cpus_per_job", int | None, "--cpus-per-job", panel=SLURM, min=1, show_default=False,
+               help="CPUs per array task [1]."),
+    opt.option("mem", str | None, "--mem", panel=SLURM, show_default=False,
+               help="Memory per array task, e.g. 16G."),
+    opt.option("time_limit", str | None, "--time", panel=SLURM, show_default=False,
+               help="Time limit per array task: minutes, HH:MM:SS or D-HH:MM (SLURM's forms)."),
+    opt.option("array_parallelism", int | None, "--array-parallelism", panel=SLURM, min=1, show_default=False,
+               help="Most tasks running at once."),
+    opt.option("account", str | None, "--account", panel=SLURM, show_default=False, help="SLURM account."),
+    opt.option("qos", str | None, "--qos", panel=SLURM, show_default=False, help="SLURM quality of service."),
+    opt.option("slurm_arg", list[str] | None, "--slurm-arg", panel=SLURM, show_default=False,
+               help="Any other sbatch option as KEY=VALUE (repeatable), e.g. constraint=a100."),
+    opt.option("points_per_job", int, "--points-per-job", panel=SLURM, default=1, min=1,
+               help="Points one array task runs one after the other (fewer, longer tasks)."),
     opt.QUIET,
-    Param(
-        "resume",
-        Annotated[
-            Path | None,
-            typer.Option(
-                "--resume",
-                help="Run only the missing or failed points of "
-                "the sweep in RUN_DIR (its command and options are in its "
-                "config.json), then gather again.",
-                metavar="RUN_DIR",
-                rich_help_panel=RESUME,
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-)
+    opt.option("resume", Path | None, "--resume", panel=RESUME, metavar="RUN_DIR", show_default=False,
+               help="Run only the missing or failed points of the sweep in RUN_DIR (its command and options "
+               "are in its config.json), then gather again."),
+)  # fmt: skip
 
 
 def sweep(opts: Options, sweepable: tuple[str, ...]) -> None:
