@@ -51,7 +51,12 @@ def test_the_generated_parts_are_the_codes():
 
 
 def test_readme_is_short_enough_to_finish():
-    assert len((ROOT / "README.md").read_text().splitlines()) <= 300
+    """300 lines at most, the catalogue's table (a row a scheme, written from the code)
+    not counted: a scheme added costs the README nothing by hand."""
+    from tinit.cli.reference import generated_lines
+
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) - generated_lines(text) <= 300
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))

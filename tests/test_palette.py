@@ -60,8 +60,11 @@ def test_catalogue_schemes_distinct_and_never_reserved(placement):
 def test_the_catalogue_order_gives_the_colours():
     """The i-th scheme is drawn in the palette's i-th colour, and no user scheme's colour
     is one of them."""
+    for name, colour in zip(catalogue.CATALOGUE, SCHEME_COLORS, strict=False):
+        assert config_style(name, "pre")["color"] == colour, name
     for i, name in enumerate(catalogue.CATALOGUE):
-        assert config_style(name, "pre")["color"] == SCHEME_COLORS[i], name
+        color, marker = palette.catalogue_style(i)
+        assert config_style(name, "pre") == {"color": color, "marker": marker}, name
     assert not {_hex(c) for c in USER_COLORS} & {_hex(c) for c in SCHEME_COLORS}
     assert not {_hex(c) for c in USER_COLORS} & RESERVED
 
@@ -78,13 +81,14 @@ def test_a_scheme_appended_has_its_own_colour_and_changes_no_other(monkeypatch):
     each get a colour of their own, never a reserved one nor a user scheme's; every
     scheme before them keeps its colour and marker."""
     before = {(n, p): config_style(n, p) for n in catalogue.CATALOGUE for p in PLACEMENTS}
+    n = len(catalogue.CATALOGUE)
     monkeypatch.setattr(catalogue, "CATALOGUE", _appended(40))
     palette.scheme_name.cache_clear()
     try:
         assert {key: config_style(*key) for key in before} == before
         colours = [_hex(config_style(n, "pre")["color"]) for n in catalogue.CATALOGUE]
-        assert len(set(colours)) == len(colours) == len(SCHEME_COLORS) + 40
-        new = colours[len(SCHEME_COLORS) :]
+        assert len(set(colours)) == len(colours) == n + 40
+        new = colours[len(SCHEME_COLORS) :]  # the made ones
         assert not set(new) & (RESERVED | {_hex(c) for c in USER_COLORS}), new
     finally:
         palette.scheme_name.cache_clear()

@@ -114,6 +114,17 @@ def _replace(text: str, what: str, body: str) -> str:
     return f"{head}{begin}\n{body}\n{END}{rest.split(END, 1)[1]}"
 
 
+def generated_lines(text: str) -> int:
+    """How many lines of ``text`` its generated parts hold (their markers included)."""
+    count, inside = 0, False
+    for line in text.splitlines():
+        starts = line.startswith("<!-- ") and f"`{REWRITE}`" in line
+        inside = inside or starts
+        count += inside
+        inside = inside and line != END
+    return count
+
+
 def stale(root: Path = ROOT, write: bool = False) -> list[str]:
     """The files whose generated part differs from the code's (rewritten when ``write``)."""
     out = []
