@@ -3,7 +3,6 @@ by a local process pool or a SLURM job array, gathered into one run folder."""
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 import shutil
@@ -199,7 +198,7 @@ def sweep(opts: Options, sweepable: tuple[str, ...]) -> None:
         executor_.start(len(plan.points))  # before the progress bar's thread: workers may fork
     bar = _progress(opts.quiet, f"sweep {command}", len(plan.points))
     # the plotting (matplotlib) is imported while the workers measure, not before or after
-    prefetch = threading.Thread(target=importlib.import_module, args=("tinit.results.plots",), daemon=True)
+    prefetch = threading.Thread(target=_import_plotting, daemon=True)
     prefetch.start()
     # SIGTERM and SIGHUP stop the sweep as Ctrl-C does: the workers (or the SLURM tasks) are
     # stopped, the done points gathered, config.json says why; a second signal while the merged
@@ -247,6 +246,11 @@ def _resumable(record, run_dir: Path, sweepable: tuple[str, ...]) -> tuple[str, 
         raise _err(f"{run_dir}/config.json has no usable sweep record (its command, args and runs); "
                    "start a new sweep instead", "--resume")  # fmt: skip
     return command, list(args), runs
+
+
+def _import_plotting() -> None:
+    """Import the plotting (matplotlib), as the merged figures will need it."""
+    from ..results import plots  # noqa: F401
 
 
 def _quiet(info: dict) -> None:
