@@ -159,11 +159,13 @@ def test_bad_sweep_options_are_one_line_errors(tmp_path, args, option):
 
 
 def test_slurm_array_cancel_one_task_then_resume(tmp_path, reference, slurm_cluster, monkeypatch):
-    """Two array tasks of 6 points; task 1 is scancel'ed as soon as it runs. Task 0's
-    points are kept (their rows equal the single-process run's), task 1's unfinished
-    ones are failed as cancelled, and --resume runs only those and gives the
-    single-process CSVs byte for byte. (The merged figures are built, not rendered: the
-    local sweep above renders a sweep's.)"""
+    """Two array tasks of 6 points; task 1 is scancel'ed while it runs. Task 0's points
+    are kept (their rows equal the single-process run's), task 1's are failed as
+    cancelled, and --resume runs only those and gives the single-process CSVs byte for
+    byte. Task 1 waits at its start, having said so in a file (a ``sitecustomize`` on the
+    tasks' PYTHONPATH, the first time only), until it is cancelled: no poller racing its
+    points. (The merged figures are built, not rendered: the local sweep above renders a
+    sweep's.)"""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the tasks' threads, as the reference's
     figures_built_not_saved(monkeypatch)
     slurm_polls_every(monkeypatch, 0.1)
@@ -171,18 +173,24 @@ def test_slurm_array_cancel_one_task_then_resume(tmp_path, reference, slurm_clus
     args = ["sweep", *ACCEPT, "--executor", "slurm", "--points-per-job", "6", "--time", "5"]
     args += ["--out", str(out)]
     first: dict = {}
+    hook, running = tmp_path / "hook", tmp_path / "task-1-runs"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os, time\n"
+        f"if os.environ.get('SLURM_ARRAY_TASK_ID') == '1' and not os.path.exists({str(running)!r}):\n"
+        f"    open({str(running)!r}, 'w').close()\n"
+        "    while True:\n        time.sleep(1)  # until scancel ends the task\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]))
     sweep = threading.Thread(target=lambda: first.update(res=runner.invoke(app, [*args, "-q"])))
     sweep.start()
-    deadline, cancelled = time.time() + 60, None
-    while time.time() < deadline and sweep.is_alive() and cancelled is None:
-        q = subprocess.run(["squeue", "-h", "-r", "-n", "tinit-depth-sweep", "-o", "%i %T"],
-                           capture_output=True, text=True).stdout.split()  # fmt: skip
-        running = [t for t, st in zip(q[::2], q[1::2], strict=True) if st == "RUNNING"]
-        task = next((t for t in running if t.endswith("_1")), None)
-        if task is not None:
-            subprocess.run(["scancel", task], check=True)
-            cancelled = task
+    while not running.exists():  # task 1 says it runs, and waits (--time 5 bounds a hang)
+        assert sweep.is_alive(), first
         time.sleep(0.05)
+    q = subprocess.run(["squeue", "-h", "-r", "-n", "tinit-depth-sweep", "-o", "%i %T"],
+                       capture_output=True, text=True).stdout.split()  # fmt: skip
+    cancelled = next(t for t, st in zip(q[::2], q[1::2], strict=True) if t.endswith("_1") and st == "RUNNING")
+    subprocess.run(["scancel", cancelled], check=True)
     sweep.join(timeout=120)
     res = first["res"]
     assert cancelled is not None, res.output
