@@ -22,6 +22,8 @@ from .tensors import TensorFiles
 
 #: Elements per chunk of the float64 statistics of a resident tensor (8 MiB).
 STAT_CHUNK = 1 << 20
+#: The float64 buffer of each device (:meth:`Moments._f64`).
+_BUFFERS: dict[torch.device, torch.Tensor] = {}
 
 
 def _chunks(t: torch.Tensor, n: int = STAT_CHUNK) -> Iterator[torch.Tensor]:
@@ -40,13 +42,19 @@ class Moments:
 
     def __init__(self) -> None:
         self.n, self.s1, self.s2, self.shift, self.finite = 0, 0.0, 0.0, None, True
-        self._buf: torch.Tensor | None = None
 
-    def _f64(self, chunk: torch.Tensor) -> torch.Tensor:
+    @staticmethod
+    def _f64(chunk: torch.Tensor) -> torch.Tensor:
+        """``chunk`` (at most STAT_CHUNK elements) copied into the float64 buffer of its
+        device, one for the whole process: allocated once, not per tensor (an 8 MiB block
+        taken and given back per tensor fragmented the heap: ~5 MiB more resident per
+        block of a 1B model)."""
         x = chunk.detach().reshape(-1)
-        if self._buf is None or self._buf.device != x.device or self._buf.numel() < x.numel():
-            self._buf = torch.empty(max(x.numel(), 1), dtype=torch.float64, device=x.device)
-        b = self._buf[: x.numel()]
+        buf = _BUFFERS.get(x.device)
+        if buf is None or buf.numel() < x.numel():
+            buf = _BUFFERS[x.device] = torch.empty(max(x.numel(), STAT_CHUNK), dtype=torch.float64,
+                                                   device=x.device)  # fmt: skip
+        b = buf[: x.numel()]
         b.copy_(x)
         return b
 
