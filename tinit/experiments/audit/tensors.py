@@ -329,10 +329,11 @@ class TensorFiles:
         self.bytes_read += len(rows) * row_bytes
         return raw.view(FLOAT_DTYPES[self.dtypes[key]]).view(len(rows), *shape[1:])
 
-    def row_chunks(self, key: str, dtype: torch.dtype, device, chunk_bytes: int = CHUNK_BYTES,
+    def row_chunks(self, key: str, dtype: torch.dtype | None, device, chunk_bytes: int = CHUNK_BYTES,
                    count: bool = True, keep: dict | None = None) -> Iterator[torch.Tensor]:  # fmt: skip
         """The matrix ``key`` in consecutive row chunks of about ``chunk_bytes`` as
-        stored, each converted to ``dtype`` on ``device``; the next chunk is read on a
+        stored, each converted to ``dtype`` on ``device`` (``dtype`` None: as stored, on
+        the CPU, no copy: the caller converts what it needs); the next chunk is read on a
         second thread while this one is converted and used (``pread`` lets go of the
         interpreter: the copy from the page cache overlaps the arithmetic). The chunks
         are views of buffers reused from chunk to chunk: use each before taking the next;
@@ -350,7 +351,7 @@ class TensorFiles:
             raws, conv = keep["raws"], keep["conv"]
         else:
             raws = [torch.empty(step * row_bytes, dtype=torch.uint8) for _ in range(2)]
-            conv = torch.empty((step, *shape[1:]), dtype=dtype, device=device)
+            conv = None if dtype is None else torch.empty((step, *shape[1:]), dtype=dtype, device=device)
             if keep is not None:
                 keep.update(sig=sig, raws=raws, conv=conv)
         b = self.offsets[key][0]
@@ -374,8 +375,12 @@ class TensorFiles:
                 n = min(step, rows - r0)
                 if count:
                     self.bytes_read += n * row_bytes
+                typed = part.view(stored).view(n, *shape[1:])
+                if conv is None:  # (valid until the next chunk: its buffer is read into after that)
+                    yield typed if shape else typed.reshape(())
+                    continue
                 out = conv[:n]
-                out.copy_(part.view(stored).view(n, *shape[1:]))
+                out.copy_(typed)
                 yield out if shape else out.reshape(())
         finally:
             if pool is not None:

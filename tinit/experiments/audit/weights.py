@@ -137,7 +137,7 @@ def table_row(files: TensorFiles, key: str, name: str, expected: float, spectral
     num = den = 0.0
     r0 = 0
     keep: dict = {}  # (the chunk buffers, reused by every pass over this table)
-    for c in files.row_chunks(key, torch.float32, device, keep=keep):
+    for c in files.row_chunks(key, None, device, keep=keep):  # (as stored: converted where used)
         m.add(c)
         if same:
             for part in _chunks(c):
@@ -154,9 +154,12 @@ def table_row(files: TensorFiles, key: str, name: str, expected: float, spectral
     rel = math.sqrt(num) / math.sqrt(den) if (w0 is not None or same) and den > 0 else math.nan
     est = NONE if m.finite or len(shape) != 2 else NOT_FINITE
     if len(shape) == 2 and m.finite:
-        dt = torch.float64 if spectral == "exact" else torch.float32
         est = largest_singular_value_chunked(
-            lambda: files.row_chunks(key, dt, device, count=False, keep=keep), shape, spectral, FAST_RTOL
+            lambda: files.row_chunks(key, None, device, count=False, keep=keep),
+            shape,
+            spectral,
+            FAST_RTOL,
+            device=device,
         )
     elif spectral == "off" and len(shape) == 2:
         est = Estimate(math.nan, "off")
