@@ -2,6 +2,7 @@
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from tinit.results.plot_checkpoint import plot_spectral, plot_stream_over_steps
 
@@ -39,3 +40,63 @@ def test_spectral_marks_a_lone_first_point():
     (ax,) = [a for a in fig.axes if a.get_visible()]
     marked = {float(line.get_ydata()[0]): line.get_marker() for line in ax.get_lines()}
     assert marked[0.5] not in (None, "None", "") and marked[4.0] not in (None, "None", "")
+
+
+def _one_hf_checkpoint() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The frames of `audit --checkpoint HF_FOLDER`: one checkpoint, no training step
+    (empty), no init known (rel_change empty)."""
+    nan = float("nan")
+    rows = [
+        {"run": "gpt2", "step": nan, "k": k, "stream_var": v, "pred_cumulative": v}
+        for k, v in ((0, 1), (1, 2))
+    ]
+    variance = pd.DataFrame(rows)
+    drift = pd.DataFrame(
+        [
+            {"run": "gpt2", "step": nan, "layer": layer, "role": role, "shape": "8x8", "rel_change": nan,
+             "spectral_norm": 0.5 + layer}
+            for layer in (0, 1)
+            for role in ("q", "down")
+        ]
+    )  # fmt: skip
+    return variance, drift
+
+
+def test_an_unstepped_checkpoint_says_what_it_shows():
+    """A Hugging Face checkpoint has no step and no init: no drift figure (empty axes
+    titled "steps None" were drawn), said in one line; the others say "as saved"."""
+    from tinit.results.plot_checkpoint import drift_runs, no_drift_line, plot_drift
+
+    variance, drift = _one_hf_checkpoint()
+    assert drift_runs(drift) == []
+    line = no_drift_line(drift)
+    assert line.startswith("Drift: no drift.png for gpt2:") and "init is not known" in line
+    with pytest.raises(ValueError):
+        plot_drift(drift)
+    fig = plot_spectral(drift)
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    assert ax.get_title() == "gpt2\nas saved (no training step)"
+    assert len(ax.get_lines()) == 2  # q and down, each at its two layers
+    fig = plot_stream_over_steps(variance)
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["as saved (no training step)", "law (from its branch variances)"]
+    texts = " ".join(t.get_text() for t in fig.findobj(lambda a: hasattr(a, "get_text")))
+    assert "None" not in texts and "the checkpoint as saved" in texts
+
+
+def test_drift_draws_only_runs_whose_init_is_known():
+    """A tinit run (init known) beside nothing else: one panel, titled by its one step."""
+    from tinit.results.plot_checkpoint import drift_runs, no_drift_line, plot_drift
+
+    drift = pd.DataFrame(
+        [
+            {"run": "r", "step": s, "layer": 0, "role": "q", "shape": "8x8", "rel_change": 0.1 * s,
+             "spectral_norm": 0.5}
+            for s in (0, 4)
+        ]
+    )  # fmt: skip
+    assert drift_runs(drift) == ["r"] and no_drift_line(drift) is None
+    fig = plot_drift(drift)
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    assert ax.get_title() == "r\nstep 4"

@@ -6,10 +6,13 @@
   early, yellow late), each with the law dashed in its colour (the cumulative law from
   that step's measured branch variances: at step 0 the init-time law, later whether
   the trained stream is still the sum the law says);
-- :func:`plot_drift`: ||W - W0|| / ||W0|| against layer, one panel per run, one colour
-  per role, the last step solid and earlier steps lighter;
+- :func:`plot_drift`: ||W - W0|| / ||W0|| against layer, one panel per run whose init
+  is known (:func:`drift_runs`; none for a Hugging Face checkpoint, which does not hold
+  its init: then no figure, :func:`no_drift_line` says why), one colour per role, the
+  last step solid and earlier steps lighter;
 - :func:`plot_spectral`: each matrix's spectral norm against layer, per run and role, at
-  the first checkpoint (dashed) and the last (solid);
+  the first checkpoint (dashed) and the last (solid); a checkpoint with no training step
+  (a Hugging Face model) is titled "as saved";
 - :func:`checkpoint_table`: per checkpoint, v_2L / v0 now and at the run's first
   checkpoint, where the stream grows fastest, which roles moved most.
 """
@@ -59,6 +62,14 @@ def _steps(df: pd.DataFrame) -> list:
     return sorted(df["step"].dropna().unique().tolist()) or [None]
 
 
+#: A checkpoint without a training step (a Hugging Face model), in titles and legends.
+AS_SAVED = "as saved (no training step)"
+
+
+def _step_words(step) -> str:
+    return AS_SAVED if step is None else f"step {int(step)}"
+
+
 @styled
 def plot_stream_over_steps(variance: pd.DataFrame, title: str = "") -> Figure:
     runs = list(dict.fromkeys(variance["run"]))
@@ -77,10 +88,11 @@ def plot_stream_over_steps(variance: pd.DataFrame, title: str = "") -> Figure:
             law = d["pred_cumulative"].to_numpy(float) / v0
             ys += [y, law]
             color = cmap(0.0) if step is None else cmap(0.9 * norm(step))
-            label = f"step {step}" if step is not None else "as saved"
+            label = _step_words(step)
             ax.plot(d["k"], y, color=color, lw=2.6, alpha=0.55, zorder=2, label=label)
             ax.plot(d["k"], law, color=color, **THEORY)
-        ax.plot([], [], color=NEUTRAL, **THEORY, label="law at that step")
+        law_label = "law at that step" if all_steps else "law (from its branch variances)"
+        ax.plot([], [], color=NEUTRAL, **THEORY, label=law_label)
         if wants_log(np.concatenate(ys)):
             ax.set_yscale("log")
         ax.set_title(_run_title(run, df), fontsize=FONT)
@@ -91,6 +103,9 @@ def plot_stream_over_steps(variance: pd.DataFrame, title: str = "") -> Figure:
     note = (
         "Solid (thick): the measured stream at each saved step; dashed, in the step's colour: the variance "
         "law at that step (the scheme's recursion from that step's measured branch variances)."
+        if all_steps
+        else "Solid (thick): the measured stream of the checkpoint as saved (it has no training step); "
+        "dashed: the variance law from its measured branch variances."
     )
     footnote(fig, [note])
     return fig
@@ -106,9 +121,33 @@ def _per_layer(df: pd.DataFrame, col: str) -> pd.Series:
     return df.groupby("layer")[col].mean().sort_index()
 
 
+def drift_runs(drift: pd.DataFrame) -> list[str]:
+    """The runs whose init is known (some ``rel_change`` measured): the panels of
+    :func:`plot_drift`."""
+    known = drift.loc[drift["rel_change"].notna(), "run"]
+    return [r for r in dict.fromkeys(drift["run"]) if r in set(known)]
+
+
+def no_drift_line(drift: pd.DataFrame) -> str | None:
+    """The terminal's line when :func:`plot_drift` has runs it cannot draw (no init
+    known: ``rel_change`` empty), else None."""
+    missing = [str(r) for r in dict.fromkeys(drift["run"]) if r not in drift_runs(drift)]
+    if not missing:
+        return None
+    what = "no drift.png" if len(missing) == len(set(drift["run"])) else "drift.png leaves out"
+    return (
+        f"Drift: {what} for {', '.join(missing)}: its init is not known (a Hugging Face checkpoint "
+        "does not hold it), so ||W - W0|| / ||W0|| cannot be measured (drift.csv's rel_change is empty)"
+    )
+
+
 @styled
 def plot_drift(drift: pd.DataFrame, title: str = "") -> Figure:
-    runs = list(dict.fromkeys(drift["run"]))
+    """One panel per run of :func:`drift_runs` (at least one: the caller draws no
+    figure when no run's init is known)."""
+    runs = drift_runs(drift)
+    if not runs:
+        raise ValueError("no run with a known init: nothing to draw (see no_drift_line)")
     fig, axes = _panels(len(runs))
     handles = {}
     for ax, run in zip(axes, runs, strict=True):
@@ -124,7 +163,9 @@ def plot_drift(drift: pd.DataFrame, title: str = "") -> Figure:
                 ax.plot(s.index, s.values, color=color, alpha=alpha, lw=1.5 if last else 0.9,
                         marker=marker if last else None, ms=3)  # fmt: skip
             handles[role] = Line2D([], [], color=color, marker=marker, ms=3, label=role)
-        ax.set_title(f"{run}\nsteps {', '.join(map(str, steps))} (the last solid)", fontsize=FONT)
+        where = (f"steps {', '.join(str(int(s)) for s in steps)} (the last solid, earlier lighter)"
+                 if len(steps) > 1 else _step_words(steps[0]))  # fmt: skip
+        ax.set_title(f"{run}\n{where}", fontsize=FONT)
         ax.set_xlabel("layer (-1: embedding side, L: head)", fontsize=FONT)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(r"$\|W - W_0\| / \|W_0\|$", fontsize=FONT)
@@ -154,7 +195,8 @@ def plot_spectral(drift: pd.DataFrame, title: str = "") -> Figure:
                 ax.plot(s.index, s.values, color=color, ls=ls, lw=lw, marker=mark, ms=3,
                         mfc=color if last else "none")  # fmt: skip
             handles[role] = Line2D([], [], color=color, marker=marker, ms=3, label=role)
-        where = f"step {ends[0]} dashed, {ends[-1]} solid" if len(ends) > 1 else f"step {ends[0]}"
+        where = (f"step {int(ends[0])} dashed, {int(ends[-1])} solid" if len(ends) > 1
+                 else _step_words(ends[0]))  # fmt: skip
         ax.set_title(f"{run}\n{where}", fontsize=FONT)
         ax.set_xlabel("layer (-1: embedding side, L: head)", fontsize=FONT)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -181,7 +223,9 @@ def checkpoint_table(table: pd.DataFrame, title: str = "Checkpoints") -> Table:
         step = "" if pd.isna(r["step"]) else str(int(r["step"]))
         first = "" if pd.isna(r["first_step"]) else f" (@{int(r['first_step'])})"
         k = "" if pd.isna(r["fastest_k"]) else str(int(r["fastest_k"]))
-        moved = str(r["moved_most"]) if isinstance(r["moved_most"], str) else "-"
+        # (no init known, an HF model: not "none", which says nothing moved)
+        known = r.get("init_source") != "none" and isinstance(r["moved_most"], str)
+        moved = str(r["moved_most"]) if known else "-"
         t.add_row(str(r["run"]), step, fmt(r["v_final_rel"]), fmt(r["v_final_rel_first"]) + first, k,
                   fmt(r["fastest_growth"], 3), moved, fmt(r["moved_most_rel_change"], 3))  # fmt: skip
     return t

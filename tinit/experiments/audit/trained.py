@@ -10,7 +10,9 @@ resident at a time):
   theory; an HF model through the audit's hooks and the plain law);
 - ``summary``: ``tinit variance``'s summary row per checkpoint, plus ``run`` and ``step``;
 - ``drift``: per tensor its std, the std its scheme draws it with at step 0
-  (``expected_std``), its spectral norm (largest singular value, matrices only) and,
+  (``expected_std``: a tinit run's own scheme; an HF model's declared init, its config's
+  ``initializer_range`` plus its family's rule, or ``--expect``'s scheme), its spectral
+  norm (largest singular value, matrices only) and,
   where the init is known (the run's step-0 checkpoint, else its seed: a tinit block
   depends only on (seed, layer, role)), ``rel_change`` = ||W - W0|| / ||W0||;
 - ``checkpoints``: one row per checkpoint: v_2L / v0 now and at the run's first
@@ -306,11 +308,12 @@ def audit_hf(ck: Checkpoint, tokens: Tokens, run: RunConfig, device, dtype: torc
     _check_seq(run.seq_len, limit, what)
     rows: list[dict] = []
     roles: dict[str, tuple[str, int]] = {}
+    held: list = []  # the expectation, once the sites (the family's rule) are known
 
     def expected_of(role: str, at: int, shape) -> float:
-        if expect is None or role in ("norm", "bias", "gain", "unknown"):
+        if role in ("norm", "bias", "gain", "unknown"):
             return math.nan
-        kind, value = expect.expected(role, len(names), 0.0, at, tuple(shape), False)
+        kind, value = held[0].expected(role, len(names), 0.0, at, tuple(shape), False)
         return value if kind == "std" else math.nan
 
     def measure_block(layer: int, state: dict[str, torch.Tensor]) -> None:
@@ -346,6 +349,7 @@ def audit_hf(ck: Checkpoint, tokens: Tokens, run: RunConfig, device, dtype: torc
     with lazy.reading(reader, blank=True), embedding_rows(model, files, emb_key, dtype, device):
         # the structure from a forward of zeros: nothing of the blocks is read for it
         sites, tr = find_sites(model, ids[:1, : min(4, ids.shape[1])], forward=base)
+    held.append(_hf_expectation(expect, config, sites))
     roles.update({r.name: (r.role, r.layer) for r in classify_roles(model, sites, tr, vocab)})
     del tr
     for group in lazy.top:
@@ -368,11 +372,30 @@ def audit_hf(ck: Checkpoint, tokens: Tokens, run: RunConfig, device, dtype: torc
         rows,
         {
             "init_source": "none",
+            "expected": held[0].source,
             "sites": sites.describe(),
             "stream_check_max_rel_err": max(finite) if finite else None,
             "memory": plan,
         },
     )
+
+
+def _hf_expectation(expect, config, sites):
+    """What an HF checkpoint's ``expected_std`` follows: ``expect`` (``--expect SCHEME``)
+    at the config's ``initializer_range`` (0.02 where it has none), as ``audit --hf``
+    takes it; None (``--expect declared``): the config's ``initializer_range`` plus the
+    family's own rule (GPT-2's c_proj / sqrt(2 n_layer)), as ``audit --hf`` declares it."""
+    import dataclasses
+
+    from .audit import declared_expectation
+
+    if expect is None:
+        return declared_expectation(config, sites)
+    rng = getattr(config, "initializer_range", None)
+    if isinstance(rng, int | float) and not isinstance(rng, bool):
+        what = f"{expect.source} (sigma {float(rng):g}, the config's initializer_range)"
+        return dataclasses.replace(expect, sigma=float(rng), embed_std=float(rng), source=what)
+    return dataclasses.replace(expect, source=f"{expect.source} (sigma {expect.sigma:g})")
 
 
 def _table_row(ck: Checkpoint, summary: dict, df: pd.DataFrame, drift: pd.DataFrame, first: dict | None,
@@ -475,7 +498,7 @@ def run_checkpoint_audit(found: Found, run: RunConfig, device: torch.device, dty
         firsts.setdefault(ck.run, {**summary, "step": ck.step})
         table.append(_table_row(ck, summary, df, d, firsts[ck.run], info["init_source"]))
         meta["init_source"][ck.run or "hf"] = info["init_source"]
-        for k in ("sites", "stream_check_max_rel_err"):
+        for k in ("sites", "stream_check_max_rel_err", "expected"):
             if k in info:
                 meta[k] = info[k]
         plan = info.get("memory", {})
