@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ... import theory
 from ...model.config import ConfigError, ModelConfig, RunConfig
 from ..device import make_tokens, stat_dtype
 from ..driver import Meter, Run
@@ -269,7 +270,7 @@ def audit_tinit(ck: Checkpoint, ref: Checkpoint | None, tokens: Tokens, run: Run
     df = add_theory(raw, cfg.norm_position, cfg, init)
     labels = {"init": init.scheme, "norm_position": cfg.norm_position, "n_layers": cfg.n_layers,
               "seed": init.seed}  # fmt: skip
-    summary = {**labels, **summarize(df, init.definition.closed_form)}
+    summary = {**labels, **summarize(df, theory.closed_form_text(init.definition, cfg.norm_position))}
     return df.assign(**labels), summary, rows_out, {"init_source": source, "memory": plan}
 
 
