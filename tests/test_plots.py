@@ -539,6 +539,10 @@ def test_variance_plot_rank_panel_when_the_columns_are_there():
     assert set(cos) == set(res) == {"naive/pre", "gpt2/pre"}
     ax = cos["naive/pre"].axes
     assert "Rank collapse" in ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
+    # the y label names each line by its style, as drawn (it read "cosine (1) / residual
+    # ratio (0): collapsed at"); where each means collapse is the legend's
+    assert " ".join(ax.get_ylabel().split()) == "cosine (solid) / residual ratio (dash-dot)"
+    assert cos["naive/pre"].get_linestyle() == "-" and res["naive/pre"].get_linestyle() == "-."
     lo, hi = ax.get_ylim()
     assert lo <= 0.0 and hi >= 1.0  # both measures' whole range
     assert res["naive/pre"].get_linestyle() != "--"  # dashed means theory in every tinit figure
