@@ -77,6 +77,16 @@ def test_bad_input_one_line(run_folder, tmp_path):
     assert_one_line_error(res, "--data", out)
 
 
+def test_a_sequence_too_long_names_the_checkpoint_and_what_to_give(run_folder, tmp_path):
+    out = tmp_path / "x"
+    res = runner.invoke(app, ["audit", "--checkpoint", str(run_folder), "--seq-len", "9", "--out", str(out)])
+    assert_one_line_error(res, "--seq-len", out)
+    json_file = next((run_folder / "checkpoints").rglob("step-000000.json"))
+    want = (f"9 tokens do not fit the tinit model of {json_file}: it has 8 positions (max_seq_len); "
+            "give --seq-len 8 or less")  # fmt: skip
+    assert res.stderr.strip().endswith(want), res.stderr
+
+
 def test_lr_sweep_saves_checkpoints(tmp_path, monkeypatch):
     """`tinit lr-sweep --save-steps`: each run's checkpoints in its run folder, listed in
     config.json and sized on the terminal; each run's step-0 checkpoint audited gives

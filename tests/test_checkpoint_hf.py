@@ -280,3 +280,23 @@ def test_expect_declared_is_the_config_and_the_familys_rule(hf_folders, tmp_path
     said = json.loads((out / "config.json").read_text())["expected"]
     assert f"initializer_range {RANGE:g}" in said or f"sigma {RANGE:g}" in said
     assert "Expected stds" in res.output
+
+
+@pytest.mark.parametrize(("family", "key"), [("gpt2", "n_positions"), ("llama", "max_position_embeddings")])
+def test_a_sequence_too_long_is_said_as_a_person_would(hf_folders, tmp_path, family, key):
+    """It read "1000 exceeds the 256 positions of llama model of config.json": now which
+    model, how many positions it has (the config file's own key) and what to give."""
+    from helpers import assert_one_line_error
+    from typer.testing import CliRunner
+
+    from tinit.cli import app
+
+    out = tmp_path / "x"
+    res = CliRunner().invoke(app, ["audit", "--checkpoint", str(hf_folders[family]), "--seq-len", "1000",
+                                   "--out", str(out)])  # fmt: skip
+    assert_one_line_error(res, "--seq-len", out)
+    config = hf_folders[family] / "config.json"
+    assert json.loads(config.read_text())[key] == 64
+    want = (f"1000 tokens do not fit the {family} model of {config}: it has 64 positions ({key}); "
+            "give --seq-len 64 or less")  # fmt: skip
+    assert res.stderr.strip().endswith(want), res.stderr

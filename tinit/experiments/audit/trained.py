@@ -54,7 +54,7 @@ from .checkpoint import (
     tinit_expected,
     tinit_groups,
 )
-from .precheck import check_checkpoints
+from .precheck import check_checkpoints, check_seq, positions_key
 from .reader import BlockReader
 from .reader import _set as _set_tensor
 from .sources import Checkpoint, Found
@@ -106,11 +106,6 @@ def random_tokens(vocab: int, seq_len: int, batch: int, seed: int, device) -> to
     """``tinit variance``'s tokens: uniform ids drawn from the seed alone."""
     return make_tokens(ModelConfig(vocab_size=vocab, n_layers=1, d_model=8, n_heads=1),
                        RunConfig(batch=batch, seq_len=seq_len), seed, device)  # fmt: skip
-
-
-def _check_seq(seq_len: int, cfg_len: int | None, where: str) -> None:
-    if cfg_len is not None and seq_len > cfg_len:
-        raise ConfigError("seq_len", f"{seq_len} exceeds the {cfg_len} positions of {where}")
 
 
 def _fastest(df: pd.DataFrame) -> tuple[int | None, float]:
@@ -210,7 +205,7 @@ def audit_tinit(ck: Checkpoint, ref: Checkpoint | None, tokens: Tokens, run: Run
     if ticker is not None:
         ticker.checkpoint(f"{ck.run}@{ck.step}", files, cfg.n_layers)
     seq_len = run.seq_len
-    _check_seq(seq_len, cfg.max_seq_len, what)
+    check_seq(seq_len, cfg.max_seq_len, f"tinit model of {ck.path.with_suffix('.json')}", "max_seq_len")
     top = [n[0] for n, _ in groups if not n[0].startswith("blocks.")]
     reader = BlockReader(files, _block_keys(groups, keys, cfg.n_layers), dtype, device)
     item = reader.itemsize
@@ -306,7 +301,7 @@ def audit_hf(ck: Checkpoint, tokens: Tokens, run: RunConfig, device, dtype: torc
         ticker.checkpoint(ck.run, files, len(names))
     vocab = int(config.vocab_size)
     limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    _check_seq(run.seq_len, limit, what)
+    check_seq(run.seq_len, limit, f"{config.model_type} model of {ck.config}", positions_key(config))
     rows: list[dict] = []
     roles: dict[str, tuple[str, int]] = {}
     held: list = []  # the expectation, once the sites (the family's rule) are known
