@@ -19,14 +19,45 @@ def _variance() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _panels_and_key(fig):
+    """The figure's drawn panels, and its key's labels (the legend in the row under them)."""
+    panels = [a for a in fig.axes if a.get_visible() and a.axison]
+    key = next(a for a in fig.axes if not a.axison and a.get_legend() is not None)
+    return panels, [t.get_text() for t in key.get_legend().get_texts()]
+
+
 def test_stream_over_steps_draws_each_steps_law_normalised_by_its_own_v0():
     fig = plot_stream_over_steps(_variance())
-    (ax,) = [a for a in fig.axes if a.get_visible()]
+    (ax,), labels = _panels_and_key(fig)
     curves = {tuple(np.round(line.get_ydata(), 9)) for line in ax.get_lines() if len(line.get_ydata())}
     # measured v_k/v0 and law/v0 at each step (v0: 1 at step 0, 2 at step 100)
     assert curves == {(1.0, 2.0, 3.0), (1.0, 6.0, 10.0), (1.0, 3.0, 5.0)}
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert labels == ["step 0", "step 100", "law at that step"]
+
+
+def test_post_norm_jump_at_the_first_norm_is_marked():
+    """A post-norm stream: v_k / v0 is ~1 before the first norm (k = 0, 1) and ~2,560 after
+    it (the norm lifting a 0.02-std embedding, v0 = 3.9e-4, to ~1). The axis is the normed
+    stream's; k = 0, 1 are triangles at its bottom edge (gid "clipped", as variance.png's),
+    the key names them and the note gives the jump. A pre-norm run beside it: none."""
+    v0, rows = 3.9e-4, []
+    for run, pos in (("p", "post"), ("q", "pre")):
+        for k in range(7):
+            v = (v0 * (1 + 0.01 * k) if k < 2 else 1.0 + 0.001 * k) if pos == "post" else v0 * (1 + 0.1 * k)
+            rows.append({"run": run, "step": 0, "k": k, "stream_var": v, "pred_cumulative": v,
+                         "norm_position": pos, "init": "naive", "n_layers": 3})  # fmt: skip
+    fig = plot_stream_over_steps(pd.DataFrame(rows))
+    (post, pre), labels = _panels_and_key(fig)
+    lo, hi = post.get_ylim()
+    assert 1.0 < lo and hi < 1.1 * 1.006 / v0  # the normed stream's range: k >= 2 only
+    marks = [line for line in post.get_lines() if line.get_gid() == "clipped"]
+    assert marks and all(set(m.get_xdata()) <= {0, 1} and set(m.get_ydata()) == {lo} for m in marks)
+    assert {0, 1} <= {x for m in marks for x in m.get_xdata()}
+    assert not [line for line in pre.get_lines() if line.get_gid() == "clipped"]
+    assert "post-norm k = 0, 1: below the axis" in labels
+    note = " ".join(t.get_text() for t in fig.texts if t.get_gid() == "footnote").replace("\n", " ")
+    assert f"p x{1.002 / v0:,.0f}" in note and "triangles" in note
+    assert "after the first norm" in post.get_xlabel() and "norm" not in pre.get_xlabel()
 
 
 def test_spectral_marks_a_lone_first_point():
@@ -78,8 +109,7 @@ def test_an_unstepped_checkpoint_says_what_it_shows():
     assert ax.get_title() == "gpt2\nas saved (no training step)"
     assert len(ax.get_lines()) == 2  # q and down, each at its two layers
     fig = plot_stream_over_steps(variance)
-    (ax,) = [a for a in fig.axes if a.get_visible()]
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    _, labels = _panels_and_key(fig)
     assert labels == ["as saved (no training step)", "law (from its branch variances)"]
     texts = " ".join(t.get_text() for t in fig.findobj(lambda a: hasattr(a, "get_text")))
     assert "None" not in texts and "the checkpoint as saved" in texts
