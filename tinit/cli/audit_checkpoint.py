@@ -64,11 +64,14 @@ def audit_checkpoint(ctx: typer.Context, opts: Options, checkpoint: str, hf: str
     run = RunConfig(batch=opts.batch, seq_len=seq_len)
     title = f"{checkpoint}: {len(found.checkpoints)} checkpoint(s), batch {opts.batch} x seq {seq_len}"
     title += f", {data} tokens" if data else ", random tokens"
+    title += f" of seed {opts.seed}"
     meta = {"checkpoint": str(checkpoint), "data": data, "tokens": source.info if source else "random"}
 
     def experiment(progress, on_partial=None):
-        return run_checkpoint_audit(found, run, device, dtype, tokens, None if data else opts.seed,
-                                    expectation, progress, on_partial, meta, opts.spectral)  # fmt: skip
+        # every run measured on the tokens of --seed (--data: its held-out windows drawn by it), not
+        # on each run's own training seed: one batch for every checkpoint (config.json: tokens_seed)
+        return run_checkpoint_audit(found, run, device, dtype, tokens, opts.seed, expectation, progress,
+                                    on_partial, meta, opts.spectral)  # fmt: skip
 
     execute(
         "audit",
@@ -91,7 +94,7 @@ def audit_checkpoint(ctx: typer.Context, opts: Options, checkpoint: str, hf: str
                     for e in [r.meta.get("expected")]
                     if e
                 ]
-                + ([Text(source.line())] if source else [])
+                + [Text(_tokens_line(source, opts.seed, found))]
                 + [Text(memory_line(r.meta))]
             ),
         ),
@@ -136,6 +139,16 @@ def _expectation(ctx, opts: Options, expect: str):
 
     scheme = next((s for s in custom if s.name == expect), expect)
     return Expectation(scheme, 0.02, 0.02, f"--expect {expect}", label=expect)
+
+
+def _tokens_line(source, seed: int, found) -> str:
+    """The terminal's line on the tokens: what they are and the seed that drew them, the
+    same for every run (config.json's tokens_seed)."""
+    what = source.line() if source else "Tokens: uniform random ids"
+    drawn = "windows drawn" if source else "drawn"
+    runs = {c.run for c in found.checkpoints}
+    every = ", the same for every run (not each run's own training seed)" if len(runs) > 1 else ""
+    return f"{what}, {drawn} by --seed {seed}{every}"
 
 
 def _tokens(found, data: str | None, seed: int):

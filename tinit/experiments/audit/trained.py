@@ -18,9 +18,11 @@ resident at a time):
 - ``checkpoints``: one row per checkpoint: v_2L / v0 now and at the run's first
   checkpoint, the addition where the stream grows fastest, the roles that moved most.
 
-Tokens: uniform random ids from ``data_seed`` (default: the run's seed, so a step-0
-checkpoint gives ``tinit variance``'s numbers exactly), or a ``TrainData``'s first
-held-out batch (``tinit train``'s loader).
+Tokens: uniform random ids from ``data_seed`` (``tinit audit --checkpoint``: ``--seed``,
+the same tokens for every run; None: each run's own seed, so a step-0 checkpoint gives
+``tinit variance``'s numbers exactly), or a ``TrainData``'s first held-out batch
+(``tinit train``'s loader, its windows drawn by ``--seed``); config.json's
+``tokens_seed`` says which.
 """
 
 from __future__ import annotations
@@ -426,6 +428,16 @@ def _blocks_of(ck: Checkpoint, info_cfg) -> int:
     return max(int(n), 1)
 
 
+def _tokens_seed(data_seed: int | None) -> dict:
+    """config.json's ``tokens_seed``: which seed drew the tokens every checkpoint is
+    measured on, and whether every run shares them (``tinit audit --checkpoint``: --seed,
+    the same batch for every run, not each run's own training seed)."""
+    if data_seed is not None:
+        return {"seed": data_seed, "option": "--seed", "same_for_every_run": True}
+    return {"seed": None, "option": None, "same_for_every_run": False,
+            "note": "each run's own (training) seed; a Hugging Face model: 0"}  # fmt: skip
+
+
 def run_checkpoint_audit(found: Found, run: RunConfig, device: torch.device, dtype: torch.dtype,
                          tokens: Tokens = random_tokens, data_seed: int | None = None, expect=None,
                          progress: Progress | None = None, on_partial=None,
@@ -461,6 +473,7 @@ def run_checkpoint_audit(found: Found, run: RunConfig, device: torch.device, dty
     meta.update(source=found.source, checkpoints=[str(c.path) for c in cks], skipped=found.skipped,
                 batch=run.batch, seq_len=run.seq_len, device=str(device),
                 dtype=str(dtype).replace("torch.", ""), init_source={}, data_seed=data_seed,
+                tokens_seed=_tokens_seed(data_seed),
                 spectral={"method": spectral, "rtol": FAST_RTOL if spectral == "fast" else None,
                           "counts": stats}, memory={}, bytes_total=total_bytes)  # fmt: skip
     ticker = Ticker(progress, blocks, total_bytes)
