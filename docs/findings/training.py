@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -35,10 +34,30 @@ import pandas as pd
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-FULL = {"layers": 12, "d_model": 96, "heads": 4, "seq_len": 64, "batch": 8, "steps": 300, "warmup": 30,
-        "eval_every": 50, "save": "0,150,final", "seeds": 5}  # fmt: skip
-SMALL = {"layers": 2, "d_model": 16, "heads": 2, "seq_len": 16, "batch": 2, "steps": 6, "warmup": 2,
-         "eval_every": 3, "save": "0,3,final", "seeds": 2}  # fmt: skip
+FULL = {
+    "layers": 12,
+    "d_model": 96,
+    "heads": 4,
+    "seq_len": 64,
+    "batch": 8,
+    "steps": 300,
+    "warmup": 30,
+    "eval_every": 50,
+    "save": "0,150,final",
+    "seeds": 5,
+}
+SMALL = {
+    "layers": 2,
+    "d_model": 16,
+    "heads": 2,
+    "seq_len": 16,
+    "batch": 2,
+    "steps": 6,
+    "warmup": 2,
+    "eval_every": 3,
+    "save": "0,3,final",
+    "seeds": 2,
+}
 CONFIGS = [("naive", "pre"), ("gpt2", "pre"), ("naive", "post"), ("gpt2", "post")]
 #: A run stalled when its final held-out loss is at least this share of the unigram entropy.
 STALL_SHARE = 0.95
@@ -47,14 +66,62 @@ STALL_SHARE = 0.95
 def commands(size: dict, work: Path) -> list[list[str]]:
     """The two command lines (as the README shows them, with --seeds)."""
     tinit = [sys.executable, "-m", "tinit"]
-    train = [*tinit, "train", "--layers", str(size["layers"]), "--d-model", str(size["d_model"]), "--heads",
-             str(size["heads"]), "--seq-len", str(size["seq_len"]), "--batch", str(size["batch"]), "--vocab", "256",
-             "--data", "stdlib", "--init", "naive,gpt2", "--norm-position", "pre,post", "--steps", str(size["steps"]),
-             "--lr", "3e-3", "--warmup", str(size["warmup"]), "--eval-every", str(size["eval_every"]),
-             "--save-steps", size["save"], "--threads", "1", "--seeds", str(size["seeds"]), "-q",
-             "--out", str(work / "train")]  # fmt: skip
-    audit = [*tinit, "audit", "--checkpoint", str(work / "train"), "--data", "stdlib", "--seq-len",
-             str(size["seq_len"]), "--batch", str(size["batch"]), "--threads", "1", "-q", "--out", str(work / "audit")]  # fmt: skip
+    train = [
+        *tinit,
+        "train",
+        "--layers",
+        str(size["layers"]),
+        "--d-model",
+        str(size["d_model"]),
+        "--heads",
+        str(size["heads"]),
+        "--seq-len",
+        str(size["seq_len"]),
+        "--batch",
+        str(size["batch"]),
+        "--vocab",
+        "256",
+        "--data",
+        "stdlib",
+        "--init",
+        "naive,gpt2",
+        "--norm-position",
+        "pre,post",
+        "--steps",
+        str(size["steps"]),
+        "--lr",
+        "3e-3",
+        "--warmup",
+        str(size["warmup"]),
+        "--eval-every",
+        str(size["eval_every"]),
+        "--save-steps",
+        size["save"],
+        "--threads",
+        "1",
+        "--seeds",
+        str(size["seeds"]),
+        "-q",
+        "--out",
+        str(work / "train"),
+    ]
+    audit = [
+        *tinit,
+        "audit",
+        "--checkpoint",
+        str(work / "train"),
+        "--data",
+        "stdlib",
+        "--seq-len",
+        str(size["seq_len"]),
+        "--batch",
+        str(size["batch"]),
+        "--threads",
+        "1",
+        "-q",
+        "--out",
+        str(work / "audit"),
+    ]
     return [train, audit]
 
 
@@ -67,8 +134,11 @@ def run(cmd: list[str]) -> dict:
     err = proc.stderr.read()
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"failed: {' '.join(cmd)}\n{err[-2000:]}")
-    return {"seconds": round(time.perf_counter() - t0, 1), "peak_mib": round(usage.ru_maxrss / 1024),
-            "load": [round(load, 2), round(os.getloadavg()[0], 2)]}  # fmt: skip
+    return {
+        "seconds": round(time.perf_counter() - t0, 1),
+        "peak_mib": round(usage.ru_maxrss / 1024),
+        "load": [round(load, 2), round(os.getloadavg()[0], 2)],
+    }
 
 
 def unigram_entropy() -> float:
@@ -108,8 +178,10 @@ def analyse(work: Path) -> dict:
             at = s[s["step"] == step]
             vs = v[v["step"] == step]
             # block 0's growth: v after its two additions over v0 (k = 2 against k = 0), per run
-            b0 = [float(g.loc[g["k"] == 2, "stream_var"].iloc[0] / g.loc[g["k"] == 0, "stream_var"].iloc[0])
-                  for _, g in vs.groupby("run")]  # fmt: skip
+            b0 = [
+                float(g.loc[g["k"] == 2, "stream_var"].iloc[0] / g.loc[g["k"] == 0, "stream_var"].iloc[0])
+                for _, g in vs.groupby("run")
+            ]
             corr = [float(g["cross_corr"].mean()) for _, g in vs.groupby("run")]
             per_step[str(step)] = {
                 "v_final_rel": spread(at["v_final_rel"]),
@@ -124,8 +196,10 @@ def analyse(work: Path) -> dict:
                 dr = d[d["role"] == role]
                 if len(dr):
                     moved[role] = spread(dr[dr["step"] == last].groupby("run")["rel_change"].mean())
-                    spectral[role] = {str(st): spread(dr[dr["step"] == st].groupby("run")["spectral_norm"].mean())
-                                      for st in (first, last)}  # fmt: skip
+                    spectral[role] = {
+                        str(st): spread(dr[dr["step"] == st].groupby("run")["spectral_norm"].mean())
+                        for st in (first, last)
+                    }
         out["configs"][f"{init}/{pos}"] = {
             "seeds": [int(x) for x in r["seed"]],
             "final_eval_loss": spread(loss),
@@ -138,7 +212,9 @@ def analyse(work: Path) -> dict:
     a = out["configs"]["gpt2/pre"]["steps"][last]["measured_over_law"]
     b = out["configs"]["naive/pre"]["steps"][last]["measured_over_law"]
     out["pre_norm_order_at_last_step"] = (
-        "separated" if a["max"] < b["min"] or b["max"] < a["min"] else "overlapping: the seeds do not order them"
+        "separated"
+        if a["max"] < b["min"] or b["max"] < a["min"]
+        else "overlapping: the seeds do not order them"
     )
     return out
 
@@ -167,8 +243,14 @@ def figure(data: dict, path: Path) -> None:
             stalled = set(c["stalled_seeds"])
             for seed, x in zip(c["seeds"], losses, strict=True):
                 hollow = seed in stalled
-                b.scatter(i + (seed - 2) * 0.06, x, marker=st["marker"], s=28,
-                          facecolors="none" if hollow else st["color"], edgecolors=st["color"])  # fmt: skip
+                b.scatter(
+                    i + (seed - 2) * 0.06,
+                    x,
+                    marker=st["marker"],
+                    s=28,
+                    facecolors="none" if hollow else st["color"],
+                    edgecolors=st["color"],
+                )
         a.axhline(1.0, color=NEUTRAL, ls=(0, (4, 2)), lw=1.0)
         a.set_xlabel("training step", fontsize=FONT)
         a.set_ylabel("measured / law at v_2L (dashed: the law holds)", fontsize=FONT)
@@ -178,8 +260,15 @@ def figure(data: dict, path: Path) -> None:
         b.axhline(h, color=NEUTRAL, ls=(0, (4, 2)), lw=1.0)
         b.axhline(STALL_SHARE * h, color=NEUTRAL, ls=(0, (1, 1.5)), lw=1.0)
         b.text(3.45, h, "unigram entropy", fontsize=FONT - 1, va="bottom", ha="right", color=NEUTRAL)
-        b.text(3.45, STALL_SHARE * h, f"stalled above ({STALL_SHARE:.0%})", fontsize=FONT - 1, va="top",
-               ha="right", color=NEUTRAL)  # fmt: skip
+        b.text(
+            3.45,
+            STALL_SHARE * h,
+            f"stalled above ({STALL_SHARE:.0%})",
+            fontsize=FONT - 1,
+            va="top",
+            ha="right",
+            color=NEUTRAL,
+        )
         b.set_xticks(range(len(CONFIGS)), [f"{i} / {p}" for i, p in CONFIGS], fontsize=FONT)
         b.set_xlim(-0.5, len(CONFIGS) - 0.5)
         b.set_ylabel(f"held-out loss at step {steps[-1]} (nats; hollow: stalled)", fontsize=FONT)
@@ -203,8 +292,12 @@ def quotes(data: dict) -> dict[str, list[str]]:
     mol = {k: rng(v["steps"][last]["measured_over_law"]) for k, v in c.items()}
     init_mol = {k: rng(v["steps"]["0"]["measured_over_law"], "{:.3f}") for k, v in c.items()}
     stalled = {k: f"{len(v['stalled_seeds'])} of {len(v['seeds'])}" for k, v in c.items()}
-    readme = [f"gpt2 {mol['gpt2/pre']}", f"naive {mol['naive/pre']}", f"stalled in {stalled['naive/post']}",
-              f"{stalled['gpt2/post']}"]  # fmt: skip
+    readme = [
+        f"gpt2 {mol['gpt2/pre']}",
+        f"naive {mol['naive/pre']}",
+        f"stalled in {stalled['naive/post']}",
+        f"{stalled['gpt2/post']}",
+    ]
     audit = [*(f"| {k} | {init_mol[k]} | {mol[k]} |" for k in c)]
     return {"README.md": readme, "docs/reference/audit.md": audit}
 
@@ -224,16 +317,22 @@ def main(argv: list[str] | None = None) -> None:
             if (a.work / name).exists():
                 raise SystemExit(f"{a.work / name} exists: give --reuse or another --work")
             timing[name] = run(cmd)
-    data = {"size": size, "commands": [" ".join(c[2:]) for c in commands(size, Path("WORK"))], "timing": timing,
-            **analyse(a.work)}  # fmt: skip
+    data = {
+        "size": size,
+        "commands": [" ".join(c[2:]) for c in commands(size, Path("WORK"))],
+        "timing": timing,
+        **analyse(a.work),
+    }
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "training.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     img = (a.out if a.small else ROOT / "docs" / "img") / "checkpoints.png"
     figure(data, img)
     for k, v in data["configs"].items():
         last = str(data["steps"][-1])
-        print(f"{k}: loss {v['final_eval_loss']['median']:.3f} stalled {v['stalled_seeds']}, measured/law at "
-              f"v_2L {v['steps'][last]['measured_over_law']['median']:.2f}")  # fmt: skip
+        print(
+            f"{k}: loss {v['final_eval_loss']['median']:.3f} stalled {v['stalled_seeds']}, measured/law at "
+            f"v_2L {v['steps'][last]['measured_over_law']['median']:.2f}"
+        )
     print(f"wrote {a.out / 'training.json'} and {img}")
 
 
