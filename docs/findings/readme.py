@@ -42,8 +42,13 @@ TINY_MODEL = ["--d-model", "32", "--heads", "2", "--seq-len", "16", "--batch", "
 def _fit_row(run: Path, init: str, pos: str = "pre") -> dict:
     fit = pd.read_csv(run / "depth_sweep_fit.csv")
     row = fit[(fit["init"] == init) & (fit["norm_position"] == pos)].iloc[0]
-    return {"ratio": float(row["transfer_ratio"]), "ratio_se": float(row["transfer_ratio_se"]),
-            "transfers": str(row["transfers"]), "from": int(row["transfer_from"]), "to": int(row["transfer_to"])}  # fmt: skip
+    return {
+        "ratio": float(row["transfer_ratio"]),
+        "ratio_se": float(row["transfer_ratio_se"]),
+        "transfers": str(row["transfers"]),
+        "from": int(row["transfer_from"]),
+        "to": int(row["transfer_to"]),
+    }
 
 
 def depth_sweep(run: Path, timing: dict) -> dict:
@@ -52,8 +57,11 @@ def depth_sweep(run: Path, timing: dict) -> dict:
 
 def params(run: Path, timing: dict) -> dict:
     s = pd.read_csv(run / "summary.csv").iloc[0]
-    return {"saved": int(s["saved"]), "saved_frac_reference": float(s["saved_frac_reference"]),
-            "reference_total": float(s["reference_total"])}  # fmt: skip
+    return {
+        "saved": int(s["saved"]),
+        "saved_frac_reference": float(s["saved_frac_reference"]),
+        "reference_total": float(s["reference_total"]),
+    }
 
 
 def sweep(run: Path, timing: dict) -> dict:
@@ -71,11 +79,16 @@ def coord_check(run: Path, timing: dict) -> dict:
     for init, g in width.groupby("init"):
         worst = g.loc[g["slope"].abs().idxmax()]
         verdicts = fit.loc[(fit["init"] == init) & (fit["axis"] == "width"), "verdict"].dropna()
-        out[init] = {"verdict": str(verdicts.iloc[0]) if len(verdicts) else "",
-                     "worst_abs_slope": abs(float(worst["slope"])), "worst_slope_se": float(worst["slope_se"]),
-                     "worst_quantity": str(worst["quantity"]), "worst_step": int(worst["step"]),
-                     "worst_layers": int(worst["n_layers"]),
-                     "outside": int((~g["within"].astype(bool)).sum()), "rows": len(g)}  # fmt: skip
+        out[init] = {
+            "verdict": str(verdicts.iloc[0]) if len(verdicts) else "",
+            "worst_abs_slope": abs(float(worst["slope"])),
+            "worst_slope_se": float(worst["slope_se"]),
+            "worst_quantity": str(worst["quantity"]),
+            "worst_step": int(worst["step"]),
+            "worst_layers": int(worst["n_layers"]),
+            "outside": int((~g["within"].astype(bool)).sum()),
+            "rows": len(g),
+        }
         last = g[(g["quantity"] == "ffn") & (g["n_layers"] == g["n_layers"].min())]
         if len(last):
             top = last.loc[last["step"].idxmax()]
@@ -99,29 +112,104 @@ class Example:
 
 
 EXAMPLES = [
-    Example("variance", "variance.png", ["--layers", "2", *TINY_MODEL],
-            extra=[("theory_only", ["--layers", "4", "--seq-len", "16"], theory_only)]),
+    Example(
+        "variance",
+        "variance.png",
+        ["--layers", "2", *TINY_MODEL],
+        extra=[("theory_only", ["--layers", "4", "--seq-len", "16"], theory_only)],
+    ),
     Example("grad-norms", "stream_grads.png", ["--layers", "2", *TINY_MODEL]),
     Example("depth-sweep", "depth_sweep.png", ["--layers", "1,2", "--seeds", "2", *TINY_MODEL], depth_sweep),
-    Example("attention-scale", "attention_scale.png", ["--head-dims", "4,8", "--seq-len", "8", "--batch", "1",
-                                                       "--vocab", "16"]),
+    Example(
+        "attention-scale",
+        "attention_scale.png",
+        ["--head-dims", "4,8", "--seq-len", "8", "--batch", "1", "--vocab", "16"],
+    ),
     Example("norms", "norms.png", ["--rows", "4", "--d-model", "8", "--repeats", "1", "--warmup", "0"]),
     Example("params", "params.png", [], params),
-    Example("check", "check_variance.png", ["--layers", "2", "--deep-layers", "3", "--head-dims", "4", *TINY_MODEL]),
-    Example("audit", "weights.png", ["--set", "num_hidden_layers=2", "--set", "hidden_size=32", "--set",
-                                     "intermediate_size=64", "--seq-len", "8", "--batch", "2"]),  # (--set: replaced)
+    Example(
+        "check",
+        "check_variance.png",
+        ["--layers", "2", "--deep-layers", "3", "--head-dims", "4", *TINY_MODEL],
+    ),
+    Example(
+        "audit",
+        "weights.png",
+        [
+            "--set",
+            "num_hidden_layers=2",
+            "--set",
+            "hidden_size=32",
+            "--set",
+            "intermediate_size=64",
+            "--seq-len",
+            "8",
+            "--batch",
+            "2",
+        ],
+    ),  # (--set: replaced)
     Example("sweep", "depth_sweep.png", ["--layers", "1,2", "--seeds", "2", *TINY_MODEL], sweep),
-    Example("train", "loss_curves.png", ["--layers", "1", "--steps", "2", "--eval-batches", "1", *TINY_MODEL]),
-    Example("lr-sweep", "lr_sweep.png", ["--layers", "1", "--steps", "2", "--eval-batches", "1", "--lr",
-                                         "1e-3,1e-2", *TINY_MODEL]),
-    Example("lr-transfer", "lr_transfer.png", ["--d-model", "16,32", "--seeds", "2", "--lr", "1e-3,1e-2",
-                                               "--steps", "2", "--warmup", "1", "--eval-batches", "1", "--seq-len", "16",
-                                               "--batch", "2", "--vocab", "64"], runs_and_time),
-    Example("claims", "claims.png", ["--shallow", "1", "--deep", "2", "--seeds", "2", "--steps", "2",
-                                     "--eval-batches", "1", *TINY_MODEL], runs_and_time),
-    Example("coord-check", "coord_check.png", ["--d-model", "16,32", "--layers", "1", "--steps", "1", "--seeds", "2",
-                                               "--seq-len", "16", "--batch", "2", "--vocab", "64"], coord_check),
-]  # fmt: skip
+    Example(
+        "train", "loss_curves.png", ["--layers", "1", "--steps", "2", "--eval-batches", "1", *TINY_MODEL]
+    ),
+    Example(
+        "lr-sweep",
+        "lr_sweep.png",
+        ["--layers", "1", "--steps", "2", "--eval-batches", "1", "--lr", "1e-3,1e-2", *TINY_MODEL],
+    ),
+    Example(
+        "lr-transfer",
+        "lr_transfer.png",
+        [
+            "--d-model",
+            "16,32",
+            "--seeds",
+            "2",
+            "--lr",
+            "1e-3,1e-2",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--eval-batches",
+            "1",
+            "--seq-len",
+            "16",
+            "--batch",
+            "2",
+            "--vocab",
+            "64",
+        ],
+        runs_and_time,
+    ),
+    Example(
+        "claims",
+        "claims.png",
+        ["--shallow", "1", "--deep", "2", "--seeds", "2", "--steps", "2", "--eval-batches", "1", *TINY_MODEL],
+        runs_and_time,
+    ),
+    Example(
+        "coord-check",
+        "coord_check.png",
+        [
+            "--d-model",
+            "16,32",
+            "--layers",
+            "1",
+            "--steps",
+            "1",
+            "--seeds",
+            "2",
+            "--seq-len",
+            "16",
+            "--batch",
+            "2",
+            "--vocab",
+            "64",
+        ],
+        coord_check,
+    ),
+]
 
 
 def readme_commands() -> dict[str, list[list[str]]]:
@@ -180,14 +268,18 @@ def run(args: list[str], out: Path, small: bool) -> dict:
         return {}
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "tinit", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tinit", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     err = proc.stderr.read()
     if os.waitstatus_to_exitcode(status) not in (0, 1):
         raise SystemExit(f"tinit {' '.join(args)}: exit {os.waitstatus_to_exitcode(status)}\n{err[-2000:]}")
-    return {"seconds": round(time.perf_counter() - t0, 1), "peak_mib": round(usage.ru_maxrss / 1024),
-            "load": [round(load, 2), round(os.getloadavg()[0], 2)]}  # fmt: skip
+    return {
+        "seconds": round(time.perf_counter() - t0, 1),
+        "peak_mib": round(usage.ru_maxrss / 1024),
+        "load": [round(load, 2), round(os.getloadavg()[0], 2)],
+    }
 
 
 def quantize(src: Path, dst: Path) -> None:
@@ -238,17 +330,19 @@ def quotes(data: dict) -> dict[str, list[str]]:
     to = data["variance"]["theory_only"]
     cc = data["coord-check"]["numbers"]
     me = cc["mup-example"]
-    return {"README.md": [
-        f"×{sc['ratio']:.3f} ± {sc['ratio_se']:.3f} depth-scaled, ×{nv['ratio']:.2f} naive",
-        f"Depth-scaled: ×{sc['ratio']:.3f}, `{sc['transfers']}`",
-        f"# {p['saved']:,} saved, {p['saved_frac_reference']:.1%} of {p['reference_total'] / 1e9:g}B",
-        f"depth-scaled ×{sw['ratio']:.3f} from {sw['from']} to {sw['to']}, `{sw['transfers']}`",
-        f"# {lt['runs']} runs, {lt['seconds']:.0f} s at load {lt['load'][0]:.1f}",
-        f"# quick: {cl['runs']} runs, {cl['seconds']:.0f} s at load {cl['load'][0]:.1f}",
-        f"# {to['seconds']:.0f} s at load {to['load'][0]:.1f}, no model",
-        f"is **{me['verdict']}**, worst |slope| {me['worst_abs_slope']:.2f} ± {me['worst_slope_se']:.2f}",
-        f"(FFN d^{cc['gpt2']['ffn_last_step']['slope']:.1f} at step {cc['gpt2']['ffn_last_step']['step']})",
-    ]}  # fmt: skip
+    return {
+        "README.md": [
+            f"×{sc['ratio']:.3f} ± {sc['ratio_se']:.3f} depth-scaled, ×{nv['ratio']:.2f} naive",
+            f"Depth-scaled: ×{sc['ratio']:.3f}, `{sc['transfers']}`",
+            f"# {p['saved']:,} saved, {p['saved_frac_reference']:.1%} of {p['reference_total'] / 1e9:g}B",
+            f"depth-scaled ×{sw['ratio']:.3f} from {sw['from']} to {sw['to']}, `{sw['transfers']}`",
+            f"# {lt['runs']} runs, {lt['seconds']:.0f} s at load {lt['load'][0]:.1f}",
+            f"# quick: {cl['runs']} runs, {cl['seconds']:.0f} s at load {cl['load'][0]:.1f}",
+            f"# {to['seconds']:.0f} s at load {to['load'][0]:.1f}, no model",
+            f"is **{me['verdict']}**, worst |slope| {me['worst_abs_slope']:.2f} ± {me['worst_slope_se']:.2f}",
+            "(FFN d^{slope:.1f} at step {step})".format(**cc["gpt2"]["ffn_last_step"]),
+        ]
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
