@@ -22,6 +22,7 @@ QUOTED = ("readme", "training", "mf_depth")
 def _module(name: str):
     spec = importlib.util.spec_from_file_location(f"finding_{name}", FINDINGS / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # (a dataclass looks its module up there)
     spec.loader.exec_module(mod)
     return mod
 

@@ -163,6 +163,8 @@ def analyse(work: Path) -> dict:
     summary = pd.read_csv(work / "audit" / "summary.csv")
     variance = pd.read_csv(work / "audit" / "variance.csv")
     drift = pd.read_csv(work / "audit" / "drift.csv")
+    # (drift.csv names each run; its scheme and placement are the summary's)
+    drift = drift.merge(summary[["run", "init", "norm_position"]].drop_duplicates(), on="run")
     h = unigram_entropy()
     steps = sorted(summary["step"].unique().tolist())
     out: dict = {"unigram_entropy": h, "stall_share": STALL_SHARE, "steps": steps, "configs": {}}
@@ -172,7 +174,7 @@ def analyse(work: Path) -> dict:
         stalled = [int(s) for s, x in zip(r["seed"], loss, strict=True) if x >= STALL_SHARE * h]
         s = summary[(summary["init"] == init) & (summary["norm_position"] == pos)]
         v = variance[(variance["init"] == init) & (variance["norm_position"] == pos)]
-        d = drift[(drift["init"] == init) & (drift["norm_position"] == pos)] if "init" in drift else None
+        d = drift[(drift["init"] == init) & (drift["norm_position"] == pos)]
         per_step = {}
         for step in steps:
             at = s[s["step"] == step]
@@ -190,7 +192,7 @@ def analyse(work: Path) -> dict:
                 "mean_cross_corr": spread(corr),
             }
         moved, spectral = {}, {}
-        if d is not None:
+        if len(d):
             last, first = steps[-1], steps[0]
             for role in ("embed", "q", "k", "v", "o", "gate", "up", "down"):
                 dr = d[d["role"] == role]
@@ -211,6 +213,11 @@ def analyse(work: Path) -> dict:
     last = str(steps[-1])
     a = out["configs"]["gpt2/pre"]["steps"][last]["measured_over_law"]
     b = out["configs"]["naive/pre"]["steps"][last]["measured_over_law"]
+    la, lb = out["configs"]["gpt2/pre"]["final_eval_loss"], out["configs"]["naive/pre"]["final_eval_loss"]
+    out["pre_norm_loss_order"] = (
+        "gpt2 lower on every seed" if la["max"] < lb["min"] else
+        "naive lower on every seed" if lb["max"] < la["min"] else "overlapping: the seeds do not order them"
+    )  # fmt: skip
     out["pre_norm_order_at_last_step"] = (
         "separated"
         if a["max"] < b["min"] or b["max"] < a["min"]
@@ -236,11 +243,21 @@ def figure(data: dict, path: Path) -> None:
             st = config_style(init, pos)
             med = [c["steps"][str(s)]["measured_over_law"]["median"] for s in steps]
             a.plot(steps, med, color=st["color"], marker=st["marker"], lw=1.6, label=f"{init} / {pos}")
+            stalled = set(c["stalled_seeds"])
             for s in steps:
                 vals = c["steps"][str(s)]["measured_over_law"]["values"]
-                a.scatter([s + (i - 1.5) * dx] * len(vals), vals, color=st["color"], s=9, alpha=0.6, lw=0)
+                for seed, y in zip(c["seeds"], vals, strict=True):
+                    hollow = seed in stalled
+                    a.scatter(
+                        s + (i - 1.5) * dx,
+                        y,
+                        s=12,
+                        marker=st["marker"],
+                        lw=0.8,
+                        facecolors="none" if hollow else st["color"],
+                        edgecolors=st["color"],
+                    )
             losses = c["final_eval_loss"]["values"]
-            stalled = set(c["stalled_seeds"])
             for seed, x in zip(c["seeds"], losses, strict=True):
                 hollow = seed in stalled
                 b.scatter(
@@ -254,21 +271,18 @@ def figure(data: dict, path: Path) -> None:
         a.axhline(1.0, color=NEUTRAL, ls=(0, (4, 2)), lw=1.0)
         a.set_xlabel("training step", fontsize=FONT)
         a.set_ylabel("measured / law at v_2L (dashed: the law holds)", fontsize=FONT)
+        a.set_title("each seed a point (hollow: stalled), the median a line", fontsize=FONT)
         a.set_xticks(steps)
         a.legend(fontsize=FONT - 1, loc="upper left")
         h = data["unigram_entropy"]
         b.axhline(h, color=NEUTRAL, ls=(0, (4, 2)), lw=1.0)
         b.axhline(STALL_SHARE * h, color=NEUTRAL, ls=(0, (1, 1.5)), lw=1.0)
-        b.text(3.45, h, "unigram entropy", fontsize=FONT - 1, va="bottom", ha="right", color=NEUTRAL)
-        b.text(
-            3.45,
-            STALL_SHARE * h,
-            f"stalled above ({STALL_SHARE:.0%})",
-            fontsize=FONT - 1,
-            va="top",
-            ha="right",
-            color=NEUTRAL,
-        )
+        b.text(-0.45, h + 0.01, "unigram entropy of the held-out bytes", fontsize=FONT - 1, va="bottom",
+               ha="left", color=NEUTRAL)  # fmt: skip
+        b.text(-0.45, STALL_SHARE * h - 0.01, f"stalled above ({STALL_SHARE:.0%} of it)", fontsize=FONT - 1,
+               va="top", ha="left", color=NEUTRAL)  # fmt: skip
+        every = [x for c in data["configs"].values() for x in c["final_eval_loss"]["values"]]
+        b.set_ylim(min(every) - 0.1, max(h, *every) + 0.15)
         b.set_xticks(range(len(CONFIGS)), [f"{i} / {p}" for i, p in CONFIGS], fontsize=FONT)
         b.set_xlim(-0.5, len(CONFIGS) - 0.5)
         b.set_ylabel(f"held-out loss at step {steps[-1]} (nats; hollow: stalled)", fontsize=FONT)
@@ -290,15 +304,43 @@ def quotes(data: dict) -> dict[str, list[str]]:
         return f"{f.format(x['median'])} ({f.format(x['min'])}-{f.format(x['max'])})"
 
     mol = {k: rng(v["steps"][last]["measured_over_law"]) for k, v in c.items()}
-    init_mol = {k: rng(v["steps"]["0"]["measured_over_law"], "{:.3f}") for k, v in c.items()}
+    loss = {k: rng(v["final_eval_loss"], "{:.3f}") for k, v in c.items()}
     stalled = {k: f"{len(v['stalled_seeds'])} of {len(v['seeds'])}" for k, v in c.items()}
+    init = [c[k]["steps"]["0"]["measured_over_law"] for k in ("naive/pre", "gpt2/pre")]
+    post0 = [c[k]["steps"]["0"]["measured_over_law"] for k in ("naive/post", "gpt2/post")]
+    t = data["timing"]
+    tr = t["train"]
     readme = [
-        f"gpt2 {mol['gpt2/pre']}",
-        f"naive {mol['naive/pre']}",
-        f"stalled in {stalled['naive/post']}",
-        f"{stalled['gpt2/post']}",
+        f"measured/law {min(x['min'] for x in init):.2f}–{max(x['max'] for x in init):.2f} pre-norm, "
+        f"{min(x['min'] for x in post0):.3f} post-norm",
+        f"is gpt2 {mol['gpt2/pre']}, naive {mol['naive/pre']} times the law's",
+        *(
+            ["the seeds do not order the two"]
+            if data["pre_norm_order_at_last_step"].startswith("overlapping")
+            else []
+        ),
+        *(
+            ["gpt2 ends at the lower loss on every seed"]
+            if data["pre_norm_loss_order"].startswith("gpt2")
+            else []
+        ),
+        f"stalled at the unigram entropy in {stalled['gpt2/post']} seeds, naive in {stalled['naive/post']}",
+        "# {:.0f} min at load {:.1f}, {} MiB".format(tr["seconds"] / 60, tr["load"][0], tr["peak_mib"]),
+        f"# {t['audit']['seconds']:.0f} s",
     ]
-    audit = [*(f"| {k} | {init_mol[k]} | {mol[k]} |" for k in c)]
+    audit = [f"| {k} | {loss[k]} | {stalled[k]} | {mol[k]} |" for k in c]
+
+    def big(x: dict) -> str:  # (a ratio of tens or more: whole numbers with separators)
+        return rng(x, "{:,.0f}") if x["median"] >= 10 else rng(x)
+
+    for k, v in c.items():
+        for st in (str(s) for s in data["steps"]):
+            x = v["steps"][st]
+            if k.endswith("post") and st not in ("0", last):
+                continue  # (the page's table leaves post-norm's middle step out)
+            m = rng(x["measured_over_law"], "{:.3f}" if st == "0" else "{:.2f}")
+            audit.append(f"| {k} | {st} | {big(x['v_final_rel'])} | {m} | {big(x['block0_growth'])} | "
+                         f"{x['mean_cross_corr']['median']:.3f} |")  # fmt: skip
     return {"README.md": readme, "docs/reference/audit.md": audit}
 
 
@@ -311,12 +353,15 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     size = SMALL if a.small else FULL
     timing = {}
+    if a.reuse and (a.work / "timing.json").exists():  # (what the run that made the folders took)
+        timing = json.loads((a.work / "timing.json").read_text())
     if not a.reuse:
         a.work.mkdir(parents=True, exist_ok=True)
         for name, cmd in zip(("train", "audit"), commands(size, a.work), strict=True):
             if (a.work / name).exists():
                 raise SystemExit(f"{a.work / name} exists: give --reuse or another --work")
             timing[name] = run(cmd)
+        (a.work / "timing.json").write_text(json.dumps(timing) + "\n")
     data = {
         "size": size,
         "commands": [" ".join(c[2:]) for c in commands(size, Path("WORK"))],
