@@ -339,7 +339,8 @@ def quotes(data: dict) -> dict[str, list[str]]:
             f"# {lt['runs']} runs, {lt['seconds']:.0f} s at load {lt['load'][0]:.1f}",
             f"# quick: {cl['runs']} runs, {cl['seconds']:.0f} s at load {cl['load'][0]:.1f}",
             f"# {to['seconds']:.0f} s at load {to['load'][0]:.1f}, no model",
-            f"is **{me['verdict']}**, worst |slope| {me['worst_abs_slope']:.2f} ± {me['worst_slope_se']:.2f}",
+            f"is **{me['verdict']}**, worst\n|slope| {me['worst_abs_slope']:.2f} ± {me['worst_slope_se']:.2f} "
+            f"({me['worst_quantity']}, step {me['worst_step']}, L = {me['worst_layers']})",
             "(FFN d^{slope:.1f} at step {step})".format(**cc["gpt2"]["ffn_last_step"]),
         ]
     }
