@@ -32,7 +32,10 @@ def main() -> None:
         load = os.getloadavg()[0]
         t0 = time.perf_counter()
         subprocess.run([sys.executable, str(HERE / f"{name}.py")], check=True)
-        print(f"== {name}: {time.perf_counter() - t0:.0f} s (load {load:.1f} -> {os.getloadavg()[0]:.1f})", flush=True)
+        print(
+            f"== {name}: {time.perf_counter() - t0:.0f} s (load {load:.1f} -> {os.getloadavg()[0]:.1f})",
+            flush=True,
+        )
     print(f"== every finding: {(time.perf_counter() - total) / 60:.1f} min")
 
 

@@ -21,12 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import shlex
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,8 +30,9 @@ from pathlib import Path
 import pandas as pd
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-README = ROOT / "README.md"
+sys.path.insert(0, str(HERE))
+from _common import ROOT, readme_commands, replace, run_in_process, run_process, shrink  # noqa: E402
+
 TINY_MODEL = ["--d-model", "32", "--heads", "2", "--seq-len", "16", "--batch", "2", "--vocab", "64"]
 
 
@@ -212,76 +209,6 @@ EXAMPLES = [
 ]
 
 
-def readme_commands() -> dict[str, list[list[str]]]:
-    """Each picture's commands, from the README's bash block just above it (a trailing
-    comment dropped, continuation lines joined)."""
-    text = README.read_text()
-    out = {}
-    block = r"```bash\n((?:(?!```).)*?)```\s*\n!\[[^\]]*\]\(docs/img/([\w-]+)\.png\)"
-    for code, path in re.findall(block, text, re.S):
-        lines = code.replace("\\\n", " ").splitlines()
-        cmds = [shlex.split(line.split("#")[0]) for line in lines if line.strip().startswith("tinit ")]
-        out[path] = [c[1:] for c in cmds]  # (without "tinit")
-    return out
-
-
-def shrink(args: list[str], small: list[str]) -> list[str]:
-    """``args`` at the tiny size ``small``: appended (the last value of an option wins),
-    except a ``--set KEY=`` of ``small``, which replaces the command's own (a key given
-    twice is refused)."""
-    keys = {small[i + 1].split("=")[0] for i in range(len(small) - 1) if small[i] == "--set"}
-    out, i = [], 0
-    while i < len(args):
-        if args[i] == "--set" and i + 1 < len(args) and args[i + 1].split("=")[0] in keys:
-            i += 2
-            continue
-        out.append(args[i])
-        i += 1
-    return out + small
-
-
-def _without_out(args: list[str]) -> list[str]:
-    out, skip = [], False
-    for a in args:
-        if skip:
-            skip = False
-            continue
-        if a == "--out":
-            skip = True
-            continue
-        out.append(a)
-    return out
-
-
-def run(args: list[str], out: Path, small: bool) -> dict:
-    """One command (without "tinit") into ``out``: in-process for --small, else a whole
-    process timed (wall seconds, peak RSS, the load before and after)."""
-    args = [*_without_out(args), "-q", "--out", str(out)]
-    if small:
-        from typer.testing import CliRunner
-
-        from tinit.cli import app
-
-        res = CliRunner().invoke(app, args)
-        if res.exit_code not in (0, 1):  # (check exits 1 when a claim fails: its files are written)
-            raise SystemExit(f"tinit {' '.join(args)}: exit {res.exit_code}\n{res.output[-2000:]}")
-        return {}
-    load = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tinit", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    _, status, usage = os.wait4(proc.pid, 0)
-    err = proc.stderr.read()
-    if os.waitstatus_to_exitcode(status) not in (0, 1):
-        raise SystemExit(f"tinit {' '.join(args)}: exit {os.waitstatus_to_exitcode(status)}\n{err[-2000:]}")
-    return {
-        "seconds": round(time.perf_counter() - t0, 1),
-        "peak_mib": round(usage.ru_maxrss / 1024),
-        "load": [round(load, 2), round(os.getloadavg()[0], 2)],
-    }
-
-
 def quantize(src: Path, dst: Path) -> None:
     """The README's 256-colour PNG of a figure (docs/development.md)."""
     from PIL import Image
@@ -289,6 +216,16 @@ def quantize(src: Path, dst: Path) -> None:
     Image.open(src).convert("RGB").quantize(
         256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE
     ).save(dst, optimize=True)
+
+
+def run(args: list[str], out: Path, small: bool) -> dict:
+    """One command into ``out`` (its own --out replaced): in this process at the tiny
+    size, else a whole process, timed."""
+    args = replace([*args, "-q"], "--out", str(out))
+    if small:
+        run_in_process(args)
+        return {}
+    return run_process(args)
 
 
 def regenerate(names: list[str], small: bool, work: Path) -> dict:
@@ -339,8 +276,8 @@ def quotes(data: dict) -> dict[str, list[str]]:
             f"# {lt['runs']} runs, {lt['seconds']:.0f} s at load {lt['load'][0]:.1f}",
             f"# quick: {cl['runs']} runs, {cl['seconds']:.0f} s at load {cl['load'][0]:.1f}",
             f"# {to['seconds']:.0f} s at load {to['load'][0]:.1f}, no model",
-            f"is **{me['verdict']}**, worst\n|slope| {me['worst_abs_slope']:.2f} ± {me['worst_slope_se']:.2f} "
-            f"({me['worst_quantity']}, step {me['worst_step']}, L = {me['worst_layers']})",
+            "is **{verdict}**, worst\n|slope| {worst_abs_slope:.2f} ± {worst_slope_se:.2f} "
+            "({worst_quantity}, step {worst_step}, L = {worst_layers})".format(**me),
             "(FFN d^{slope:.1f} at step {step})".format(**cc["gpt2"]["ffn_last_step"]),
         ]
     }

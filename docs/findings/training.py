@@ -23,122 +23,38 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-FULL = {
-    "layers": 12,
-    "d_model": 96,
-    "heads": 4,
-    "seq_len": 64,
-    "batch": 8,
-    "steps": 300,
-    "warmup": 30,
-    "eval_every": 50,
-    "save": "0,150,final",
-    "seeds": 5,
-}
+sys.path.insert(0, str(HERE))
+from _common import ROOT, readme_commands, replace, run_process, shrink  # noqa: E402
+
+#: The test's tiny size, appended to the README's commands (the last value of an option wins).
 SMALL = {
-    "layers": 2,
-    "d_model": 16,
-    "heads": 2,
-    "seq_len": 16,
-    "batch": 2,
-    "steps": 6,
-    "warmup": 2,
-    "eval_every": 3,
-    "save": "0,3,final",
-    "seeds": 2,
-}
+    "train": ("--layers 2 --d-model 16 --heads 2 --seq-len 16 --batch 2 --steps 6 --warmup 2 --eval-every 3 "
+              "--save-steps 0,3,final --seeds 2").split(),
+    "audit": "--seq-len 16 --batch 2".split(),
+}  # fmt: skip
 CONFIGS = [("naive", "pre"), ("gpt2", "pre"), ("naive", "post"), ("gpt2", "post")]
 #: A run stalled when its final held-out loss is at least this share of the unigram entropy.
 STALL_SHARE = 0.95
 
 
-def commands(size: dict, work: Path) -> list[list[str]]:
-    """The two command lines (as the README shows them, with --seeds)."""
-    tinit = [sys.executable, "-m", "tinit"]
-    train = [
-        *tinit,
-        "train",
-        "--layers",
-        str(size["layers"]),
-        "--d-model",
-        str(size["d_model"]),
-        "--heads",
-        str(size["heads"]),
-        "--seq-len",
-        str(size["seq_len"]),
-        "--batch",
-        str(size["batch"]),
-        "--vocab",
-        "256",
-        "--data",
-        "stdlib",
-        "--init",
-        "naive,gpt2",
-        "--norm-position",
-        "pre,post",
-        "--steps",
-        str(size["steps"]),
-        "--lr",
-        "3e-3",
-        "--warmup",
-        str(size["warmup"]),
-        "--eval-every",
-        str(size["eval_every"]),
-        "--save-steps",
-        size["save"],
-        "--threads",
-        "1",
-        "--seeds",
-        str(size["seeds"]),
-        "-q",
-        "--out",
-        str(work / "train"),
-    ]
-    audit = [
-        *tinit,
-        "audit",
-        "--checkpoint",
-        str(work / "train"),
-        "--data",
-        "stdlib",
-        "--seq-len",
-        str(size["seq_len"]),
-        "--batch",
-        str(size["batch"]),
-        "--threads",
-        "1",
-        "-q",
-        "--out",
-        str(work / "audit"),
-    ]
+def commands(small: bool, work: Path) -> list[list[str]]:
+    """The README's two command lines (read from it: the block above checkpoints.png),
+    their folders in ``work``."""
+    train, audit = readme_commands()["checkpoints"]
+    train = replace(train + ["-q"], "--out", str(work / "train"))
+    audit = replace(
+        replace(audit + ["-q"], "--out", str(work / "audit")), "--checkpoint", str(work / "train")
+    )
+    if small:
+        train, audit = shrink(train, SMALL["train"]), shrink(audit, SMALL["audit"])
     return [train, audit]
-
-
-def run(cmd: list[str]) -> dict:
-    """One whole process: wall seconds, peak RSS, the load before and after."""
-    load = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    _, status, usage = os.wait4(proc.pid, 0)
-    err = proc.stderr.read()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"failed: {' '.join(cmd)}\n{err[-2000:]}")
-    return {
-        "seconds": round(time.perf_counter() - t0, 1),
-        "peak_mib": round(usage.ru_maxrss / 1024),
-        "load": [round(load, 2), round(os.getloadavg()[0], 2)],
-    }
 
 
 def unigram_entropy() -> float:
@@ -282,7 +198,7 @@ def figure(data: dict, path: Path) -> None:
         b.text(-0.45, STALL_SHARE * h - 0.01, f"stalled above ({STALL_SHARE:.0%} of it)", fontsize=FONT - 1,
                va="top", ha="left", color=NEUTRAL)  # fmt: skip
         every = [x for c in data["configs"].values() for x in c["final_eval_loss"]["values"]]
-        b.set_ylim(min(every) - 0.1, max(h, *every) + 0.15)
+        b.set_ylim(min(STALL_SHARE * h, *every) - 0.1, max(h, *every) + 0.15)
         b.set_xticks(range(len(CONFIGS)), [f"{i} / {p}" for i, p in CONFIGS], fontsize=FONT)
         b.set_xlim(-0.5, len(CONFIGS) - 0.5)
         b.set_ylabel(f"held-out loss at step {steps[-1]} (nats; hollow: stalled)", fontsize=FONT)
@@ -351,20 +267,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "out" / "findings" / "training")
     ap.add_argument("--out", type=Path, default=HERE, help="where training.json goes (the figure: docs/img)")
     a = ap.parse_args(argv)
-    size = SMALL if a.small else FULL
     timing = {}
     if a.reuse and (a.work / "timing.json").exists():  # (what the run that made the folders took)
         timing = json.loads((a.work / "timing.json").read_text())
     if not a.reuse:
         a.work.mkdir(parents=True, exist_ok=True)
-        for name, cmd in zip(("train", "audit"), commands(size, a.work), strict=True):
+        for name, cmd in zip(("train", "audit"), commands(a.small, a.work), strict=True):
             if (a.work / name).exists():
                 raise SystemExit(f"{a.work / name} exists: give --reuse or another --work")
-            timing[name] = run(cmd)
+            timing[name] = run_process(cmd)
         (a.work / "timing.json").write_text(json.dumps(timing) + "\n")
     data = {
-        "size": size,
-        "commands": [" ".join(c[2:]) for c in commands(size, Path("WORK"))],
+        "small": a.small,
+        "commands": ["tinit " + " ".join(c) for c in commands(a.small, Path("WORK"))],
         "timing": timing,
         **analyse(a.work),
     }
