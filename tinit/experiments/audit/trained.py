@@ -346,7 +346,7 @@ def audit_hf(ck: Checkpoint, tokens: Tokens, run: RunConfig, device, dtype: torc
     emb_key = keys[emb_name]
     with lazy.reading(reader, blank=True), embedding_rows(model, files, emb_key, dtype, device):
         # the structure from a forward of zeros: nothing of the blocks is read for it
-        sites, tr = find_sites(model, ids[:1, : min(4, ids.shape[1])], forward=base)
+        sites, tr = find_sites(model, ids[:1, : min(2, ids.shape[1])], forward=base)
     held.append(_hf_expectation(expect, config, sites))
     roles.update({r.name: (r.role, r.layer) for r in classify_roles(model, sites, tr, vocab)})
     del tr

@@ -35,8 +35,8 @@ def _chunks(t: torch.Tensor, n: int = STAT_CHUNK) -> Iterator[torch.Tensor]:
 class Moments:
     """Count, mean and sum of squared deviations of a tensor given in chunks, and whether
     every element was finite. Each chunk is copied into one reused float64 buffer
-    (shifted by the first chunk's mean, so a tensor far from zero loses nothing to
-    cancellation) and reduced there: a float64 sum and dot product, ~1 ns an element on
+    (shifted by the first chunk's mean where that mean is not small beside the spread, so
+    a tensor far from zero loses nothing to cancellation) and reduced there: a float64 sum and dot product, ~1 ns an element on
     a CPU core (``torch.var_mean`` of float32, which also accumulates in float64, takes
     8). A non-finite element makes the sums non-finite: that is the finiteness check."""
 
@@ -67,8 +67,12 @@ class Moments:
             return
         b = self._f64(chunk)
         if self.shift is None:
-            self.shift = float(b.mean())
-            if not math.isfinite(self.shift):
+            # shifted by the first chunk's mean only where the mean is not small beside the
+            # spread (a norm's gains near 1): elsewhere (a weight matrix, mean ~0) the sums
+            # lose nothing to cancellation and the pass is saved
+            mean, ms = float(b.mean()), float(torch.dot(b, b)) / b.numel()
+            self.shift = mean if mean * mean > 1e-4 * ms else 0.0
+            if not (math.isfinite(mean) and math.isfinite(ms)):
                 self.finite, self.shift = False, 0.0
         if self.shift:
             b.sub_(self.shift)
