@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FINDINGS = ROOT / "docs" / "findings"
 #: The findings with a reduced size and a quotes() function.
-QUOTED = ("readme", "training", "mf_depth")
+QUOTED = ("readme", "training", "mf_depth", "coord_check")
 
 
 def _module(name: str):
@@ -48,7 +48,7 @@ def test_the_docs_quote_the_committed_numbers(name):
         assert not missing, f"{page} does not quote docs/findings/{name}.json: {missing}"
 
 
-@pytest.mark.parametrize("name", ["readme", "training"])
+@pytest.mark.parametrize("name", ["readme", "training", "coord_check"])
 def test_each_finding_runs_at_a_reduced_size(name, tmp_path):
     """The script runs end to end (its commands, its reading of their CSVs, its figure)
     and writes the quantities the committed JSON holds."""

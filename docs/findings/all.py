@@ -19,7 +19,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 #: In order; each ~minutes on the shared 2-core VM, one torch thread (docs/findings/index.md).
-FINDINGS = ("training", "readme", "mf_depth", "mf_width", "mf_post_attention")
+FINDINGS = ("training", "readme", "coord_check", "mf_depth", "mf_width", "mf_post_attention")
 
 
 def main() -> None:

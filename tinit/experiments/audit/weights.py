@@ -36,9 +36,10 @@ class Moments:
     """Count, mean and sum of squared deviations of a tensor given in chunks, and whether
     every element was finite. Each chunk is copied into one reused float64 buffer
     (shifted by the first chunk's mean where that mean is not small beside the spread, so
-    a tensor far from zero loses nothing to cancellation) and reduced there: a float64 sum and dot product, ~1 ns an element on
-    a CPU core (``torch.var_mean`` of float32, which also accumulates in float64, takes
-    8). A non-finite element makes the sums non-finite: that is the finiteness check."""
+    a tensor far from zero loses nothing to cancellation) and reduced there: a float64 sum
+    and dot product, ~1 ns an element on a CPU core (``torch.var_mean`` of float32, which
+    also accumulates in float64, takes 8). A non-finite element makes the sums non-finite:
+    that is the finiteness check."""
 
     def __init__(self) -> None:
         self.n, self.s1, self.s2, self.shift, self.finite = 0, 0.0, 0.0, None, True
