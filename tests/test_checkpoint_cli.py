@@ -77,6 +77,49 @@ def test_bad_input_one_line(run_folder, tmp_path):
     assert_one_line_error(res, "--data", out)
 
 
+def test_a_sequence_too_long_names_the_checkpoint_and_what_to_give(run_folder, tmp_path):
+    out = tmp_path / "x"
+    res = runner.invoke(app, ["audit", "--checkpoint", str(run_folder), "--seq-len", "9", "--out", str(out)])
+    assert_one_line_error(res, "--seq-len", out)
+    json_file = next((run_folder / "checkpoints").rglob("step-000000.json"))
+    want = (f"9 tokens do not fit the tinit model of {json_file}: it has 8 positions (max_seq_len); "
+            "give --seq-len 8 or less")  # fmt: skip
+    assert res.stderr.strip().endswith(want), res.stderr
+
+
+def test_every_run_measured_on_the_tokens_of_seed_said_in_config_json(tmp_path, monkeypatch):
+    """Two runs trained with --seed 5, audited with the default --seed 0: both are measured
+    on the tokens of seed 0 (their v0 is the variance of their own embedding's rows at
+    those ids, read here from the safetensors file, and not at seed 5's), and config.json
+    and the terminal say so: the seed, and that it is the same for every run."""
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    from tinit.experiments.audit.trained import random_tokens
+
+    figures_built_not_saved(monkeypatch)
+    train = tmp_path / "train"
+    args = ["train", *TINY[:-3], "--init", "naive,gpt2", "--pre-norm", "--seed", "5", "--steps", "2",
+            "--save-steps", "0", "--out", str(train)]  # fmt: skip
+    assert runner.invoke(app, args).exit_code == 0
+    out = tmp_path / "audit"
+    res = runner.invoke(app, ["audit", "--checkpoint", str(train), "--seq-len", "8", "--batch", "2", "--out",
+                              str(out)], env={"COLUMNS": "200"})  # fmt: skip
+    assert res.exit_code == 0, res.output
+    config = json.loads((out / "config.json").read_text())
+    assert config["tokens_seed"] == {"seed": 0, "option": "--seed", "same_for_every_run": True}
+    assert "drawn by --seed 0, the same for every run (not each run's own training seed)" in res.output
+    variance = pd.read_csv(out / "variance.csv")
+    runs = sorted(variance["run"].unique())
+    assert len(runs) == 2 and all("seed5" in r for r in runs)
+    for run in runs:
+        table = load_file(str(train / "checkpoints" / run / "step-000000.safetensors"))["embed.weight"]
+        at = {s: float(np.var(table[random_tokens(16, 8, 2, s, "cpu").numpy()].astype(np.float64)))
+              for s in (0, 5)}  # fmt: skip
+        v0 = variance[(variance["run"] == run) & (variance["k"] == 0)]["stream_var"].item()
+        assert v0 == pytest.approx(at[0], rel=1e-5) and v0 != pytest.approx(at[5], rel=1e-3)
+
+
 def test_lr_sweep_saves_checkpoints(tmp_path, monkeypatch):
     """`tinit lr-sweep --save-steps`: each run's checkpoints in its run folder, listed in
     config.json and sized on the terminal; each run's step-0 checkpoint audited gives

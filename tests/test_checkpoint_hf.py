@@ -11,6 +11,7 @@ import json
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from helpers import skip_module_without
@@ -196,3 +197,106 @@ def test_data_tokenizer_on_the_command_line(tmp_path, monkeypatch):
                               "--seq-len", "8", "--batch", "2", "--out", str(tmp_path / "x")])  # fmt: skip
     assert_one_line_error(res, "--data", tmp_path / "x")
     assert "vocabulary of 20" in res.stderr
+
+
+# --- one HF checkpoint on the command line: what its figures and expected_std say ------------
+
+#: initializer_range of the folders below: not tinit's 0.02, so a fallback to 0.02 shows
+RANGE = 0.03
+
+
+@pytest.fixture(scope="module")
+def hf_folders(tmp_path_factory) -> dict:
+    """family -> a folder of that family's model as its own _init_weights draws it at
+    initializer_range RANGE (one checkpoint, no step, no init saved)."""
+    root = tmp_path_factory.mktemp("hf")
+    out = {}
+    for family in FAMILIES:
+        config, _ = configs()[family]
+        config.initializer_range = RANGE
+        torch.manual_seed(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from_config(config).save_pretrained(root / family)
+        out[family] = root / family
+    return out
+
+
+def _audit(folder, out, *args):
+    from helpers import figures_built_not_saved
+    from typer.testing import CliRunner
+
+    from tinit.cli import app
+
+    with pytest.MonkeyPatch.context() as mp:
+        figures_built_not_saved(mp)
+        small = ["--seq-len", "8", "--batch", "2", "--spectral", "off", "--out", str(out)]
+        res = CliRunner().invoke(app, ["audit", "--checkpoint", str(folder), *args, *small])
+    assert res.exit_code == 0, res.output
+    return res
+
+
+def test_one_hf_checkpoint_draws_no_drift_figure_and_says_so(hf_folders, tmp_path):
+    """Its init is not known: no drift.png (it was empty axes titled "steps None"), a line
+    on the terminal saying why; the stream's figure is drawn."""
+    out = tmp_path / "a"
+    res = _audit(hf_folders["gpt2"], out)
+    assert not (out / "drift.png").exists() and (out / "stream_over_steps.png").is_file()
+    assert "Drift: no drift.png for gpt2: its init is not known" in " ".join(res.output.split())
+    assert pd.read_csv(out / "drift.csv")["rel_change"].isna().all()
+
+
+#: (family, --expect) -> the std each matrix role's draws have, from the family's own
+#: _init_weights at initializer_range RANGE (GPT-2 scales both c_proj by 1/sqrt(2 n_layer);
+#: Llama draws every matrix at RANGE), and --expect gpt2 at the config's RANGE
+SCALED = RANGE / np.sqrt(2 * L)
+EXPECTED = {
+    ("gpt2", "declared"): {
+        **dict.fromkeys(("qkv", "up", "embed", "pos"), RANGE),
+        "o": SCALED,
+        "down": SCALED,
+    },
+    ("llama", "declared"): dict.fromkeys(("q", "k", "v", "o", "gate", "up", "down", "embed", "head"), RANGE),
+    ("llama", "gpt2"): {"q": RANGE, "up": RANGE, "o": SCALED, "down": SCALED},
+}
+
+
+@pytest.mark.parametrize(("family", "expect"), list(EXPECTED))
+def test_expect_declared_is_the_config_and_the_familys_rule(hf_folders, tmp_path, family, expect):
+    """`--expect declared` (the default) fills an HF checkpoint's expected_std as `audit
+    --hf` declares it: the config's initializer_range plus the family's own rule; it was
+    empty. The weights as the model drew them measure it (4096 elements: 1.1% SE)."""
+    out = tmp_path / "a"
+    res = _audit(hf_folders[family], out, "--expect", expect)
+    drift = pd.read_csv(out / "drift.csv")
+    matrices = drift[drift["shape"].str.contains("x")]
+    assert matrices["expected_std"].notna().all()
+    for role, want in EXPECTED[(family, expect)].items():
+        rows = matrices[matrices["role"] == role]
+        assert len(rows), role
+        np.testing.assert_allclose(rows["expected_std"], want, rtol=1e-6, err_msg=role)
+        if expect == "declared":  # the model drew them so
+            np.testing.assert_allclose(rows["std"], want, rtol=0.06, err_msg=role)
+    said = json.loads((out / "config.json").read_text())["expected"]
+    assert f"initializer_range {RANGE:g}" in said or f"sigma {RANGE:g}" in said
+    assert "Expected stds" in res.output
+
+
+@pytest.mark.parametrize(("family", "key"), [("gpt2", "n_positions"), ("llama", "max_position_embeddings")])
+def test_a_sequence_too_long_is_said_as_a_person_would(hf_folders, tmp_path, family, key):
+    """It read "1000 exceeds the 256 positions of llama model of config.json": now which
+    model, how many positions it has (the config file's own key) and what to give."""
+    from helpers import assert_one_line_error
+    from typer.testing import CliRunner
+
+    from tinit.cli import app
+
+    out = tmp_path / "x"
+    res = CliRunner().invoke(app, ["audit", "--checkpoint", str(hf_folders[family]), "--seq-len", "1000",
+                                   "--out", str(out)])  # fmt: skip
+    assert_one_line_error(res, "--seq-len", out)
+    config = hf_folders[family] / "config.json"
+    assert json.loads(config.read_text())[key] == 64
+    want = (f"1000 tokens do not fit the {family} model of {config}: it has 64 positions ({key}); "
+            "give --seq-len 64 or less")  # fmt: skip
+    assert res.stderr.strip().endswith(want), res.stderr

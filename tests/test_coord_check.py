@@ -270,3 +270,32 @@ def test_cli_defaults_are_the_library_defaults():
     assert (params["param_rules"] == "on") == lib.param_rules
     assert params["seeds"] == inspect.signature(run_coord_check).parameters["seeds"].default
     assert params["widths"] == "64,128,256,512" and params["layers"] == "2,8"
+
+
+@pytest.mark.parametrize(
+    "exponents", [{"attn": 0.0, "logits": 0.0}, {"attn": 3.0, "ffn": -1.0, "logits": 0.0}]
+)
+def test_log2_rms_axes_labelled_at_one_stride_of_octaves(exponents):
+    """Every RMS axis of the three figures carries three labels or more, every one a
+    power of 2, at one stride of octaves (a flat quantity's axis carried two, 2^-1 and
+    2^-2; a wide one's matplotlib's 2^5, 2^-2, 2^-9)."""
+    from tinit.results.plot_coord_check import plot_coord_depth, plot_coord_layers, plot_coord_width
+
+    width, depth = synthetic(exponents), synthetic(exponents, axis="depth")
+    fit_w, fit_d = fit_coord_check(width), fit_coord_check(depth)
+    figs = [
+        plot_coord_width(width, fit_w),
+        plot_coord_layers(width, fit_w, "x", "pre", 4),
+        plot_coord_depth(depth, fit_d),
+    ]
+    checked = 0
+    for fig in figs:
+        for ax in fig.axes:
+            if ax.get_ylabel() != "RMS":
+                continue
+            lo, hi = sorted(ax.get_ylim())
+            octaves = np.log2([y for y in ax.get_yticks() if lo <= y <= hi])
+            assert len(octaves) >= 3 and np.allclose(octaves, np.round(octaves)), octaves
+            assert len(set(np.diff(octaves).round(9))) == 1, octaves  # one stride
+            checked += 1
+    assert checked >= 3

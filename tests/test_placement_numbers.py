@@ -11,7 +11,10 @@ block's own output (L = 2); a fourth replaces the branches by Gaussian noise. Th
 are what the CLI writes (:func:`tinit.results.rundir.write_csvs`: not-applicable cells
 empty, floats in round-trip precision), less the large-width prediction's ``mf_*`` columns
 of variance's CSVs, added after the references were written (tests/test_mf.py holds them
-to independent computations and to the measurement).
+to independent computations and to the measurement). Their ``closed_form`` text cells were
+rewritten once since (issue 43: the text follows the row's placement,
+``tinit.theory.closed_form_text``, where every row had said its scheme's pre-norm text);
+no number changed.
 
 The reference files were written by ``python tests/test_placement_numbers.py --write``
 at c855d30 (torch 2.13.0+cpu, CPU capability AVX512, one thread). torch's reductions sum

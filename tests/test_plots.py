@@ -277,6 +277,38 @@ def test_params_plot_for_gpt2_shapes_all_bars_visible():
     assert pytest.approx(_rgb(EQUAL_COLORS[False])) not in legend_colors
 
 
+def test_params_title_says_what_each_share_is_of_and_the_ffn_axis_ends_at_its_bars():
+    """check's params.png: the primer's V=128000, d=2048 at L=12 saves V*d = 262,144,000, which
+    is 23.2% of that model untied (1,131,464,704) and 17.5% of the 1.5B model the check's
+    table quotes: the title gives both, each with what it is a share of (it gave 23.2% "of
+    untied" beside a table of 17.5%). The FFN panel's axis ends just past its bars (it ran
+    to twice them, 70M for bars of 34M, to make room for text now written beside it)."""
+    saved, untied, ref = 128000 * 2048, 1131464704, 1.5e9
+    params = pd.DataFrame([{"tying": t, "component": c, "count": n} for t in ("tied", "untied")
+                           for c, n in (("embedding", saved), ("ffn", untied - 2 * saved),
+                                        ("head", 0 if t == "tied" else saved))])  # fmt: skip
+    ffn = pd.DataFrame({"variant": ["classic FFN at 4d", "SwiGLU at 8d/3 rounded up to 64"],
+                        "ffn": ["gelu", "swiglu"], "d_ff": [8192, 5504], "weights": [33554432, 33816576],
+                        "classic_weights": [33554432] * 2, "ratio": [1.0, 33816576 / 33554432],
+                        "equal": [True, False]})  # fmt: skip
+    summary = pd.DataFrame([{"total_untied": untied, "saved": saved, "saved_frac_untied": saved / untied,
+                             "reference_total": ref, "saved_frac_reference": saved / ref}])  # fmt: skip
+    fig = plot_params(params, ffn, summary)
+    top = next(a for a in fig.axes if a.get_title().startswith("Tying"))
+    first, second = top.get_title().split("\n")
+    assert first == "Tying the head saves 262,144,000 parameters:"
+    assert second == "23.2% of this model untied (1.13B); 17.5% of a 1.5B model"
+    bx = next(a for a in fig.axes if a.get_title().startswith("Gated"))
+    assert bx.get_xlim()[1] <= 1.1 * 33816576 / 1e6  # millions, as its label says
+    for text in bx.texts:  # the counts: right of the axis, none inside it
+        assert text.xy[0] == 1.0 and text.xycoords is not None and text.xycoords != "data"
+    assert "33,816,576 (+0.781%)" in " ".join(t.get_text() for t in bx.texts)
+    # no reference total (tinit params without one): the share of this model alone
+    fig = plot_params(params, ffn, summary.drop(columns=["reference_total", "saved_frac_reference"]))
+    top = next(a for a in fig.axes if a.get_title().startswith("Tying"))
+    assert top.get_title().endswith("\n23.2% of this model untied (1.13B)")
+
+
 def _rgb(c: str) -> tuple[float, float, float]:
     from matplotlib.colors import to_rgb
 
@@ -507,6 +539,10 @@ def test_variance_plot_rank_panel_when_the_columns_are_there():
     assert set(cos) == set(res) == {"naive/pre", "gpt2/pre"}
     ax = cos["naive/pre"].axes
     assert "Rank collapse" in ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
+    # the y label names each line by its style, as drawn (it read "cosine (1) / residual
+    # ratio (0): collapsed at"); where each means collapse is the legend's
+    assert " ".join(ax.get_ylabel().split()) == "cosine (solid) / residual ratio (dash-dot)"
+    assert cos["naive/pre"].get_linestyle() == "-" and res["naive/pre"].get_linestyle() == "-."
     lo, hi = ax.get_ylim()
     assert lo <= 0.0 and hi >= 1.0  # both measures' whole range
     assert res["naive/pre"].get_linestyle() != "--"  # dashed means theory in every tinit figure

@@ -207,11 +207,20 @@ def test_train_at_one_depth_draws_no_final_vs_depth(trained):
 
 
 def test_train_one_scheme_or_one_seed(tmp_path, monkeypatch):
-    figures_built_not_saved(monkeypatch)  # (the trained fixture renders the training PNGs)
+    """One configuration: no comparison, and its table row named by what it is (it was
+    "run"). Four: every panel of variance_during_training.png labels its own k axis (the
+    first had none, the panel under it had)."""
+    figures = _capture(monkeypatch, render=False)  # (the trained fixture renders the training PNGs)
     out = tmp_path / "one"
-    res = runner.invoke(app, [*TRAIN, "--layers", "2", "--init", "gpt2", "--out", str(out), "-q"])
+    res = runner.invoke(
+        app, [*TRAIN, "--layers", "2", "--init", "gpt2", "--out", str(out)], env={"COLUMNS": "200"}
+    )
     assert res.exit_code == 0, res.output
     assert not (out / "compare.csv").exists()
+    lines = res.stdout.splitlines()
+    header = next(i for i, ln in enumerate(lines) if ln.split()[:2] == ["config", "seeds"])
+    row = lines[header + 2]  # (under the header's rule)
+    assert row.split("  ")[0] == "gpt2, pre-norm, L=2", row
     out = tmp_path / "two"
     res = runner.invoke(app, [*TRAIN, "--init", "naive,gpt2", "--layers", "1,2", "--out", str(out)],
                         env={"COLUMNS": "200"})  # fmt: skip
@@ -219,6 +228,8 @@ def test_train_one_scheme_or_one_seed(tmp_path, monkeypatch):
     cmp = pd.read_csv(out / "compare.csv", keep_default_na=False)
     assert list(cmp["verdict"]) == ["too few seeds"] * 2 and list(cmp["diff_se"]) == ["", ""]
     assert (out / "final_vs_depth.png").is_file()  # two depths: drawn
+    panels = [a for a in figures["variance_during_training"].axes if a.get_visible() and a.axison]
+    assert len(panels) == 4 and all(a.get_xlabel() == "addition k (0: embedding)" for a in panels)
 
 
 # --- variance table, lr-sweep note, params colours -----------------------------------------

@@ -187,6 +187,36 @@ def test_post_norm_stream_is_normalised(tiny_model, tiny_run):
     assert (normed <= 1 + 1e-5).all() and (normed > 0.9).all()
 
 
+def test_closed_form_text_is_the_placements_law(tiny_model, tiny_run):
+    """summary.csv's closed_form says the law its pred_closed_final computes: on a
+    post-norm row the last sum, 1 + s^2 (the normalised stream plus one branch), not
+    pre-norm's v0 + 2L s^2; each text, read as a formula of the row's own v0 and
+    reference branch variances, gives the row's pred_closed_final."""
+    res = run_variance(
+        tiny_model, run=tiny_run, inits=("naive", "gpt2", "deepnet"), norm_positions=("pre", "post")
+    )
+    rows = {(r.init, r.norm_position): r for r in res["summary"].itertuples(index=False)}
+    L = tiny_model.n_layers
+    want = {  # (text starts with, value from the row's v0 and s2_ref_ffn / s2_ref_attn)
+        ("naive", "pre"): ("v0 + 2L s^2", lambda r: r.v0 + L * (r.s2_ref_attn + r.s2_ref_ffn)),
+        ("gpt2", "pre"): ("v0 + s^2", lambda r: r.v0 + (r.s2_ref_attn + r.s2_ref_ffn) / 2),
+        ("naive", "post"): ("1 + s^2 (post-norm: the last sum", lambda r: 1 + r.s2_ref_ffn),
+        ("gpt2", "post"): ("1 + s^2 r (post-norm", lambda r: 1 + r.s2_ref_ffn / (2 * L)),
+        ("deepnet", "post"): (
+            "a^2 + s^2 r (post-norm",
+            lambda r: (2 * L) ** 0.5 + r.s2_ref_ffn * (8 * L) ** -1.5,
+        ),
+    }
+    for key, (text, value) in want.items():
+        r = rows[key]
+        assert r.closed_form.startswith(text), (key, r.closed_form)
+        assert r.pred_closed_final == pytest.approx(value(r), rel=1e-5), key
+    assert "r = 1 / (2 * L)" in rows[("gpt2", "post")].closed_form
+    for key, r in rows.items():
+        if key[1] == "post":
+            assert "2L" not in r.closed_form, (key, r.closed_form)
+
+
 def test_shared_draws_make_configs_comparable(tiny_model, tiny_run):
     """Embedding draws and tokens are shared: v0 is identical across configurations."""
     res = run_variance(tiny_model, run=tiny_run)

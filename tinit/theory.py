@@ -11,6 +11,7 @@ v_2L = v0 + s^2, independent of L.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -297,3 +298,70 @@ def pred_closed_scheme(
     if p.branch_law == "input":  # no norm before the branch: it scales with the stream entering
         return _recursion(v0, mult, lambda k, v_in: modelled[k] * v_in)
     return _recursion(v0, mult, lambda k, _v_in: modelled[k])
+
+
+def closed_form_text(scheme, placement: Placement | str) -> str:
+    """The text of ``scheme``'s closed form v_2L(L) in ``placement``, for summary.csv's
+    ``closed_form``: what :func:`pred_closed_scheme`'s last value is, in words.
+
+    A scheme's own text (``Scheme.closed_form``) is written for a running sum: for the
+    placement the scheme presumes, or, presuming none, for pre-norm's laws (branches that
+    read a normalised input). Elsewhere the text follows the placement's laws
+    (:class:`tinit.model.placements.Placement`): a stream that resets (post-norm: always
+    this text, whatever the scheme presumes) ends in the last sum, a normalised stream of
+    variance 1 plus one branch, ``1 + s^2`` (with the scheme's stream multiplier a,
+    branch multiplier g and the last branch's depth factor r where they are not 1), and
+    nothing accumulates; a running sum of normed branches (sandwich, reordered) adds
+    ``s^2`` per addition whatever the init; with no norm each branch scales with the
+    stream it reads; a branch that is 0 at init (g = 0, r = 0) adds nothing. Empty where
+    the scheme has no closed form (no depth factor)."""
+    p = get_placement(placement)
+    own = scheme.closed_form
+    if not own or scheme.depth_factor is None:
+        return own
+    pre_laws = (p.stream_law, p.branch_law) == ("sum", "init")
+    if not p.resets and (p.name == scheme.placement or (scheme.placement is None and pre_laws)):
+        return own
+    a, g = scheme.stream_mult.text, scheme.branch_mult.text
+    has_a, has_g = a != "1", g != "1" or scheme.branch_learned
+    plain = not (has_a or has_g) and scheme.x0_mix is None and scheme.backout is None
+    defs = [f"a = {a}"] * has_a + [f"g = {g}"] * has_g
+    defs += ["and the scheme's x0 mix"] * (scheme.x0_mix is not None and not p.resets)
+    defs += ["and its backout"] * (scheme.backout is not None and not p.resets)
+    a2, g2 = "a^2 " * has_a, "g^2 " * has_g
+
+    def at_last(f: str) -> str:  # a rule of the layer l, at the last block
+        return f"{f} at l = L - 1" if re.search(r"\bl\b", f) else f
+
+    r_attn, r_ffn = (f.text for f in scheme.depth_factor)
+    if p.resets and (g == "0" or r_ffn == "0"):  # the last branch adds nothing at init
+        what = f"{p.label}: the last sum, a normalised stream plus a branch that is 0 at init"
+        return f"{'a^2' if has_a else '1'} ({'; '.join([what, *defs, *[f'r = {r_ffn}'] * (g != '0')])})"
+    if not p.resets and (g == "0" or r_attn == r_ffn == "0"):  # nor does any branch
+        law = "v0" if not has_a and scheme.x0_mix is None else f"v_k = {a2}v_(k-1) from v0"
+        what = f"{p.label}: every branch is 0 at init"
+        return f"{law} ({'; '.join([what, *defs, *[f'r_k = {r_ffn}'] * (g != '0')])})"
+    if p.resets:
+        unit = p.branch_law == "unit" or r_ffn == "1"
+        law = ("a^2" if has_a else "1") + f" + {g2}" + ("s^2" if unit else "s^2 r")
+        what = f"{p.label}: the last sum, a normalised stream plus one branch; nothing accumulates"
+        return f"{law} ({'; '.join([what, *defs, *([] if unit else [f'r = {at_last(r_ffn)}'])])})"
+    if p.branch_law == "unit" or r_attn == r_ffn == "1":
+        r_def = []
+    elif r_attn == r_ffn:
+        r_def = [f"r_k = {r_attn}"]
+    else:
+        r_def = [f"r_k = {r_attn} (attention), {r_ffn} (FFN)"]
+    r_k = " r_k" if r_def else ""
+    if p.branch_law == "unit":
+        law = "v0 + 2L s^2" if plain else f"v_k = {a2}v_(k-1) + {g2}s^2 from v0"
+        what = f"{p.label}: each branch normed, s^2 whatever the init"
+    elif p.branch_law == "input":
+        law = ("v0 (1 + s^2)^(2L)" if not r_def else "v0 prod_k (1 + s^2 r_k)") if plain else (
+            f"v_k = ({a2 or '1 '}+ {g2}s^2{r_k}) v_(k-1) from v0")  # fmt: skip
+        what = f"{p.label}: each branch scales with the stream it reads"
+    else:
+        law = ("v0 + 2L s^2" if not r_def else "v0 + s^2 sum_k r_k") if plain else (
+            f"v_k = {a2}v_(k-1) + {g2}s^2{r_k} from v0")  # fmt: skip
+        what = f"{p.label}: a running sum of branches that read a normalised input"
+    return f"{law} ({'; '.join([what, *defs, *r_def])})"

@@ -140,6 +140,19 @@ def main(cache: Path | None = None) -> dict:
     return out
 
 
+def quotes(data: dict) -> dict[str, list[str]]:
+    """The strings README.md must hold, from mf_depth.json's ``data``
+    (tests/test_findings.py holds the README to them)."""
+    sp, nv = data["configs"]["scaled/pre"], data["configs"]["naive/pre"]
+    a, b = sp["ratio_80_12"], nv["ratio_80_12"]
+    cos = sp["L80"]["cos_last"]
+    return {"README.md": [
+        f"×{a['predicted']:.3f} scaled/pre and ×{b['predicted']:.2f} naive/pre ({abs(a['z']):.2f} and "
+        f"{abs(b['z']):.2f} s.e. from the measured)",
+        f"the last cosine {cos['predicted']:.3f} for {cos['measured']:.3f}",
+    ]}  # fmt: skip
+
+
 if __name__ == "__main__":
     # --cache FILE: keep (or reuse) the measured frames there, to redo the analysis alone
     result = main(Path(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[1] == "--cache" else None)

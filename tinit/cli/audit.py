@@ -39,7 +39,7 @@ def _declared(model, sites, sigma: float | None) -> "Expectation":
     """What the model says its init is: tinit's InitConfig (its scheme itself, a user's
     --init-file scheme included), an HF config's initializer_range plus the family's own
     rule, or (nothing declared) naive."""
-    from ..experiments.audit.audit import Expectation
+    from ..experiments.audit.audit import Expectation, declared_expectation
     from ..model.transformer import Transformer
 
     if isinstance(model, Transformer):
@@ -48,16 +48,7 @@ def _declared(model, sites, sigma: float | None) -> "Expectation":
         e = ini.resolved_embed_std(d) if sigma is None else sigma
         why = f"the model's declared init (tinit {ini.scheme}, sigma {s:g})"
         return Expectation(ini.definition, s, e, why, base_width=ini.base_width, base_depth=ini.base_depth)
-    config = getattr(model, "config", None)
-    rng = getattr(config, "initializer_range", None)
-    if isinstance(rng, int | float):
-        scheme = sites.declared_scheme or "naive"
-        rule = f" with {sites.declared_rule}" if sites.declared_rule else ""
-        s = float(rng) if sigma is None else sigma
-        what = f"initializer_range {rng:g}" if sigma is None else f"--sigma {s:g}"
-        return Expectation(scheme, s, s, f"the model's declared init ({what}{rule})")
-    s = 0.02 if sigma is None else sigma
-    return Expectation("naive", s, s, f"naive at sigma {s:g} (the model declares no init)")
+    return declared_expectation(getattr(model, "config", None), sites, sigma)
 
 
 def _no_closed_form(summary) -> list[str]:

@@ -4,7 +4,8 @@ Called by :func:`tinit.cli.audit.audit` when ``--checkpoint`` is given: PATH is 
 ``tinit train`` run folder saved with ``--save-steps`` (every checkpoint, over steps),
 a Hugging Face model folder (config.json and model.safetensors or a sharded index), or a
 single ``.safetensors`` file with ``--hf CONFIG``. Writes variance.csv and summary.csv
-(with run and step), drift.csv, checkpoints.csv, three figures and config.json.
+(with run and step), drift.csv, checkpoints.csv, config.json and three figures (no
+drift.png where no init is known, an HF model: the terminal says so).
 """
 
 from __future__ import annotations
@@ -28,7 +29,14 @@ def audit_checkpoint(ctx: typer.Context, opts: Options, checkpoint: str, hf: str
     from ..experiments.audit.trained import random_tokens, run_checkpoint_audit
     from ..experiments.device import resolve_device, resolve_dtype
     from ..model.config import RunConfig
-    from ..results.plot_checkpoint import checkpoint_table, plot_drift, plot_spectral, plot_stream_over_steps
+    from ..results.plot_checkpoint import (
+        checkpoint_table,
+        drift_runs,
+        no_drift_line,
+        plot_drift,
+        plot_spectral,
+        plot_stream_over_steps,
+    )
     from .runner import Outputs, execute
 
     def prepare():
@@ -57,11 +65,14 @@ def audit_checkpoint(ctx: typer.Context, opts: Options, checkpoint: str, hf: str
     run = RunConfig(batch=opts.batch, seq_len=seq_len)
     title = f"{checkpoint}: {len(found.checkpoints)} checkpoint(s), batch {opts.batch} x seq {seq_len}"
     title += f", {data} tokens" if data else ", random tokens"
+    title += f" of seed {opts.seed}"
     meta = {"checkpoint": str(checkpoint), "data": data, "tokens": source.info if source else "random"}
 
     def experiment(progress, on_partial=None):
-        return run_checkpoint_audit(found, run, device, dtype, tokens, None if data else opts.seed,
-                                    expectation, progress, on_partial, meta, opts.spectral)  # fmt: skip
+        # every run measured on the tokens of --seed (--data: its held-out windows drawn by it), not
+        # on each run's own training seed: one batch for every checkpoint (config.json: tokens_seed)
+        return run_checkpoint_audit(found, run, device, dtype, tokens, opts.seed, expectation, progress,
+                                    on_partial, meta, opts.spectral)  # fmt: skip
 
     execute(
         "audit",
@@ -70,14 +81,21 @@ def audit_checkpoint(ctx: typer.Context, opts: Options, checkpoint: str, hf: str
         Outputs(
             figures=lambda r: {
                 "stream_over_steps": plot_stream_over_steps(r["variance"], title),
-                "drift": plot_drift(r["drift"], title),
+                # (no init known, an HF model: no drift to draw, said on the terminal)
+                **({"drift": plot_drift(r["drift"], title)} if drift_runs(r["drift"]) else {}),
                 # (--spectral off: no spectral norms, no figure of them)
                 **({"spectral_norm": plot_spectral(r["drift"], title)} if opts.spectral != "off" else {}),
             },
             tables=lambda r: (
                 [checkpoint_table(r["checkpoints"], f"Checkpoints of {checkpoint}")]
                 + [Text(f"Skipped (weights without their JSON): {s}") for s in found.skipped]
-                + ([Text(source.line())] if source else [])
+                + [Text(line) for line in [no_drift_line(r["drift"])] if line]
+                + [
+                    Text(f"Expected stds (drift.csv's expected_std): {e}")
+                    for e in [r.meta.get("expected")]
+                    if e
+                ]
+                + [Text(_tokens_line(source, opts.seed, found))]
                 + [Text(memory_line(r.meta))]
             ),
         ),
@@ -102,7 +120,9 @@ def memory_line(meta: dict) -> str:
 
 def _expectation(ctx, opts: Options, expect: str):
     """``--expect SCHEME`` (a catalogue scheme, or the scheme of ``--init-file``), which an
-    HF checkpoint's ``expected_std`` follows; None for ``declared`` (the default). An
+    HF checkpoint's ``expected_std`` follows (at the config's ``initializer_range``); None
+    for ``declared`` (the default: the config's ``initializer_range`` plus the family's
+    own rule, as ``audit --hf`` declares it, resolved once the model's sites are found). An
     ``--init-file`` serves only this: given without ``--expect`` naming its scheme, it is
     refused (never silently ignored)."""
     from ..model.catalogue import known, names_and_aliases
@@ -120,6 +140,16 @@ def _expectation(ctx, opts: Options, expect: str):
 
     scheme = next((s for s in custom if s.name == expect), expect)
     return Expectation(scheme, 0.02, 0.02, f"--expect {expect}", label=expect)
+
+
+def _tokens_line(source, seed: int, found) -> str:
+    """The terminal's line on the tokens: what they are and the seed that drew them, the
+    same for every run (config.json's tokens_seed)."""
+    what = source.line() if source else "Tokens: uniform random ids"
+    drawn = "windows drawn" if source else "drawn"
+    runs = {c.run for c in found.checkpoints}
+    every = ", the same for every run (not each run's own training seed)" if len(runs) > 1 else ""
+    return f"{what}, {drawn} by --seed {seed}{every}"
 
 
 def _tokens(found, data: str | None, seed: int):

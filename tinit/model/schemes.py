@@ -221,7 +221,10 @@ class Scheme:
     # theory: each branch's variance relative to an L-independent reference s^2 (the
     # depth dependence of its writing matrices' variances); None: no closed form
     depth_factor: tuple[Formula, Formula] | None = (Formula("1"), Formula("1"))
-    closed_form: str = ""  # v_2L against L, as text (pre-norm style additions)
+    # v_2L against L, as text, for the placement it presumes (None: pre-norm's laws);
+    # summary.csv's closed_form of another placement follows that placement's laws
+    # (tinit.theory.closed_form_text)
+    closed_form: str = ""
     aliases: tuple[str, ...] = ()
     # the parametrization's optimizer rules (per-group lr, weight decay, Adam eps);
     # None: one learning rate for every parameter (an init, not a parametrization)

@@ -25,7 +25,7 @@ from matplotlib import colormaps
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FixedLocator, NullLocator
+from matplotlib.ticker import FixedLocator, MaxNLocator, NullLocator
 from rich.table import Table
 
 from ..criteria import COORD_SLOPE_TOL
@@ -119,9 +119,33 @@ def _rows_figure(
     return fig, list(subs[1:]), axes
 
 
-def _min_span(axes_row, octaves: float = 2.0) -> None:
+#: The strides (octaves) a log2 RMS axis is labelled at: the smallest that keeps its labels
+#: to at most MAX_LABELS (matplotlib's own choice labelled 2^5, 2^-2, 2^-9, or two octaves).
+OCTAVE_STRIDES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50)
+MAX_LABELS = 5
+
+
+def _octave_ticks(ax) -> None:
+    """Label a log2 y axis at every octave, or at a regular stride of them (the smallest
+    of :data:`OCTAVE_STRIDES` with at most :data:`MAX_LABELS` labels), so each axis
+    carries three labels or more at one stated step (the row's shared axis: the panels
+    of a row share their ticks)."""
+    lo, hi = sorted(ax.get_ylim())
+    if not (lo > 0 and np.isfinite(hi)):
+        return
+    first, last = math.ceil(math.log2(lo) - 1e-9), math.floor(math.log2(hi) + 1e-9)
+    stride = next((s for s in OCTAVE_STRIDES if (last - first) // s + 1 <= MAX_LABELS), OCTAVE_STRIDES[-1])
+    ks = list(range(-(-first // stride) * stride, last + 1, stride))
+    if len(ks) < 3 and stride > 1:  # a multiple of the stride fell outside: start at the first octave
+        ks = list(range(first, last + 1, stride))
+    ax.yaxis.set_major_locator(FixedLocator([2.0**k for k in ks]))
+    ax.yaxis.set_minor_locator(NullLocator())
+
+
+def _min_span(axes_row, octaves: float = 3.0) -> None:
     """Widen a row's shared log2 y range to at least ``octaves`` around its middle: a
-    flat quantity then looks flat (and the axis has tick labels)."""
+    flat quantity then looks flat (and the axis has three tick labels or more), then
+    label it at a regular stride of octaves (:func:`_octave_ticks`)."""
     drawn = [y for ax in axes_row for line in ax.get_lines() for y in np.asarray(line.get_ydata(), float)]
     if not drawn:  # nothing finite and positive to draw (every RMS zero or an overflow): a valid empty axis
         axes_row[0].set_ylim(2 ** (-octaves / 2), 2 ** (octaves / 2))
@@ -133,6 +157,7 @@ def _min_span(axes_row, octaves: float = 2.0) -> None:
     if lo > 0 and hi > 0 and math.log2(hi / lo) < octaves:
         mid = math.sqrt(lo * hi)
         axes_row[0].set_ylim(mid * 2 ** (-octaves / 2), mid * 2 ** (octaves / 2))
+    _octave_ticks(axes_row[0])
 
 
 def _row_title(sub, text: str) -> None:
@@ -218,6 +243,7 @@ def plot_coord_layers(rows: pd.DataFrame, fit: pd.DataFrame, init: str, pos: str
     cax = bar.add_axes((0.25, 0.35, 0.5, 0.3))
     cb = bar.colorbar(_mappable(cmap, norm), cax=cax, orientation="horizontal")
     cb.set_label("layer (-1: embedding, 0..L-1: blocks, L: logits)", fontsize=FONT)
+    cb.ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers are whole: no tick at -0.5
     cb.ax.tick_params(labelsize=FONT)
     suptitle(fig, f"{init}/{pos}, L={n_layers}: {_verdict_text(fit, init, pos, 'width')}" +
              (f"; {title}" if title else ""))  # fmt: skip

@@ -212,8 +212,7 @@ def plot_variance_during_training(variance: pd.DataFrame, title: str = "", max_p
             fmt.set_powerlimits((-2, 3))
             ax.yaxis.set_major_formatter(fmt)
         ax.set_title(textwrap.fill(config_name(g.iloc[0], keys), 30) if keys else "", fontsize=FONT)
-        if j // ncols == nrows - 1 or j + ncols >= len(shown):
-            ax.set_xlabel("addition k (0: embedding)")
+        ax.set_xlabel("addition k (0: embedding)")  # every panel: its depth sets its own k
         if j % ncols == 0:
             ax.set_ylabel("$v_k$ (post-norm: before the norm)")
         integer_axis(ax, g["k"].unique(), "x", nbins=4)

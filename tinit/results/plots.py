@@ -305,7 +305,8 @@ def _rank_panel(ax, groups, notes: list[str]) -> list:
     notes.append(coincidence_note(coincidences(cos, ax), "cosine"))
     notes.append(coincidence_note(coincidences(res, ax), "residual ratio"))
     ax.set_xlabel("residual addition k (0 = embedding)")
-    ax.set_ylabel("cosine (1) / residual ratio (0):\ncollapsed at" if measured else "mean pairwise cosine")
+    # which line is which: the legend says where each means collapse (cosine 1, ratio 0)
+    ax.set_ylabel("cosine (solid) /\nresidual ratio (dash-dot)" if measured else "mean pairwise cosine")
     ax.set_title("Rank collapse of the tokens")
     integer_axis(ax, df["k"], "x", nbins=5)
     if not measured:

@@ -66,7 +66,8 @@ def train_table(summary: pd.DataFrame, title: str) -> Table:
     t = summary_table(
         title, "final = held-out loss at the last step, mean ± SE over seeds that did not diverge"
     )
-    keys = varying_columns(summary)
+    # one configuration: nothing varies, so it is named by what it is (it was "run")
+    keys = varying_columns(summary) or [c for c in ("init", "norm_position", "n_layers") if c in summary]
     for col in ("config", "seeds", "diverged", "final", "±SE", "gap to H", "tok/s"):
         t.add_column(col, justify="left" if col == "config" else "right", no_wrap=col != "config")
     for _, r in summary.iterrows():

@@ -195,6 +195,22 @@ class Expectation:
         return "value", 0.0 if draw.dist == "zero" else draw.std
 
 
+def declared_expectation(config, sites, sigma: float | None = None) -> Expectation:
+    """``--expect declared`` for a model that is not tinit's: an HF config's
+    ``initializer_range`` plus its family's own rule (``sites.declared_scheme``: GPT-2's
+    c_proj / sqrt(2 n_layer); naive otherwise), or naive at 0.02 when the config declares
+    nothing. The one rule of ``audit --hf``/``--module`` and ``audit --checkpoint``."""
+    rng = getattr(config, "initializer_range", None)
+    if isinstance(rng, int | float) and not isinstance(rng, bool):
+        scheme = sites.declared_scheme or "naive"
+        rule = f" with {sites.declared_rule}" if sites.declared_rule else ""
+        s = float(rng) if sigma is None else sigma
+        what = f"initializer_range {rng:g}" if sigma is None else f"--sigma {s:g}"
+        return Expectation(scheme, s, s, f"the model's declared init ({what}{rule})")
+    s = 0.02 if sigma is None else sigma
+    return Expectation("naive", s, s, f"naive at sigma {s:g} (the model declares no init)")
+
+
 def _tied(roles: list[ParamRole]) -> bool:
     """The head is the embedding (audited once, as embed): no parameter has role head."""
     return not any(r.role == "head" for r in roles)

@@ -94,9 +94,19 @@ def _positions(config, ck: Checkpoint) -> int | None:
     return None
 
 
-def _check_seq(seq_len: int, limit: int | None, what: str) -> None:
+def check_seq(seq_len: int, limit: int | None, model: str, key: str) -> None:
+    """``--seq-len`` against the positions of ``model`` (its config's ``key``): an error
+    that says which model, how many positions it has and what to give instead."""
     if limit is not None and seq_len > limit:
-        raise ConfigError("seq_len", f"{seq_len} exceeds the {limit} positions of {what}")
+        raise ConfigError("seq_len", f"{seq_len} tokens do not fit the {model}: it has {limit} positions "
+                          f"({key}); give --seq-len {limit} or less")  # fmt: skip
+
+
+def positions_key(config) -> str:
+    """The key of the config's file that holds its positions, for the error's words
+    (GPT-2's max_position_embeddings is its n_positions: its attribute_map)."""
+    key = next((k for k in POSITION_KEYS if getattr(config, k, None) is not None), POSITION_KEYS[0])
+    return getattr(config, "attribute_map", {}).get(key, key)
 
 
 def _tinit(ck: Checkpoint, files: TensorFiles, run: RunConfig, device, dtype: torch.dtype) -> None:
@@ -106,7 +116,7 @@ def _tinit(ck: Checkpoint, files: TensorFiles, run: RunConfig, device, dtype: to
     cfg, init = model_from_info(ck.info, where)
     check_tinit_claims(files, cfg, where)
     what = f"tinit model of its JSON (L={cfg.n_layers}, d={cfg.d_model}, V={cfg.vocab_size})"
-    _check_seq(run.seq_len, cfg.max_seq_len, what)
+    check_seq(run.seq_len, cfg.max_seq_len, f"tinit model of {where}", "max_seq_len")
     terms = least_bytes(cfg, init, run.batch, run.seq_len, dtype, backward=False)
     # streamed (checkpoint.py): the tables outside the blocks are never held whole, but drift
     # rebuilds (or reads) one table's step-0 twin at a time (none at the step-0 checkpoint
@@ -149,7 +159,12 @@ def _hf(ck: Checkpoint, files: TensorFiles, run: RunConfig, device, dtype: torch
 
     config = checkpoint_config(ck, hf_given)
     what = f"{config.model_type} model of {ck.config.name}"
-    _check_seq(run.seq_len, _positions(config, ck), what)
+    check_seq(
+        run.seq_len,
+        _positions(config, ck),
+        f"{config.model_type} model of {ck.config}",
+        positions_key(config),
+    )
     model = meta_model(config, ck, dtype)
     groups = tied_groups(model)
     files.check(groups, what)

@@ -171,16 +171,33 @@ def matrix_gram(w: torch.Tensor) -> tuple[GramOp, int]:
     return op_t, m
 
 
-def chunked_gram(chunks: Callable[[], Iterable[torch.Tensor]], n: int) -> GramOp:
-    """The Gram operator AᵀA of a matrix given as row chunks (n columns): each call
-    passes over ``chunks()`` once, Σ Cᵀ(C v)."""
+#: Rows of a table's chunk converted at a time in :func:`chunked_gram` (256 x 2048 floats:
+#: 2 MiB, used twice while in cache): the stored chunk is read once from memory, where
+#: converting the whole chunk first wrote it out and read it back twice.
+SUB_ROWS = 256
+
+
+def chunked_gram(chunks: Callable[[], Iterable[torch.Tensor]], n: int, device="cpu",
+                 dtype: torch.dtype = torch.float32) -> GramOp:  # fmt: skip
+    """The Gram operator AᵀA of a matrix given as row chunks (n columns, any dtype, on
+    the CPU): each call passes over ``chunks()`` once, Σ Cᵀ(C v), each chunk converted
+    to ``dtype`` on ``device`` :data:`SUB_ROWS` rows at a time (on a GPU: whole)."""
+    device = torch.device(device)
+    rows = SUB_ROWS if device.type == "cpu" else None
+    small: dict = {}
 
     def op(v: torch.Tensor) -> torch.Tensor:
-        out = torch.zeros(n, dtype=torch.float64)
+        x = v.to(device=device, dtype=dtype)
+        out = torch.zeros(n, dtype=dtype, device=device)
         for c in chunks():
-            vc = v.to(device=c.device, dtype=c.dtype)
-            out += ((c @ vc) @ c).to(device="cpu", dtype=torch.float64)
-        return out
+            for part in c.split(rows) if rows else (c,):
+                r = part.shape[0]
+                buf = small.get(r)
+                if buf is None:
+                    buf = small[r] = torch.empty(r, n, dtype=dtype, device=device)
+                buf.copy_(part)
+                out.addmv_(buf.T, buf @ x)
+        return out.to(device="cpu", dtype=torch.float64)
 
     return op
 
@@ -217,8 +234,8 @@ def largest_singular_value(w: torch.Tensor, method: str = "fast", rtol: float = 
 
 
 def largest_singular_value_chunked(chunks: Callable[[], Iterable[torch.Tensor]], shape: tuple[int, int],
-                                   method: str = "fast", rtol: float = FAST_RTOL,
-                                   finite: bool = True) -> Estimate:  # fmt: skip
+                                   method: str = "fast", rtol: float = FAST_RTOL, finite: bool = True,
+                                   device="cpu") -> Estimate:  # fmt: skip
     """The spectral norm of a matrix too large to hold, given as row chunks (a fresh
     iterator per call; each is one pass over the matrix). ``exact`` forms AᵀA once (n x n,
     n the columns) and takes its largest eigenvalue; ``fast`` runs :func:`lanczos_top`
@@ -236,5 +253,5 @@ def largest_singular_value_chunked(chunks: Callable[[], Iterable[torch.Tensor]],
             c64 = c.to(device="cpu", dtype=torch.float64)
             g += c64.T @ c64
         return Estimate(math.sqrt(max(float(torch.linalg.eigvalsh(g)[-1]), 0.0)), "exact")
-    lam, steps, ok = lanczos_top(chunked_gram(chunks, n), n, rtol)
+    lam, steps, ok = lanczos_top(chunked_gram(chunks, n, device), n, rtol)
     return Estimate(math.sqrt(max(lam, 0.0)), "lanczos", steps, ok)

@@ -329,40 +329,62 @@ class TensorFiles:
         self.bytes_read += len(rows) * row_bytes
         return raw.view(FLOAT_DTYPES[self.dtypes[key]]).view(len(rows), *shape[1:])
 
-    def row_chunks(self, key: str, dtype: torch.dtype, device, chunk_bytes: int = CHUNK_BYTES,
+    def row_chunks(self, key: str, dtype: torch.dtype | None, device, chunk_bytes: int = CHUNK_BYTES,
                    count: bool = True, keep: dict | None = None) -> Iterator[torch.Tensor]:  # fmt: skip
         """The matrix ``key`` in consecutive row chunks of about ``chunk_bytes`` as
-        stored, each converted to ``dtype`` on ``device``. The chunks are views of two
-        buffers reused from chunk to chunk: use each before taking the next; ``keep``, a
-        dict the caller holds, keeps them for its next pass too (no fresh pages to fault
-        in at every Lanczos step). ``count``: add the bytes to :attr:`bytes_read` (False
-        for a second pass over the same rows)."""
+        stored, each converted to ``dtype`` on ``device`` (``dtype`` None: as stored, on
+        the CPU, no copy: the caller converts what it needs); the next chunk is read on a
+        second thread while this one is converted and used (``pread`` lets go of the
+        interpreter: the copy from the page cache overlaps the arithmetic). The chunks
+        are views of buffers reused from chunk to chunk: use each before taking the next;
+        ``keep``, a dict the caller holds, keeps them for its next pass too (no fresh
+        pages to fault in at every Lanczos step). ``count``: add the bytes to
+        :attr:`bytes_read` (False for a second pass over the same rows)."""
+        from concurrent.futures import ThreadPoolExecutor
+
         shape, path = self.shapes[key], self.files[key]
         rows = shape[0] if shape else 1
         row_bytes = max(math.prod(shape[1:]), 1) * ITEMSIZE[self.dtypes[key]]
         step = max(1, min(rows, chunk_bytes // max(row_bytes, 1)))
         sig = (step * row_bytes, (step, *shape[1:]), dtype, str(device))
         if keep is not None and keep.get("sig") == sig:
-            raw, conv = keep["raw"], keep["conv"]
+            raws, conv = keep["raws"], keep["conv"]
         else:
-            raw = torch.empty(step * row_bytes, dtype=torch.uint8)
-            conv = torch.empty((step, *shape[1:]), dtype=dtype, device=device)
+            raws = [torch.empty(step * row_bytes, dtype=torch.uint8) for _ in range(2)]
+            conv = None if dtype is None else torch.empty((step, *shape[1:]), dtype=dtype, device=device)
             if keep is not None:
-                keep.update(sig=sig, raw=raw, conv=conv)
+                keep.update(sig=sig, raws=raws, conv=conv)
         b = self.offsets[key][0]
         stored = FLOAT_DTYPES[self.dtypes[key]]
+        starts = list(range(0, rows, step))
         fd = self._fd(path)
+
+        def read(i: int) -> torch.Tensor:
+            n = min(step, rows - starts[i])
+            part = raws[i % 2][: n * row_bytes]
+            _pread(fd, part, b + starts[i] * row_bytes, path)
+            return part
+
+        pool = ThreadPoolExecutor(1, thread_name_prefix="tinit-rows") if len(starts) > 1 else None
         try:
-            for r0 in range(0, rows, step):
+            ahead = pool.submit(read, 0) if pool else None
+            for i, r0 in enumerate(starts):
+                part = ahead.result() if pool else read(i)
+                if pool and i + 1 < len(starts):
+                    ahead = pool.submit(read, i + 1)  # (into the other buffer)
                 n = min(step, rows - r0)
-                part = raw[: n * row_bytes]
-                _pread(fd, part, b + r0 * row_bytes, path)
                 if count:
                     self.bytes_read += n * row_bytes
+                typed = part.view(stored).view(n, *shape[1:])
+                if conv is None:  # (valid until the next chunk: its buffer is read into after that)
+                    yield typed if shape else typed.reshape(())
+                    continue
                 out = conv[:n]
-                out.copy_(part.view(stored).view(n, *shape[1:]))
+                out.copy_(typed)
                 yield out if shape else out.reshape(())
         finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
             os.close(fd)
 
 

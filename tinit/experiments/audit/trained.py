@@ -10,15 +10,19 @@ resident at a time):
   theory; an HF model through the audit's hooks and the plain law);
 - ``summary``: ``tinit variance``'s summary row per checkpoint, plus ``run`` and ``step``;
 - ``drift``: per tensor its std, the std its scheme draws it with at step 0
-  (``expected_std``), its spectral norm (largest singular value, matrices only) and,
+  (``expected_std``: a tinit run's own scheme; an HF model's declared init, its config's
+  ``initializer_range`` plus its family's rule, or ``--expect``'s scheme), its spectral
+  norm (largest singular value, matrices only) and,
   where the init is known (the run's step-0 checkpoint, else its seed: a tinit block
   depends only on (seed, layer, role)), ``rel_change`` = ||W - W0|| / ||W0||;
 - ``checkpoints``: one row per checkpoint: v_2L / v0 now and at the run's first
   checkpoint, the addition where the stream grows fastest, the roles that moved most.
 
-Tokens: uniform random ids from ``data_seed`` (default: the run's seed, so a step-0
-checkpoint gives ``tinit variance``'s numbers exactly), or a ``TrainData``'s first
-held-out batch (``tinit train``'s loader).
+Tokens: uniform random ids from ``data_seed`` (``tinit audit --checkpoint``: ``--seed``,
+the same tokens for every run; None: each run's own seed, so a step-0 checkpoint gives
+``tinit variance``'s numbers exactly), or a ``TrainData``'s first held-out batch
+(``tinit train``'s loader, its windows drawn by ``--seed``); config.json's
+``tokens_seed`` says which.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ... import theory
 from ...model.config import ConfigError, ModelConfig, RunConfig
 from ..device import make_tokens, stat_dtype
 from ..driver import Meter, Run
@@ -51,7 +56,7 @@ from .checkpoint import (
     tinit_expected,
     tinit_groups,
 )
-from .precheck import check_checkpoints
+from .precheck import check_checkpoints, check_seq, positions_key
 from .reader import BlockReader
 from .reader import _set as _set_tensor
 from .sources import Checkpoint, Found
@@ -103,11 +108,6 @@ def random_tokens(vocab: int, seq_len: int, batch: int, seed: int, device) -> to
     """``tinit variance``'s tokens: uniform ids drawn from the seed alone."""
     return make_tokens(ModelConfig(vocab_size=vocab, n_layers=1, d_model=8, n_heads=1),
                        RunConfig(batch=batch, seq_len=seq_len), seed, device)  # fmt: skip
-
-
-def _check_seq(seq_len: int, cfg_len: int | None, where: str) -> None:
-    if cfg_len is not None and seq_len > cfg_len:
-        raise ConfigError("seq_len", f"{seq_len} exceeds the {cfg_len} positions of {where}")
 
 
 def _fastest(df: pd.DataFrame) -> tuple[int | None, float]:
@@ -207,7 +207,7 @@ def audit_tinit(ck: Checkpoint, ref: Checkpoint | None, tokens: Tokens, run: Run
     if ticker is not None:
         ticker.checkpoint(f"{ck.run}@{ck.step}", files, cfg.n_layers)
     seq_len = run.seq_len
-    _check_seq(seq_len, cfg.max_seq_len, what)
+    check_seq(seq_len, cfg.max_seq_len, f"tinit model of {ck.path.with_suffix('.json')}", "max_seq_len")
     top = [n[0] for n, _ in groups if not n[0].startswith("blocks.")]
     reader = BlockReader(files, _block_keys(groups, keys, cfg.n_layers), dtype, device)
     item = reader.itemsize
@@ -267,7 +267,7 @@ def audit_tinit(ck: Checkpoint, ref: Checkpoint | None, tokens: Tokens, run: Run
     df = add_theory(raw, cfg.norm_position, cfg, init)
     labels = {"init": init.scheme, "norm_position": cfg.norm_position, "n_layers": cfg.n_layers,
               "seed": init.seed}  # fmt: skip
-    summary = {**labels, **summarize(df, init.definition.closed_form)}
+    summary = {**labels, **summarize(df, theory.closed_form_text(init.definition, cfg.norm_position))}
     return df.assign(**labels), summary, rows_out, {"init_source": source, "memory": plan}
 
 
@@ -303,14 +303,15 @@ def audit_hf(ck: Checkpoint, tokens: Tokens, run: RunConfig, device, dtype: torc
         ticker.checkpoint(ck.run, files, len(names))
     vocab = int(config.vocab_size)
     limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    _check_seq(run.seq_len, limit, what)
+    check_seq(run.seq_len, limit, f"{config.model_type} model of {ck.config}", positions_key(config))
     rows: list[dict] = []
     roles: dict[str, tuple[str, int]] = {}
+    held: list = []  # the expectation, once the sites (the family's rule) are known
 
     def expected_of(role: str, at: int, shape) -> float:
-        if expect is None or role in ("norm", "bias", "gain", "unknown"):
+        if role in ("norm", "bias", "gain", "unknown"):
             return math.nan
-        kind, value = expect.expected(role, len(names), 0.0, at, tuple(shape), False)
+        kind, value = held[0].expected(role, len(names), 0.0, at, tuple(shape), False)
         return value if kind == "std" else math.nan
 
     def measure_block(layer: int, state: dict[str, torch.Tensor]) -> None:
@@ -345,7 +346,8 @@ def audit_hf(ck: Checkpoint, tokens: Tokens, run: RunConfig, device, dtype: torc
     emb_key = keys[emb_name]
     with lazy.reading(reader, blank=True), embedding_rows(model, files, emb_key, dtype, device):
         # the structure from a forward of zeros: nothing of the blocks is read for it
-        sites, tr = find_sites(model, ids[:1, : min(4, ids.shape[1])], forward=base)
+        sites, tr = find_sites(model, ids[:1, : min(2, ids.shape[1])], forward=base)
+    held.append(_hf_expectation(expect, config, sites))
     roles.update({r.name: (r.role, r.layer) for r in classify_roles(model, sites, tr, vocab)})
     del tr
     for group in lazy.top:
@@ -368,11 +370,30 @@ def audit_hf(ck: Checkpoint, tokens: Tokens, run: RunConfig, device, dtype: torc
         rows,
         {
             "init_source": "none",
+            "expected": held[0].source,
             "sites": sites.describe(),
             "stream_check_max_rel_err": max(finite) if finite else None,
             "memory": plan,
         },
     )
+
+
+def _hf_expectation(expect, config, sites):
+    """What an HF checkpoint's ``expected_std`` follows: ``expect`` (``--expect SCHEME``)
+    at the config's ``initializer_range`` (0.02 where it has none), as ``audit --hf``
+    takes it; None (``--expect declared``): the config's ``initializer_range`` plus the
+    family's own rule (GPT-2's c_proj / sqrt(2 n_layer)), as ``audit --hf`` declares it."""
+    import dataclasses
+
+    from .audit import declared_expectation
+
+    if expect is None:
+        return declared_expectation(config, sites)
+    rng = getattr(config, "initializer_range", None)
+    if isinstance(rng, int | float) and not isinstance(rng, bool):
+        what = f"{expect.source} (sigma {float(rng):g}, the config's initializer_range)"
+        return dataclasses.replace(expect, sigma=float(rng), embed_std=float(rng), source=what)
+    return dataclasses.replace(expect, source=f"{expect.source} (sigma {expect.sigma:g})")
 
 
 def _table_row(ck: Checkpoint, summary: dict, df: pd.DataFrame, drift: pd.DataFrame, first: dict | None,
@@ -405,6 +426,16 @@ def _blocks_of(ck: Checkpoint, info_cfg) -> int:
         (doc[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if isinstance(doc.get(k), int)), 1
     )
     return max(int(n), 1)
+
+
+def _tokens_seed(data_seed: int | None) -> dict:
+    """config.json's ``tokens_seed``: which seed drew the tokens every checkpoint is
+    measured on, and whether every run shares them (``tinit audit --checkpoint``: --seed,
+    the same batch for every run, not each run's own training seed)."""
+    if data_seed is not None:
+        return {"seed": data_seed, "option": "--seed", "same_for_every_run": True}
+    return {"seed": None, "option": None, "same_for_every_run": False,
+            "note": "each run's own (training) seed; a Hugging Face model: 0"}  # fmt: skip
 
 
 def run_checkpoint_audit(found: Found, run: RunConfig, device: torch.device, dtype: torch.dtype,
@@ -442,6 +473,7 @@ def run_checkpoint_audit(found: Found, run: RunConfig, device: torch.device, dty
     meta.update(source=found.source, checkpoints=[str(c.path) for c in cks], skipped=found.skipped,
                 batch=run.batch, seq_len=run.seq_len, device=str(device),
                 dtype=str(dtype).replace("torch.", ""), init_source={}, data_seed=data_seed,
+                tokens_seed=_tokens_seed(data_seed),
                 spectral={"method": spectral, "rtol": FAST_RTOL if spectral == "fast" else None,
                           "counts": stats}, memory={}, bytes_total=total_bytes)  # fmt: skip
     ticker = Ticker(progress, blocks, total_bytes)
@@ -475,7 +507,7 @@ def run_checkpoint_audit(found: Found, run: RunConfig, device: torch.device, dty
         firsts.setdefault(ck.run, {**summary, "step": ck.step})
         table.append(_table_row(ck, summary, df, d, firsts[ck.run], info["init_source"]))
         meta["init_source"][ck.run or "hf"] = info["init_source"]
-        for k in ("sites", "stream_check_max_rel_err"):
+        for k in ("sites", "stream_check_max_rel_err", "expected"):
             if k in info:
                 meta[k] = info[k]
         plan = info.get("memory", {})

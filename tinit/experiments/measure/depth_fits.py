@@ -287,7 +287,7 @@ def fit_configs(
             "transfers": None if one else transfer_verdict(t_ratio, t_ratio_se),
             "law_max_rel_err": float(law_err), "law_tol": LAW_TOL,
             "law_holds": bool(law_err <= LAW_TOL) if math.isfinite(law_err) else None,
-            "closed_form": line.init.lookup(scheme).closed_form,
+            "closed_form": theory.closed_form_text(line.init.lookup(scheme), pos),
             "theory_rel_err_max": _max_abs(s["v_final_mean"] / s["theory_v_final"] - 1.0),
             **dict.fromkeys(("mf_ratio_max_min", "mf_transfer_ratio", "mf_transfer_z"), math.nan),
             **({} if one else {"mf_ratio_max_min": float(mf_ratio), "mf_transfer_ratio": float(mf_t_ratio),

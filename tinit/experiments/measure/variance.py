@@ -327,10 +327,10 @@ def run_variance(
         if theory_only:
             df = mf.frame.assign(**dict.fromkeys(_MEASURED["variance"], np.nan))
             row = dict.fromkeys(_MEASURED["summary"], np.nan)
-            row["closed_form"] = ini.definition.closed_form
+            row["closed_form"] = theory.closed_form_text(ini.definition, norm_position)
         else:
             df = add_theory(raw, norm_position, cfg, ini)
-            row = summarize(df, ini.definition.closed_form)
+            row = summarize(df, theory.closed_form_text(ini.definition, norm_position))
         df = add_prediction(df, None if mf is None else mf.frame) if not theory_only else df
         frames.append(df.assign(**labels))
         summaries.append({**labels, **row, **summarize_prediction(df)})
