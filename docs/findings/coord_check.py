@@ -30,7 +30,7 @@ COMMANDS = {
     "rules_off": "coord-check --init mup --param-rules off",
     "example_constants": "coord-check --init gpt2,mup --sigma 0.0625 --embed-std 1 --untie",
 }
-SMALL = "--d-model 16,32 --layers 1,2 --steps 2 --seeds 2 --seq-len 16 --batch 2 --vocab 64".split()
+SMALL = "--d-model 16,32 --layers 1,2 --steps 1 --seeds 2 --seq-len 16 --batch 2 --vocab 64".split()
 
 
 def read(run: Path) -> dict:
