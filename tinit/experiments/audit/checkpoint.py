@@ -3,7 +3,9 @@
 :class:`BlockReader` reads the blocks in order: a background thread reads each block's
 stored bytes (``pread``, :mod:`.tensors`) into one reused staging buffer; the main thread
 converts them into one reused arena in the audit's dtype on the audit's device, hands
-the buffer back, and measures the block while the thread reads the next one into it.
+the buffer back, and runs the block's forward while the thread reads the next one into
+it; a measuring thread (:class:`BlockWork`) measures the block's weights (``on_block``)
+during that forward, and the arena is written again only once both are done.
 Memory: one block as stored plus one block converted, whatever the depth (pinned
 staging on CUDA, so the copy to the device is a DMA).
 
@@ -37,10 +39,11 @@ from torch import nn
 from ...model.config import ConfigError, InitConfig, ModelConfig
 from ...model.init import role_of, role_rule
 from ...model.transformer import Block, Transformer, build_block
-from .reader import BlockReader, _set, adopt, compact_rows
+from .reader import BlockReader, BlockWork, _set, adopt, compact_rows
 from .tensors import CheckpointError, TensorFiles, tied_groups
 
 OnBlock = Callable[[int, dict[str, torch.Tensor]], None]
+OnMeasured = Callable[[int], None]
 
 
 def _user_schemes(entries, scheme: str, where: str) -> tuple:
@@ -126,10 +129,11 @@ class CheckpointTransformer(Transformer):
 
     def __init__(self, cfg: ModelConfig, init: InitConfig, files: TensorFiles, keys: dict[str, str],
                  reader: BlockReader, device="cpu", dtype: torch.dtype = torch.float32,
-                 on_block: OnBlock | None = None):  # fmt: skip
+                 on_block: OnBlock | None = None, on_measured: OnMeasured | None = None):  # fmt: skip
         super().__init__(cfg, init, "meta", dtype, stream=True, overlap=False, drawn=False)
         self._device = torch.device(device)
         self.files, self.keys, self.reader, self.on_block = files, keys, reader, on_block
+        self.on_measured = on_measured
         small = [n for n in self.state_dict() if n.startswith(("pos.", "final_norm."))]
         read = files.read([keys[n] for n in small], dtype, self._device)
         adopt(self, {n: read[keys[n]] for n in small})
@@ -148,15 +152,31 @@ class CheckpointTransformer(Transformer):
             self.embed = None
 
     def iter_blocks(self) -> Iterator[Block]:
-        for layer, stored in self.reader:
-            block = _meta_block(self.cfg, self.init, layer, self._dtype)
-            names = {n: f"blocks.{layer}.{n}" for n in block.state_dict()}
-            state = {n: stored[self.keys[full]] for n, full in names.items()}
-            adopt(block, state)
-            if self.on_block is not None:
-                self.on_block(layer, {names[n]: t for n, t in state.items()})
-            yield block
-            del block, state
+        # each block measured (on_block) on a thread of its own while it runs its forward
+        # here; the arena is written again only once that is done (BlockWork.settle)
+        work = BlockWork(self.on_block, self.on_measured)
+        blocks = iter(self.reader)
+        failed = True
+        try:
+            while True:
+                work.settle()
+                try:
+                    layer, stored = next(blocks)
+                except StopIteration:
+                    break
+                block = _meta_block(self.cfg, self.init, layer, self._dtype)
+                names = {n: f"blocks.{layer}.{n}" for n in block.state_dict()}
+                state = {n: stored[self.keys[full]] for n, full in names.items()}
+                adopt(block, state)
+                work.submit(layer, {names[n]: t for n, t in state.items()})
+                yield block
+                del block, state
+            failed = False
+        finally:
+            try:
+                work.close(failed)
+            finally:
+                blocks.close()
 
 
 def init_block_state(
@@ -230,8 +250,10 @@ class LazyBlocks:
     (nothing read: a trace of the structure)."""
 
     def __init__(self, model: nn.Module, blocks: list[str], keys: dict[str, str],
-                 on_block: OnBlock | None = None):  # fmt: skip
+                 on_block: OnBlock | None = None, on_measured: OnMeasured | None = None):  # fmt: skip
         self.model, self.blocks, self.keys, self.on_block = model, blocks, keys, on_block
+        self.on_measured = on_measured
+        self._work = BlockWork(None)
         groups = tied_groups(model)
         inside = tuple(b + "." for b in blocks)
         self.top = [names for names, _ in groups if not names[0].startswith(inside)]
@@ -248,23 +270,31 @@ class LazyBlocks:
     def reading(self, reader: BlockReader, blank: bool = False) -> Iterator[None]:
         self._source = iter(reader.blank() if blank else reader)
         self._measure = not blank
+        # each block measured (on_block) on a thread of its own while its forward runs
+        self._work = work = BlockWork(None if blank else self.on_block, self.on_measured)
         for i, b in enumerate(self.blocks):
             mod = self.model.get_submodule(b)
             self._handles.append(mod.register_forward_pre_hook(self._pre(i)))
             self._handles.append(mod.register_forward_hook(self._post(i)))
+        failed = True
         try:
             yield
+            failed = False
         finally:
-            for h in self._handles:
-                h.remove()
-            self._handles.clear()
-            close = getattr(self._source, "close", None)
-            self._source = None
-            if close is not None:
-                close()
+            try:
+                work.close(failed)
+            finally:
+                for h in self._handles:
+                    h.remove()
+                self._handles.clear()
+                close = getattr(self._source, "close", None)
+                self._source = None
+                if close is not None:
+                    close()
 
     def _pre(self, i: int):
         def fn(_m, _args):
+            self._work.settle()  # the block before measured: its arena may be written again
             layer, stored = next(self._source)
             if layer != i:  # (a model that runs its blocks out of order: not a stack)
                 raise CheckpointError(f"block {i} ran where block {layer} was expected: the blocks of "
@@ -275,8 +305,8 @@ class LazyBlocks:
                 for n in names:  # one tensor under each of its names (tied weights stay tied)
                     _set(self.model, n, t)
                 state[names[0]] = t
-            if self.on_block is not None and self._measure:
-                self.on_block(i, state)
+            if self._measure:
+                self._work.submit(i, state)
 
         return fn
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 from torch import nn
@@ -116,6 +117,55 @@ class BlockReader:
         if cuda:  # the staging buffer is handed back for the next read once its copy is done
             torch.cuda.current_stream(self.device).synchronize()
         return views
+
+
+class BlockWork:
+    """``fn(layer, tensors)`` for each block on one measuring thread, while the calling
+    thread runs that block's forward on the same tensors (read only by both); ``then(layer)``
+    (a progress tick) on the calling thread once it is done. :meth:`settle` waits for the
+    block before, raising its error here: call it before the reader writes its arena again.
+    Blocks are measured one at a time and in order, so the rows and the bytes are those of
+    the same work done inline."""
+
+    def __init__(self, fn: Callable[[int, dict[str, torch.Tensor]], None] | None,
+                 then: Callable[[int], None] | None = None):  # fmt: skip
+        self.fn, self.then = fn, then
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: tuple[int, Future] | None = None
+
+    def submit(self, layer: int, tensors: dict[str, torch.Tensor]) -> None:
+        self.settle()
+        if self.fn is None:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="tinit-block-measure")
+        self._pending = (layer, self._pool.submit(self.fn, layer, tensors))
+
+    def settle(self) -> None:
+        if self._pending is None:
+            return
+        layer, done = self._pending
+        self._pending = None
+        done.result()
+        if self.then is not None:
+            self.then(layer)
+
+    def close(self, failed: bool = False) -> None:
+        """Waits for the last block and ends the thread; its error is raised unless the
+        caller is failing already (``failed``: an interrupt, a forward that raised), whose
+        error then stands."""
+        pending, self._pending = self._pending, None
+        try:
+            if pending is not None:
+                if failed:
+                    pending[1].exception()  # (waited for, not raised)
+                else:
+                    self._pending = pending
+                    self.settle()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
 
 
 def adopt(module: nn.Module, tensors: dict[str, torch.Tensor]) -> None:

@@ -257,11 +257,11 @@ def audit_tinit(ck: Checkpoint, ref: Checkpoint | None, tokens: Tokens, run: Run
             role, expected = tinit_expected(cfg, init, name, layer, w.shape)
             rows_out.append({"layer": layer, "role": role,
                              **weight_row(name, w, w0.get(name), expected, spectral, stats)})  # fmt: skip
-        if ticker is not None:
-            ticker(layer)
 
     ids = tokens(cfg.vocab_size, seq_len, run.batch, init.seed if data_seed is None else data_seed, device)
-    model = CheckpointTransformer(cfg, init, files, keys, reader, device, dtype, on_block=measure_block)
+    model = CheckpointTransformer(
+        cfg, init, files, keys, reader, device, dtype, on_block=measure_block, on_measured=ticker
+    )
     raw = tinit_stream(model, ids, stat_dtype(dtype))
     del model
     df = add_theory(raw, cfg.norm_position, cfg, init)
@@ -319,10 +319,8 @@ def audit_hf(ck: Checkpoint, tokens: Tokens, run: RunConfig, device, dtype: torc
             role, at = roles.get(name, ("unknown", layer))
             exp = expected_of(role, at, w.shape)
             rows.append({"layer": at, "role": role, **weight_row(name, w, None, exp, spectral, stats)})
-        if ticker is not None:
-            ticker(layer)
 
-    lazy = LazyBlocks(model, names, keys, on_block=measure_block)
+    lazy = LazyBlocks(model, names, keys, on_block=measure_block, on_measured=ticker)
     reader = BlockReader(files, lazy.block_keys(), dtype, device)
     base = model.base_model
     emb = model.get_input_embeddings()

@@ -6,6 +6,7 @@ in row chunks (:func:`table_row`, an embedding or a head never held whole)."""
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterator
 
 import torch
@@ -22,8 +23,9 @@ from .tensors import TensorFiles
 
 #: Elements per chunk of the float64 statistics of a resident tensor (8 MiB).
 STAT_CHUNK = 1 << 20
-#: The float64 buffer of each device (:meth:`Moments._f64`).
-_BUFFERS: dict[torch.device, torch.Tensor] = {}
+#: The float64 buffer of each device, one per thread (:meth:`Moments._f64`; a block's
+#: statistics run on the reader's measuring thread while the main thread runs a forward).
+_LOCAL = threading.local()
 
 
 def _chunks(t: torch.Tensor, n: int = STAT_CHUNK) -> Iterator[torch.Tensor]:
@@ -47,13 +49,14 @@ class Moments:
     @staticmethod
     def _f64(chunk: torch.Tensor) -> torch.Tensor:
         """``chunk`` (at most STAT_CHUNK elements) copied into the float64 buffer of its
-        device, one for the whole process: allocated once, not per tensor (an 8 MiB block
+        device, one for the whole thread: allocated once, not per tensor (an 8 MiB block
         taken and given back per tensor fragmented the heap: ~5 MiB more resident per
         block of a 1B model)."""
         x = chunk.detach().reshape(-1)
-        buf = _BUFFERS.get(x.device)
+        buffers = _LOCAL.__dict__.setdefault("buffers", {})
+        buf = buffers.get(x.device)
         if buf is None or buf.numel() < x.numel():
-            buf = _BUFFERS[x.device] = torch.empty(max(x.numel(), STAT_CHUNK), dtype=torch.float64,
+            buf = buffers[x.device] = torch.empty(max(x.numel(), STAT_CHUNK), dtype=torch.float64,
                                                    device=x.device)  # fmt: skip
         b = buf[: x.numel()]
         b.copy_(x)
