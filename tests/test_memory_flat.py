@@ -50,7 +50,14 @@ def made_from_now_on():
 
 
 def settled() -> tuple[int, float]:
-    """After a full collection: (live tensors the collector can reach, resident MiB)."""
+    """After a full collection: (live tensors the collector can reach, resident MiB).
+    The large-width prediction's Gauss-Hermite tables (tinit.mf.kernels, an lru_cache of
+    at most 4 small tables, made on first use) are emptied first: constants of the
+    process, not a configuration's; without this the count depended on whether an earlier
+    test in the process had made them (this file alone failed, the whole suite passed)."""
+    from tinit.mf.kernels import _hermite_table
+
+    _hermite_table.cache_clear()
     gc.collect()
     return sum(1 for o in gc.get_objects() if isinstance(o, torch.Tensor)), rss_mib()
 
