@@ -39,7 +39,6 @@ from torch import nn
 from ...model.config import ConfigError, InitConfig, ModelConfig
 from ...model.init import role_of, role_rule
 from ...model.transformer import Block, Transformer, build_block
-from ...process import return_freed_memory
 from .reader import BlockReader, BlockWork, _set, adopt, compact_rows
 from .tensors import CheckpointError, TensorFiles, tied_groups
 
@@ -172,7 +171,6 @@ class CheckpointTransformer(Transformer):
                 work.submit(layer, {names[n]: t for n, t in state.items()})
                 yield block
                 del block, state
-                return_freed_memory()  # (see LazyBlocks._post)
             failed = False
         finally:
             try:
@@ -317,10 +315,6 @@ class LazyBlocks:
             for names in self.per_block[i]:
                 for n in names:
                     _set(self.model, n, None)
-            # the forward's temporaries, freed, handed back: without it the heap kept
-            # 3-7 MiB more a block (0.1-0.25 GiB over an 8B model's 32 blocks, the peak
-            # above the memory plan); with it the peak is the plan's (docs/performance.md)
-            return_freed_memory()
 
         return fn
 
