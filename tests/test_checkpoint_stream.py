@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import assert_one_line_error, skip_module_without
+from helpers import assert_one_line_error, skip_module_without, tiny
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
@@ -88,9 +88,26 @@ def test_a_changed_or_truncated_file_is_never_mixed(tmp_path):
 # --- Hugging Face folders --------------------------------------------------------------------
 
 
+def _saved(config, path, seed: int, shard: str, perturb: float = 0.0):
+    """The causal LM of ``config`` drawn at ``seed`` (its weights moved by ``perturb``
+    times N(0, 1) noise: norms off 1, biases off 0), saved to ``path`` in shards."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AutoModelForCausalLM.from_config(config).eval()
+        if perturb:
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(perturb * torch.randn_like(p))
+        model.save_pretrained(path, max_shard_size=shard)
+    return model
+
+
 def _llama_folder(path, layers=3, shard="30KB"):
     skip_module_without("transformers")
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    from transformers import LlamaConfig
 
     config = LlamaConfig(
         hidden_size=32,
@@ -101,12 +118,7 @@ def _llama_folder(path, layers=3, shard="30KB"):
         vocab_size=50,
         max_position_embeddings=32,
     )
-    torch.manual_seed(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = AutoModelForCausalLM.from_config(config).eval()
-        model.save_pretrained(path, max_shard_size=shard)
-    return model
+    return _saved(config, path, 0, shard)
 
 
 def test_partial_download_refused_in_one_line(tmp_path):
@@ -135,33 +147,9 @@ def test_a_file_changed_mid_audit_keeps_what_was_measured(tmp_path, monkeypatch)
     train = tmp_path / "train"
     res = runner.invoke(
         app,
-        [
-            "train",
-            "--layers",
-            "2",
-            "--d-model",
-            "16",
-            "--heads",
-            "2",
-            "--seq-len",
-            "8",
-            "--batch",
-            "2",
-            "--vocab",
-            "16",
-            "--eval-batches",
-            "1",
-            "--init",
-            "naive,gpt2",
-            "--pre-norm",
-            "--steps",
-            "2",
-            "--save-steps",
-            "final",
-            "--out",
-            str(train),
-        ],
-    )
+        ["train", *tiny(2, vocab="16"), "--eval-batches", "1", "--init", "naive,gpt2", "--pre-norm",
+         "--steps", "2", "--save-steps", "final", "--out", str(train)],
+    )  # fmt: skip
     assert res.exit_code == 0, res.output
     found = find_checkpoints(train)
     assert len(found.checkpoints) == 2
@@ -200,7 +188,7 @@ def test_gemma_scaled_embedding_read_by_rows(tmp_path):
     """Gemma 3: the embedding module multiplies its rows by sqrt(d) and has padding_idx 0;
     read by rows (a 5-row table for these ids), its output is the full table's."""
     skip_module_without("transformers")
-    from transformers import AutoModelForCausalLM, Gemma3TextConfig
+    from transformers import Gemma3TextConfig
 
     config = Gemma3TextConfig(
         hidden_size=32,
@@ -214,14 +202,7 @@ def test_gemma_scaled_embedding_read_by_rows(tmp_path):
         sliding_window=4,
         pad_token_id=0,
     )
-    torch.manual_seed(1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = AutoModelForCausalLM.from_config(config).eval()
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(0.05 * torch.randn_like(p))
-        model.save_pretrained(tmp_path, max_shard_size="20KB")
+    model = _saved(config, tmp_path, 1, "20KB", perturb=0.05)
     from tinit.experiments.audit.trained import random_tokens
 
     res = run_checkpoint_audit(find_checkpoints(tmp_path), RunConfig(batch=2, seq_len=12), CPU, torch.float32)
