@@ -80,3 +80,19 @@ def run_in_process(args: list[str]) -> None:
     res = CliRunner().invoke(app, args)
     if res.exit_code not in (0, 1):  # (check exits 1 when a claim fails: its files are written)
         raise SystemExit(f"tinit {shlex.join(args)}: exit {res.exit_code}\n{res.output[-2000:]}")
+
+
+def width_fits(run: Path) -> dict:
+    """coord-check's fits along width in ``run`` (its coord_check_fit.csv), per scheme:
+    ({"verdict", "outside", "rows"}, the row of largest |slope|, the rows with a slope)."""
+    import pandas as pd
+
+    fit = pd.read_csv(run / "coord_check_fit.csv")
+    width = fit[(fit["axis"] == "width") & fit["slope"].notna()]
+    out = {}
+    for init, g in width.groupby("init"):
+        verdicts = fit.loc[(fit["init"] == init) & (fit["axis"] == "width"), "verdict"].dropna()
+        base = {"verdict": str(verdicts.iloc[0]) if len(verdicts) else "",
+                "outside": int((~g["within"].astype(bool)).sum()), "rows": len(g)}  # fmt: skip
+        out[init] = (base, g.loc[g["slope"].abs().idxmax()], g)
+    return out

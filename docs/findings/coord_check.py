@@ -19,11 +19,9 @@ import shlex
 import sys
 from pathlib import Path
 
-import pandas as pd
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _common import ROOT, replace, run_in_process, run_process, shrink  # noqa: E402
+from _common import ROOT, replace, run_in_process, run_process, shrink, width_fits  # noqa: E402
 
 COMMANDS = {
     "defaults": "coord-check --init gpt2,mup",
@@ -34,17 +32,11 @@ SMALL = "--d-model 16,32 --layers 1,2 --steps 1 --seeds 2 --seq-len 16 --batch 2
 
 
 def read(run: Path) -> dict:
-    fit = pd.read_csv(run / "coord_check_fit.csv")
-    width = fit[(fit["axis"] == "width") & fit["slope"].notna()]
     out = {}
-    for init, g in width.groupby("init"):
-        worst = g.loc[g["slope"].abs().idxmax()]
-        verdict = fit.loc[(fit["init"] == init) & (fit["axis"] == "width"), "verdict"].dropna()
+    for init, (base, worst, g) in width_fits(run).items():
         ffn1 = g[(g["quantity"] == "ffn") & (g["step"] == 1)]
         out[init] = {
-            "verdict": str(verdict.iloc[0]) if len(verdict) else "",
-            "outside": int((~g["within"].astype(bool)).sum()),
-            "rows": len(g),
+            **base,
             "worst": {
                 "slope": float(worst["slope"]),
                 "se": float(worst["slope_se"]),

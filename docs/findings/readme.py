@@ -33,7 +33,7 @@ import pandas as pd
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _common import ROOT, readme_commands, replace, run_in_process, run_process, shrink  # noqa: E402
+from _common import ROOT, readme_commands, replace, run_in_process, run_process, shrink, width_fits  # noqa: E402
 
 TINY_MODEL = ["--d-model", "32", "--heads", "2", "--seq-len", "16", "--batch", "2", "--vocab", "64"]
 
@@ -72,21 +72,17 @@ def runs_and_time(run: Path, timing: dict) -> dict:
 
 
 def coord_check(run: Path, timing: dict) -> dict:
-    fit = pd.read_csv(run / "coord_check_fit.csv")
-    width = fit[(fit["axis"] == "width") & fit["slope"].notna()]
     out = {}
-    for init, g in width.groupby("init"):
-        worst = g.loc[g["slope"].abs().idxmax()]
-        verdicts = fit.loc[(fit["init"] == init) & (fit["axis"] == "width"), "verdict"].dropna()
+    for init, (base, worst, g) in width_fits(run).items():
         out[init] = {
-            "verdict": str(verdicts.iloc[0]) if len(verdicts) else "",
+            "verdict": base["verdict"],
             "worst_abs_slope": abs(float(worst["slope"])),
             "worst_slope_se": float(worst["slope_se"]),
             "worst_quantity": str(worst["quantity"]),
             "worst_step": int(worst["step"]),
             "worst_layers": int(worst["n_layers"]),
-            "outside": int((~g["within"].astype(bool)).sum()),
-            "rows": len(g),
+            "outside": base["outside"],
+            "rows": base["rows"],
         }
         last = g[(g["quantity"] == "ffn") & (g["n_layers"] == g["n_layers"].min())]
         if len(last):
@@ -134,18 +130,9 @@ EXAMPLES = [
     Example(
         "audit",
         "weights.png",
-        [
-            "--set",
-            "num_hidden_layers=2",
-            "--set",
-            "hidden_size=32",
-            "--set",
-            "intermediate_size=64",
-            "--seq-len",
-            "8",
-            "--batch",
-            "2",
-        ],
+        (
+            "--set num_hidden_layers=2 --set hidden_size=32 --set intermediate_size=64 --seq-len 8 --batch 2"
+        ).split(),  # fmt: skip
     ),  # (--set: replaced)
     Example("sweep", "depth_sweep.png", ["--layers", "1,2", "--seeds", "2", *TINY_MODEL], sweep),
     Example(
@@ -159,26 +146,10 @@ EXAMPLES = [
     Example(
         "lr-transfer",
         "lr_transfer.png",
-        [
-            "--d-model",
-            "16,32",
-            "--seeds",
-            "2",
-            "--lr",
-            "1e-3,1e-2",
-            "--steps",
-            "2",
-            "--warmup",
-            "1",
-            "--eval-batches",
-            "1",
-            "--seq-len",
-            "16",
-            "--batch",
-            "2",
-            "--vocab",
-            "64",
-        ],
+        (
+            "--d-model 16,32 --seeds 2 --lr 1e-3,1e-2 --steps 2 --warmup 1 --eval-batches 1 "
+            "--seq-len 16 --batch 2 --vocab 64"
+        ).split(),  # fmt: skip
         runs_and_time,
     ),
     Example(
@@ -190,22 +161,7 @@ EXAMPLES = [
     Example(
         "coord-check",
         "coord_check.png",
-        [
-            "--d-model",
-            "16,32",
-            "--layers",
-            "1",
-            "--steps",
-            "1",
-            "--seeds",
-            "2",
-            "--seq-len",
-            "16",
-            "--batch",
-            "2",
-            "--vocab",
-            "64",
-        ],
+        "--d-model 16,32 --layers 1 --steps 1 --seeds 2 --seq-len 16 --batch 2 --vocab 64".split(),
         coord_check,
     ),
 ]
