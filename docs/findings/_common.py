@@ -4,6 +4,7 @@ and a command run as a whole process, timed with the load."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shlex
@@ -13,6 +14,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+FINDINGS = Path(__file__).resolve().parent
 README = ROOT / "README.md"
 
 
@@ -96,3 +98,13 @@ def width_fits(run: Path) -> dict:
                 "outside": int((~g["within"].astype(bool)).sum()), "rows": len(g)}  # fmt: skip
         out[init] = (base, g.loc[g["slope"].abs().idxmax()], g)
     return out
+
+
+def parser(doc: str, name: str, small: str = "a reduced size (the test)") -> argparse.ArgumentParser:
+    """A finding's command line: ``--small`` (the test's size), ``--work`` (where its
+    runs go: benchmarks/out/findings/<name>) and ``--out`` (where <name>.json goes)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--small", action="store_true", help=small)
+    ap.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "out" / "findings" / name)
+    ap.add_argument("--out", type=Path, default=FINDINGS, help=f"where {name}.json goes")
+    return ap

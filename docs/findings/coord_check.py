@@ -13,7 +13,6 @@ Writes coord_check.json beside this file.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _common import ROOT, replace, run_in_process, run_process, shrink, width_fits  # noqa: E402
+from _common import parser, replace, run_in_process, run_process, shrink, width_fits  # noqa: E402
 
 COMMANDS = {
     "defaults": "coord-check --init gpt2,mup",
@@ -75,10 +74,7 @@ def quotes(data: dict) -> dict[str, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--small", action="store_true", help="a reduced size (the test)")
-    ap.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "out" / "findings" / "coord_check")
-    ap.add_argument("--out", type=Path, default=HERE, help="where coord_check.json goes")
+    ap = parser(__doc__, "coord_check")
     a = ap.parse_args(argv)
     data = {}
     for key, cmd in COMMANDS.items():

@@ -21,7 +21,6 @@ against the app by tests/test_docs.py and their commands run by tests/test_same_
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import sys
@@ -33,7 +32,7 @@ import pandas as pd
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _common import ROOT, readme_commands, replace, run_in_process, run_process, shrink, width_fits  # noqa: E402
+from _common import ROOT, parser, readme_commands, replace, run_in_process, run_process, shrink, width_fits  # noqa: E402
 
 TINY_MODEL = ["--d-model", "32", "--heads", "2", "--seq-len", "16", "--batch", "2", "--vocab", "64"]
 
@@ -247,11 +246,8 @@ def quotes(data: dict) -> dict[str, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__, "readme", small="tiny sizes, in-process (the test)")
     ap.add_argument("names", nargs="*", help="some examples only (default: every one)")
-    ap.add_argument("--small", action="store_true", help="tiny sizes, in-process (the test)")
-    ap.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "out" / "findings" / "readme")
-    ap.add_argument("--out", type=Path, default=HERE, help="where readme.json goes")
     a = ap.parse_args(argv)
     unknown = set(a.names) - {e.name for e in EXAMPLES}
     if unknown:

@@ -21,7 +21,6 @@ ranges over the seeds do not overlap.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -31,7 +30,7 @@ import pandas as pd
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _common import ROOT, readme_commands, replace, run_process, shrink  # noqa: E402
+from _common import ROOT, parser, readme_commands, replace, run_process, shrink  # noqa: E402
 
 #: The test's tiny size, appended to the README's commands (the last value of an option wins).
 SMALL = {
@@ -261,11 +260,8 @@ def quotes(data: dict) -> dict[str, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--small", action="store_true", help="a reduced size (the test's)")
+    ap = parser(__doc__, "training")
     ap.add_argument("--reuse", action="store_true", help="analyse the run folders already in --work")
-    ap.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "out" / "findings" / "training")
-    ap.add_argument("--out", type=Path, default=HERE, help="where training.json goes (the figure: docs/img)")
     a = ap.parse_args(argv)
     timing = {}
     if a.reuse and (a.work / "timing.json").exists():  # (what the run that made the folders took)
