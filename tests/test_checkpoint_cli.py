@@ -245,3 +245,16 @@ def test_sigterm_while_saving_keeps_the_checkpoints_written(tmp_path, monkeypatc
             assert len(list(h.keys())) == len(safe_open(str(min(complete)), framework="pt").keys())
     found = find_checkpoints(out)
     assert {c.path for c in found.checkpoints} == complete
+
+
+def test_the_memory_line_of_a_run_stopped_before_its_first_checkpoint_was_measured():
+    """A SIGTERM inside the first checkpoint left no plan and no measured span: the line
+    said "resident ()" and "measured in 0.0 s"; it says what it knows and no more."""
+    from tinit.cli.audit_checkpoint import memory_line
+
+    stopped = memory_line({"peak_rss_mib": 829.0, "bytes_read": 1.28 * 2**30})
+    assert stopped == "Memory: peak 0.81 GiB resident; read 1.28 GiB"
+    whole = memory_line({"peak_rss_mib": 1024.0, "bytes_read": 2**30, "seconds": {"a": 2.0},
+                         "memory": {"arena_gib": 0.5, "predicted_gib": 0.9}})  # fmt: skip
+    assert whole == ("Memory: peak 1.00 GiB resident (one block converted 0.50 GiB; planned 0.90 GiB); "
+                     "read 1.00 GiB, measured in 2.0 s (0.50 GiB/s)")  # fmt: skip

@@ -114,8 +114,9 @@ def memory_line(meta: dict) -> str:
     peak_s = f"peak {peak / 1024:.2f} GiB resident" if peak else "peak not known here"
     if mem.get("predicted_gib"):
         parts += f"; planned {mem['predicted_gib']:.2f} GiB"
-    rate = f" ({read / secs:.2f} GiB/s)" if secs > 0 else ""
-    return f"Memory: {peak_s} ({parts}); read {read:.2f} GiB, measured in {secs:.1f} s{rate}"
+    # (a run stopped inside its first checkpoint has no plan and no measured span yet)
+    measured = f", measured in {secs:.1f} s ({read / secs:.2f} GiB/s)" if secs > 0 else ""
+    return f"Memory: {peak_s}{f' ({parts})' if parts else ''}; read {read:.2f} GiB{measured}"
 
 
 def _expectation(ctx, opts: Options, expect: str):
