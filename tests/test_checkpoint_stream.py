@@ -226,6 +226,9 @@ def test_spectral_off_exact_and_what_config_json_records(tmp_path):
     drift = pd.read_csv(outs["off"] / "drift.csv", keep_default_na=False)
     matrices = drift["shape"].str.contains("x")
     assert (drift.loc[matrices, "spectral_method"] == "off").all() and (drift["spectral_norm"] == "").all()
+    # a vector has no spectral norm, off or not: empty ("not applicable") in the blocks
+    # as outside them (the blocks' norm gains said "off", the final norm's nothing)
+    assert (drift.loc[~matrices, "spectral_method"] == "").all() and (~matrices).sum() >= 7
     exact = pd.read_csv(outs["exact"] / "drift.csv")
     assert (exact.loc[exact["shape"].str.contains("x"), "spectral_method"] == "exact").all()
     config = json.loads((outs["exact"] / "config.json").read_text())
@@ -257,3 +260,23 @@ def test_progress_counts_blocks_bytes_and_rate(tmp_path):
     run_checkpoint_audit(find_checkpoints(folder), RunConfig(batch=1, seq_len=8), CPU, torch.float32,
                          progress=lambda done, total: two.append(done))  # fmt: skip
     assert two == list(range(1, 6))
+
+
+@pytest.mark.parametrize(
+    ("w", "want"),
+    [(torch.randn(64, 32), 0.0), (torch.zeros(5), float("nan")), (torch.full((7,), 1.0), 0.0),
+     (torch.tensor([1.0, float("nan")]), float("nan")), (torch.tensor([1.0, float("inf")]), float("nan"))],
+    ids=["matrix", "zeros", "ones", "nan", "inf"],
+)  # fmt: skip
+def test_a_step_0_checkpoint_against_itself_needs_no_pass(w, want):
+    """The change of a tensor from itself, from its moments alone: what ||W - W||/||W||
+    gives where it is a number (0; NaN for a zero tensor), and NaN (flagged) where W is
+    not finite (the pass over W - W gave 0 for an infinity, NaN for a NaN)."""
+    from tinit.experiments.audit.weights import Moments, weight_row
+
+    m = Moments()
+    m.add(w)
+    np.testing.assert_equal(m.change_from_itself, want)
+    np.testing.assert_equal(weight_row("w", w, None, float("nan"), "off", same=True)["rel_change"], want)
+    if want == 0.0:  # the pass it saves says the same
+        np.testing.assert_equal(weight_row("w", w, w.clone(), float("nan"), "off")["rel_change"], 0.0)

@@ -25,16 +25,15 @@ def _aligned(n: int, to: int = 64) -> int:
 class BlockReader:
     """The blocks of ``files`` in order (``blocks``: each block's stored keys), each as
     ``{key: view of the arena}`` in ``dtype`` on ``device``; the next block read on a
-    background thread while this one is measured when ``ahead`` (see the module
+    background thread while this one is measured (where there is more than one; see the module
     docstring). A view is valid until the next
     block is taken. Errors of the reading thread (a file changed or truncated) are
     raised in the caller's thread when it takes that block."""
 
-    def __init__(self, files: TensorFiles, blocks: list[list[str]], dtype: torch.dtype, device,
-                 ahead: bool = True):  # fmt: skip
+    def __init__(self, files: TensorFiles, blocks: list[list[str]], dtype: torch.dtype, device):
         self.files, self.blocks, self.dtype = files, blocks, dtype
         self.device = torch.device(device)
-        self.ahead = ahead and len(blocks) > 1
+        self.ahead = len(blocks) > 1  # (one block: nothing to read ahead of)
         self.staged = max((files.staged_bytes(b) for b in blocks), default=0)
         self.layout: list[dict[str, int]] = []
         size = 0
@@ -185,9 +184,10 @@ def compact_rows(files: TensorFiles, key: str, ids: torch.Tensor, dtype: torch.d
                  device) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """The rows of the table ``key`` that ``ids`` use (sorted, distinct: only their bytes
     are read) in ``dtype`` on ``device``, and ``ids`` renumbered into them."""
-    rows = torch.unique(ids.detach().cpu())
+    host = ids.detach().cpu().contiguous()
+    rows = torch.unique(host)
     table = files.read_rows(key, rows).to(device=device, dtype=dtype)
-    return table, torch.searchsorted(rows, ids.detach().cpu().contiguous()).to(ids.device)
+    return table, torch.searchsorted(rows, host).to(ids.device)
 
 
 def _set(model: nn.Module, name: str, value: torch.Tensor | None) -> None:

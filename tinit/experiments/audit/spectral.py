@@ -213,15 +213,15 @@ def exact_top(w: torch.Tensor) -> float:
 def largest_singular_value(w: torch.Tensor, method: str = "fast", rtol: float = FAST_RTOL,
                            finite: bool | None = None) -> Estimate:  # fmt: skip
     """The spectral norm of a resident matrix by ``method`` (:data:`METHODS`); the empty
-    :data:`NONE` for a tensor that is not a finite matrix (``finite``: the caller has
-    checked that already)."""
-    if method == "off":
-        return Estimate(math.nan, "off", 0, True)
-    if finite is None:
-        finite = bool(torch.isfinite(w).all())
+    :data:`NONE` for a tensor that is not a matrix, :data:`NOT_FINITE` for a matrix that
+    is not finite, whatever ``method`` (``finite``: the caller has checked that already)."""
     if w.dim() != 2 or w.numel() == 0:
         return NONE
-    if not finite:
+    if finite is False:
+        return NOT_FINITE
+    if method == "off":
+        return Estimate(math.nan, "off", 0, True)
+    if finite is None and not bool(torch.isfinite(w).all()):
         return NOT_FINITE
     if method == "exact" or min(w.shape) <= EXACT_SIDE:
         return Estimate(exact_top(w), "exact")
@@ -239,14 +239,16 @@ def largest_singular_value_chunked(chunks: Callable[[], Iterable[torch.Tensor]],
     """The spectral norm of a matrix too large to hold, given as row chunks (a fresh
     iterator per call; each is one pass over the matrix). ``exact`` forms AᵀA once (n x n,
     n the columns) and takes its largest eigenvalue; ``fast`` runs :func:`lanczos_top`
-    over the chunks. ``finite``: the caller's check that every element is finite."""
-    if method == "off":
-        return Estimate(math.nan, "off", 0, True)
+    over the chunks. ``finite``: the caller's check that every element is finite (as
+    :func:`largest_singular_value`: an empty matrix has none, a non-finite one is flagged
+    whatever ``method``)."""
     m, n = shape
     if m == 0 or n == 0:
         return NONE
     if not finite:
         return NOT_FINITE
+    if method == "off":
+        return Estimate(math.nan, "off", 0, True)
     if method == "exact" or n <= EXACT_SIDE:
         g = torch.zeros(n, n, dtype=torch.float64)
         for c in chunks():

@@ -136,7 +136,7 @@ class Ticker:
     def checkpoint(self, label: str, files: TensorFiles, blocks: int) -> None:
         if self.files is not None:
             self.read_before += self.files.bytes_read
-        self.label, self.files, self.blocks, self.at = label, files, blocks, 0
+        self.label, self.files, self.blocks = label, files, blocks
 
     @property
     def bytes_read(self) -> int:
@@ -144,7 +144,6 @@ class Ticker:
 
     def __call__(self, layer: int) -> None:
         self.done += 1
-        self.at += 1
         if self.progress is None:
             return
         rate = self.done / max(time.perf_counter() - self.t0, 1e-9)
@@ -165,7 +164,7 @@ def _activation_bytes(batch: int, seq: int, d: int, d_ff: int, heads: int, items
     return itemsize * (tokens * (8 * d + 3 * d_ff) + 2 * batch * heads * seq * seq) + 8 * tokens
 
 
-def _memory_plan(reader: BlockReader, files: TensorFiles, top_bytes: int, rows_bytes: int, act: int,
+def _memory_plan(reader: BlockReader, top_bytes: int, rows_bytes: int, act: int,
                  twins: int, device, where: str) -> dict:  # fmt: skip
     """What streaming this checkpoint holds at its peak, checked against the free memory
     before anything is read: the reader's arena and staging, the step-0 twin of a block
@@ -217,7 +216,7 @@ def audit_tinit(ck: Checkpoint, ref: Checkpoint | None, tokens: Tokens, run: Run
     twins = 0 if same else reader.arena_elements * item + largest_top
     act = _activation_bytes(run.batch, seq_len, cfg.d_model, cfg.d_ff, cfg.n_heads, item)
     rows = min(run.batch * seq_len, cfg.vocab_size) * cfg.d_model * item
-    plan = _memory_plan(reader, files, small_top * item, rows, act, twins, device, str(ck.path))
+    plan = _memory_plan(reader, small_top * item, rows, act, twins, device, str(ck.path))
     ref_files = ref_keys = None
     if ref is not None and not same:
         ref_files = ref.tensors()
@@ -335,7 +334,7 @@ def audit_hf(ck: Checkpoint, tokens: Tokens, run: RunConfig, device, dtype: torc
     heads = int(getattr(config, "num_attention_heads", 0) or getattr(config, "n_head", 0) or 1)
     act = _activation_bytes(run.batch, run.seq_len, d, d_ff, heads, item)
     rows_b = min(run.batch * run.seq_len, vocab) * d * item
-    plan = _memory_plan(reader, files, small, rows_b, act, 0, device, str(ck.path))
+    plan = _memory_plan(reader, small, rows_b, act, 0, device, str(ck.path))
     read = files.read([keys[n[0]] for n in needed], dtype, device)
     for names_ in needed:
         for n in names_:

@@ -14,7 +14,6 @@ import torch
 from .spectral import (
     FAST_RTOL,
     NONE,
-    NOT_FINITE,
     Estimate,
     largest_singular_value,
     largest_singular_value_chunked,
@@ -88,6 +87,15 @@ class Moments:
         self.s2 += s2
 
     @property
+    def change_from_itself(self) -> float:
+        """||W - W0|| / ||W0|| where W0 is W (a step-0 checkpoint is its own init), from
+        these moments, no pass over W: 0 where W is finite and not all zero, NaN where it
+        is all zero (no relative change) or not finite (flagged, as every change is)."""
+        if not self.finite or self.n == 0:
+            return math.nan
+        return 0.0 if self.s2 > 0 or self.shift else math.nan
+
+    @property
     def std(self) -> float:
         if self.n <= 1 or not self.finite:
             return math.nan
@@ -119,18 +127,17 @@ def _row(name: str, shape, numel: int, std: float, expected: float, spectral: Es
 
 
 def weight_row(name: str, w: torch.Tensor, w0: torch.Tensor | None, expected: float,
-               spectral: str = "fast", stats: dict | None = None) -> dict:  # fmt: skip
+               spectral: str = "fast", stats: dict | None = None, same: bool = False) -> dict:  # fmt: skip
     """std, spectral norm (by ``spectral``, :mod:`.spectral`) and ||W - W0|| / ||W0|| of
     one resident tensor (NaN where W0 is unknown or zero: a zero-initialised matrix has
-    no relative change). ``stats``: counts of the spectral methods used, updated."""
+    no relative change; ``same``: W is its own W0). ``stats``: counts of the spectral
+    methods used, updated."""
     m = Moments()
-    for c in _chunks(w):
-        m.add(c)
-    est = largest_singular_value(w, spectral, finite=True) if m.finite else NOT_FINITE
+    m.add(w)
+    est = largest_singular_value(w, spectral, finite=m.finite)
     _count(stats, est)
-    return _row(
-        name, w.shape, w.numel(), m.std if w.numel() > 1 else math.nan, expected, est, rel_change(w, w0)
-    )
+    rel = m.change_from_itself if same else rel_change(w, w0)
+    return _row(name, w.shape, w.numel(), m.std if w.numel() > 1 else math.nan, expected, est, rel)
 
 
 def table_row(files: TensorFiles, key: str, name: str, expected: float, spectral: str = "fast",
@@ -147,11 +154,7 @@ def table_row(files: TensorFiles, key: str, name: str, expected: float, spectral
     keep: dict = {}  # (the chunk buffers, reused by every pass over this table)
     for c in files.row_chunks(key, None, device, keep=keep):  # (as stored: converted where used)
         m.add(c)
-        if same:
-            for part in _chunks(c):
-                x = diff._f64(part)
-                den += float(torch.dot(x, x))
-        elif w0 is not None:
+        if w0 is not None and not same:
             b = w0.reshape(shape)[r0 : r0 + c.shape[0]] if shape else w0
             for pa, pb in zip(_chunks(c), _chunks(b), strict=True):
                 x = diff._f64(pb)
@@ -159,18 +162,20 @@ def table_row(files: TensorFiles, key: str, name: str, expected: float, spectral
                 x.sub_(pa.to(x.device)).neg_()
                 num += float(torch.dot(x, x))
         r0 += c.shape[0] if shape else 1
-    rel = math.sqrt(num) / math.sqrt(den) if (w0 is not None or same) and den > 0 else math.nan
-    est = NONE if m.finite or len(shape) != 2 else NOT_FINITE
-    if len(shape) == 2 and m.finite:
+    if same:
+        rel = m.change_from_itself
+    else:
+        rel = math.sqrt(num) / math.sqrt(den) if w0 is not None and den > 0 else math.nan
+    est = NONE
+    if len(shape) == 2:
         est = largest_singular_value_chunked(
             lambda: files.row_chunks(key, None, device, count=False, keep=keep),
             shape,
             spectral,
             FAST_RTOL,
+            finite=m.finite,
             device=device,
         )
-    elif spectral == "off" and len(shape) == 2:
-        est = Estimate(math.nan, "off")
     _count(stats, est)
     numel = math.prod(shape)
     return _row(name, shape, numel, m.std if numel > 1 else math.nan, expected, est, rel)
