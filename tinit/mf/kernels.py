@@ -45,6 +45,11 @@ def linear(K: torch.Tensor, weight_var_fan_in: float, bias_ms: float = 0.0) -> t
     return out + bias_ms if bias_ms else out
 
 
+def _inv_sqrt(diag: torch.Tensor) -> torch.Tensor:
+    """1 / sqrt(d) where d > 0, else 0 (a zero token, or a norm's eps of 0)."""
+    return torch.where(diag > 0, diag.clamp_min(0).rsqrt(), torch.zeros_like(diag))
+
+
 def norm(
     K: torch.Tensor, kind: str, eps: float, gain2: float, width: int, bias2: float = 0.0,
     mean: torch.Tensor | None = None,
@@ -60,20 +65,17 @@ def norm(
         if mean is not None:
             K = K - mean.unsqueeze(-1) * mean.unsqueeze(-2)
         K = K * (1.0 - 1.0 / width)
-    diag = torch.diagonal(K, dim1=-2, dim2=-1) + eps
-    inv = torch.where(diag > 0, diag.rsqrt(), torch.zeros_like(diag))
+    inv = _inv_sqrt(torch.diagonal(K, dim1=-2, dim2=-1) + eps)
     out = K * inv.unsqueeze(-1) * inv.unsqueeze(-2) * gain2
     return out + bias2 if bias2 else out
 
 
-def norm_factor(K: torch.Tensor, kind: str, eps: float, gain: float, width: int) -> torch.Tensor:
+def norm_factor(diag: torch.Tensor, kind: str, eps: float, gain: float, width: int) -> torch.Tensor:
     """The per-token factor a norm multiplies each token by (g / sqrt(K_ii + eps), times
-    (1 - 1/width) for LayerNorm's mean removal), for cross Grams C(x, z) with another
-    stream z: the norm maps C to factor_i C_ij."""
+    (1 - 1/width) for LayerNorm's mean removal), from the Gram's diagonal K_ii, for cross
+    Grams C(x, z) with another stream z: the norm maps C to factor_i C_ij."""
     scale = 1.0 - 1.0 / width if kind == "layernorm" else 1.0
-    diag = torch.diagonal(K, dim1=-2, dim2=-1) * scale + eps
-    inv = torch.where(diag > 0, diag.rsqrt(), torch.zeros_like(diag))
-    return inv * gain * scale
+    return _inv_sqrt(diag * scale + eps) * gain * scale
 
 
 def cosine(K: torch.Tensor) -> torch.Tensor:
@@ -82,8 +84,7 @@ def cosine(K: torch.Tensor) -> torch.Tensor:
     T = K.shape[-1]
     if T < 2:
         return torch.tensor(math.nan, dtype=K.dtype)
-    diag = torch.diagonal(K, dim1=-2, dim2=-1)
-    inv = torch.where(diag > 0, diag.rsqrt(), torch.zeros_like(diag))
+    inv = _inv_sqrt(torch.diagonal(K, dim1=-2, dim2=-1))
     C = K * inv.unsqueeze(-1) * inv.unsqueeze(-2)
     off = C.sum(dim=(-2, -1)) - torch.diagonal(C, dim1=-2, dim2=-1).sum(-1)
     return (off / (T * (T - 1))).mean()
@@ -97,7 +98,7 @@ def mean_diag(K: torch.Tensor) -> torch.Tensor:
 def _correlation(K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(rho, diag): K's correlations, clamped to [-1, 1] (0 where a token is zero), and its diagonal."""
     diag = torch.diagonal(K, dim1=-2, dim2=-1)
-    inv = torch.where(diag > 0, diag.clamp_min(0).rsqrt(), torch.zeros_like(diag))
+    inv = _inv_sqrt(diag)
     rho = K * inv.unsqueeze(-1) * inv.unsqueeze(-2)
     rho = (0.5 * (rho + rho.transpose(-2, -1))).clamp(-1.0, 1.0)  # exactly symmetric (arccos is steep at 1)
     return rho, diag.clamp_min(0)
@@ -179,7 +180,6 @@ def mehler_kernel(K: torch.Tensor, kind: str) -> tuple[torch.Tensor, float]:
             cn = cb[..., n]
             out.mul_(r).baddbmm_(cn.unsqueeze(-1), cn.unsqueeze(-2))
         out = out.reshape(shape)
-    out = out.clone()
     series = torch.diagonal(out, dim1=-2, dim2=-1)
     deficit = torch.where(exact > 0, (exact - series).abs() / exact, torch.zeros_like(exact))
     idx = torch.arange(K.shape[-1])

@@ -138,7 +138,7 @@ class _Roles:
         its norm's factor (a LayerNorm bias as one more column)."""
         cfg = self.cfg
         diag = F.square().sum(-1)
-        f = kn.norm_factor(torch.diag_embed(diag), cfg.norm, cfg.norm_eps, math.sqrt(self.norm_gain2), width)
+        f = kn.norm_factor(diag, cfg.norm, cfg.norm_eps, math.sqrt(self.norm_gain2), width)
         return scaled(F * f.unsqueeze(-1), 1.0, self.norm_bias2)
 
 
@@ -275,7 +275,8 @@ def predict(
                 st.scale(c)
             st.scale(m.a)  # (after a backout, the last addition, no cross Gram is read again)
             if place.norm_stream:
-                f = kn.norm_factor(s, cfg.norm, cfg.norm_eps, math.sqrt(roles.norm_gain2), cfg.d_model)
+                diag = torch.diagonal(s, dim1=-2, dim2=-1)
+                f = kn.norm_factor(diag, cfg.norm, cfg.norm_eps, math.sqrt(roles.norm_gain2), cfg.d_model)
                 st.K = roles.norm(s, cfg.d_model)
                 st.rescale(f)
             else:
