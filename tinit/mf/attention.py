@@ -77,6 +77,14 @@ def uniform_weights(T: int, causal: bool, dtype=torch.float64) -> torch.Tensor:
     return tri / tri.sum(-1, keepdim=True)
 
 
+def draw_bytes(T: int, m: int) -> int:
+    """The float32 bytes one draw of :func:`attention_gram` holds for one sequence of ``T``
+    tokens: its query and key projections and values (T x m each, ``m`` the components
+    drawn) and four T x T logit and weight matrices. The chunk of draws is sized by it, and
+    so is :func:`tinit.mf.stack.memory_bytes` (at m = min(head_dim, MAX_COMPONENTS))."""
+    return 4 * (3 * T * m + 4 * T * T)
+
+
 def attention_gram(
     Fq: torch.Tensor, Fk: torch.Tensor, Fv: torch.Tensor, head_dim: int, scale: float, causal: bool,
     rope: tuple[torch.Tensor, torch.Tensor] | None, softcap: float | None, draws: int,
@@ -102,7 +110,7 @@ def attention_gram(
     Fq, Fk, Fv = Fq.float(), Fk.float(), Fv.float()
     mask = torch.ones(T, T, dtype=torch.bool).triu(1) if causal else None
     out = torch.zeros(B, T, T, dtype=torch.float64)
-    per_draw = 4 * (3 * T * m + 4 * T * T)
+    per_draw = draw_bytes(T, m)
     chunk = max(1, min(draws, CHUNK_BYTES // max(per_draw * B, 1)))
     done = 0
     while done < draws:

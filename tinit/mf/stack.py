@@ -38,7 +38,7 @@ from ..model.init import generator, role_rule
 from ..model.layers import rope_cache
 from ..model.schemes import bias_role
 from . import kernels as kn
-from .attention import CHUNK_BYTES, MAX_COMPONENTS, attention_gram, factor, scaled
+from .attention import CHUNK_BYTES, MAX_COMPONENTS, attention_gram, draw_bytes, factor, scaled
 
 #: Heads drawn per sequence at each attention addition (the Monte Carlo of
 #: :func:`tinit.mf.attention.attention_gram`), unless the caller says: RunConfig's default.
@@ -151,11 +151,10 @@ def memory_bytes(batch: int, seq_len: int, head_dim: int, draws: int) -> int:
     from .kernels import HERMITE_NODES, MEHLER_TERMS
 
     T, B = seq_len, batch
-    m = min(head_dim, MAX_COMPONENTS)
     grams = 16 * B * T * T * 8
     coeffs = 3 * B * T * (HERMITE_NODES + MEHLER_TERMS) * 8
     factors = 3 * B * T * (T + 1) * 12
-    per_draw = 4 * (3 * T * m + 4 * T * T)
+    per_draw = draw_bytes(T, min(head_dim, MAX_COMPONENTS))
     chunk = max(B * per_draw, min(draws * B * per_draw, CHUNK_BYTES))
     return grams + coeffs + factors + chunk
 
